@@ -1,0 +1,191 @@
+//! The command line: one `match` on the subcommand, each arm a call into the library.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use clap::{Args, Parser, Subcommand};
+
+use crate::client::Client;
+use crate::config::{self, Config};
+use crate::server::Hookledger;
+use crate::verify::Secret;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "hookledger",
+    version,
+    about = "Webhooks that change your data exactly once, on one SQLite file."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Receive webhooks on POST /webhooks/stripe.
+    Serve(ServeArgs),
+    /// Sign a file's raw bytes as Stripe does and POST them (the local dev loop).
+    Send(SendArgs),
+    /// Show the pattern working: a failure, a retry, concurrent duplicates, out-of-order events.
+    Demo,
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Address to listen on (port 0 picks a free port; the chosen address is printed).
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    pub listen: SocketAddr,
+    /// SQLite database file, created on first start.
+    #[arg(long, default_value = "./hookledger.db")]
+    pub db: PathBuf,
+    /// Stripe signing secret(s), comma-separated during rotation.
+    #[arg(long, env = "STRIPE_WEBHOOK_SECRET", hide_env_values = true)]
+    pub stripe_secret: Option<String>,
+    /// Read the signing secret(s) from a file (one per line or comma-separated), keeping them
+    /// out of argv and the environment.
+    #[arg(long, conflicts_with = "stripe_secret")]
+    pub stripe_secret_file: Option<PathBuf>,
+    /// Seconds a signature's timestamp may be old (or ahead); 0 turns the check off.
+    #[arg(long, default_value_t = crate::verify::stripe::DEFAULT_TOLERANCE_SECS)]
+    pub tolerance: u64,
+    /// Largest accepted body in bytes.
+    #[arg(long, default_value_t = config::DEFAULT_MAX_BODY)]
+    pub max_body: usize,
+    /// Seconds a client has to send its headers and its body.
+    #[arg(long, default_value_t = config::DEFAULT_READ_TIMEOUT.as_secs())]
+    pub read_timeout: u64,
+    /// Open connections beyond this are refused with a 503.
+    #[arg(long, default_value_t = config::DEFAULT_MAX_CONNECTIONS)]
+    pub max_connections: usize,
+    /// Credits granted per paid invoice.
+    #[arg(long, default_value_t = config::DEFAULT_CREDITS_PER_INVOICE)]
+    pub credits_per_invoice: i64,
+    /// Most events per transaction (1 = one fsync per event, for comparison).
+    #[arg(long, default_value_t = crate::writer::DEFAULT_BATCH_MAX)]
+    pub batch_max: usize,
+    /// Events waiting for the writer beyond this get a 503.
+    #[arg(long, default_value_t = crate::writer::DEFAULT_QUEUE_DEPTH)]
+    pub queue_depth: usize,
+}
+
+#[derive(Debug, Args)]
+pub struct SendArgs {
+    /// The event file; its bytes are sent exactly as stored.
+    pub file: PathBuf,
+    /// Where to send it.
+    #[arg(long, default_value = "http://127.0.0.1:8080/webhooks/stripe")]
+    pub url: String,
+    /// Signing secret (default: the first of STRIPE_WEBHOOK_SECRET).
+    #[arg(long, env = "STRIPE_WEBHOOK_SECRET", hide_env_values = true)]
+    pub secret: Option<String>,
+    /// Signature timestamp (default: now).
+    #[arg(long)]
+    pub timestamp: Option<i64>,
+}
+
+/// What `main` turns into an exit code.
+pub enum Exit {
+    Ok,
+    /// The command ran but its result is a failure (e.g. `send` got a non-2xx answer).
+    Failed,
+}
+
+pub fn run(cli: Cli) -> anyhow::Result<Exit> {
+    match cli.command {
+        Command::Serve(args) => serve(args),
+        Command::Send(args) => send(args),
+        Command::Demo => crate::demo::run().map(|()| Exit::Ok),
+    }
+}
+
+fn serve(args: ServeArgs) -> anyhow::Result<Exit> {
+    let secrets = match (&args.stripe_secret, &args.stripe_secret_file) {
+        (_, Some(file)) => read_secret_file(file)?,
+        (Some(list), None) => config::parse_secret_list(list),
+        (None, None) => Vec::new(),
+    };
+    let mut config = Config::new(args.db, secrets);
+    config.listen = args.listen;
+    config.tolerance_secs = args.tolerance;
+    config.max_body = args.max_body;
+    config.read_timeout = Duration::from_secs(args.read_timeout.max(1));
+    config.max_connections = args.max_connections;
+    config.credits_per_invoice = args.credits_per_invoice;
+    config.batch_max = args.batch_max;
+    config.queue_depth = args.queue_depth;
+    if config.tolerance_secs == 0 {
+        log::warn!("--tolerance 0: signature timestamps are not checked; captured requests can be replayed");
+    }
+
+    let hookledger = Hookledger::open(config.clone())?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        let listener = tokio::net::TcpListener::bind(config.listen)
+            .await
+            .with_context(|| format!("cannot listen on {}", config.listen))?;
+        let addr = listener.local_addr()?;
+        log::info!(
+            "listening on http://{addr}/webhooks/stripe, database {}, {} secret(s)",
+            config.db.display(),
+            config.stripe_secrets.len()
+        );
+        // A machine-readable line for scripts and tests that start us on port 0.
+        println!("hookledger listening on {addr}");
+        hookledger.serve(listener, shutdown_signal()).await
+    })?;
+    Ok(Exit::Ok)
+}
+
+/// Resolves on SIGTERM or SIGINT.
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("installing the SIGTERM handler");
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+    log::info!("shutdown signal received");
+}
+
+fn read_secret_file(path: &Path) -> anyhow::Result<Vec<Secret>> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read secret file {}", path.display()))?;
+    let secrets = config::parse_secret_list(&text.replace(['\n', '\r'], ","));
+    if secrets.is_empty() {
+        bail!("secret file {} holds no secret", path.display());
+    }
+    Ok(secrets)
+}
+
+fn send(args: SendArgs) -> anyhow::Result<Exit> {
+    let secret = args
+        .secret
+        .as_deref()
+        .map(config::parse_secret_list)
+        .and_then(|list| list.into_iter().next())
+        .context("no signing secret: pass --secret whsec_... or set STRIPE_WEBHOOK_SECRET")?;
+    let body = std::fs::read(&args.file)
+        .with_context(|| format!("cannot read {}", args.file.display()))?;
+    let timestamp = args.timestamp.unwrap_or_else(crate::unix_now);
+    let reply = Client::default()
+        .send(&args.url, &body, &secret, timestamp)
+        .with_context(|| format!("cannot reach {}", args.url))?;
+    println!("{}", reply.status);
+    println!("{}", reply.body.trim_end());
+    Ok(if (200..300).contains(&reply.status) {
+        Exit::Ok
+    } else {
+        Exit::Failed
+    })
+}

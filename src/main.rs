@@ -1,0 +1,20 @@
+//! The `hookledger` binary: parse the command line, set up logging, call the library, turn the
+//! result into an exit code (0 ok, 1 the command's result is a failure, 2 it could not run).
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use hookledger::cli::{self, Cli, Exit};
+
+fn main() -> ExitCode {
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
+    let cli = Cli::parse();
+    match cli::run(cli) {
+        Ok(Exit::Ok) => ExitCode::SUCCESS,
+        Ok(Exit::Failed) => ExitCode::from(1),
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
