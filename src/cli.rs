@@ -69,6 +69,10 @@ pub struct ServeArgs {
     /// Events waiting for the writer beyond this get a 503.
     #[arg(long, default_value_t = crate::writer::DEFAULT_QUEUE_DEPTH)]
     pub queue_depth: usize,
+    /// Milliseconds a write waits for another process's lock on the database before the
+    /// request gets a 503.
+    #[arg(long, default_value_t = crate::db::DEFAULT_BUSY_TIMEOUT.as_millis() as u64)]
+    pub busy_timeout_ms: u64,
 }
 
 #[derive(Debug, Args)]
@@ -116,6 +120,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<Exit> {
     config.credits_per_invoice = args.credits_per_invoice;
     config.batch_max = args.batch_max;
     config.queue_depth = args.queue_depth;
+    config.busy_timeout = Duration::from_millis(args.busy_timeout_ms);
     if config.tolerance_secs == 0 {
         log::warn!("--tolerance 0: signature timestamps are not checked; captured requests can be replayed");
     }

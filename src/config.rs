@@ -54,6 +54,7 @@ pub struct Config {
     pub credits_per_invoice: i64,
     pub batch_max: usize,
     pub queue_depth: usize,
+    pub busy_timeout: Duration,
     pub forward: Option<ForwardConfig>,
     pub retention_days: u64,
 }
@@ -72,6 +73,7 @@ impl Config {
             credits_per_invoice: DEFAULT_CREDITS_PER_INVOICE,
             batch_max: crate::writer::DEFAULT_BATCH_MAX,
             queue_depth: crate::writer::DEFAULT_QUEUE_DEPTH,
+            busy_timeout: crate::db::DEFAULT_BUSY_TIMEOUT,
             forward: None,
             retention_days: DEFAULT_RETENTION_DAYS,
         }

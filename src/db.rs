@@ -19,14 +19,15 @@ const MIGRATIONS: &[&str] = &[include_str!("../schema.sql")];
 /// How long a writer waits for another process's write lock (an `sqlite3` shell, a CLI
 /// command) before it gives up with `SQLITE_BUSY`. Long enough to ride out a CLI command,
 /// short enough that the provider gets a 503 long before its own timeout (Stripe: ~10 s).
-pub const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+pub const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
 pub type ReadPool = r2d2::Pool<SqliteConnectionManager>;
 
 /// Opens (creating if needed) the database for writing and brings its schema up to date.
-pub fn open_writer(path: &Path) -> anyhow::Result<Connection> {
+pub fn open_writer(path: &Path, busy_timeout: Duration) -> anyhow::Result<Connection> {
     let mut conn = Connection::open(path)
         .with_context(|| format!("cannot open database file {}", path.display()))?;
+    conn.busy_timeout(busy_timeout)?;
     configure_writer(&conn)
         .with_context(|| format!("cannot configure database file {}", path.display()))?;
     migrate(&mut conn).with_context(|| format!("cannot migrate {}", path.display()))?;
@@ -34,7 +35,6 @@ pub fn open_writer(path: &Path) -> anyhow::Result<Connection> {
 }
 
 fn configure_writer(conn: &Connection) -> rusqlite::Result<()> {
-    conn.busy_timeout(BUSY_TIMEOUT)?;
     // WAL lets readers (outbox worker, CLI) run while the writer commits.
     let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
     if !mode.eq_ignore_ascii_case("wal") {
@@ -74,7 +74,7 @@ pub fn migrate(conn: &mut Connection) -> anyhow::Result<()> {
 pub fn read_pool(path: &Path, size: u32) -> anyhow::Result<ReadPool> {
     let manager = SqliteConnectionManager::file(path)
         .with_flags(OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX)
-        .with_init(|c| c.busy_timeout(BUSY_TIMEOUT));
+        .with_init(|c| c.busy_timeout(DEFAULT_BUSY_TIMEOUT));
     r2d2::Pool::builder()
         .max_size(size)
         .build(manager)
@@ -91,5 +91,5 @@ pub fn open_existing(path: &Path) -> anyhow::Result<Connection> {
             path.display()
         );
     }
-    open_writer(path)
+    open_writer(path, DEFAULT_BUSY_TIMEOUT)
 }

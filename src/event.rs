@@ -13,15 +13,62 @@ use serde_json::value::RawValue;
 /// Longer ids than this are not Stripe ids; the bound keeps the ledger key small.
 const MAX_ID_LEN: usize = 255;
 
-/// Why a verified body is not an event hookledger can record.
+/// Why a verified body is not an event hookledger can record. The `Display` text goes to the
+/// sender (it may quote their body back to them); [`ParseError::summary`] goes to the log.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ParseError {
     #[error("body is not a Stripe event ({0}); it must be JSON with a string `id`, a string `type` and an integer `created`")]
-    Envelope(String),
+    Envelope(JsonError),
     #[error("`{0}` must be a non-empty string of at most 255 bytes")]
     BadId(&'static str),
     #[error("{kind} event has an unexpected `data.object` ({detail})")]
-    Object { kind: String, detail: String },
+    Object { kind: String, detail: JsonError },
+}
+
+/// A JSON error: serde's message (which can quote the input) and where it happened.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct JsonError {
+    message: String,
+    line: usize,
+    column: usize,
+}
+
+impl From<serde_json::Error> for JsonError {
+    fn from(e: serde_json::Error) -> Self {
+        JsonError {
+            message: e.to_string(),
+            line: e.line(),
+            column: e.column(),
+        }
+    }
+}
+
+impl JsonError {
+    fn other(message: &str) -> Self {
+        JsonError {
+            message: message.to_string(),
+            line: 0,
+            column: 0,
+        }
+    }
+}
+
+impl ParseError {
+    /// A description that quotes nothing from the body, for the log.
+    pub fn summary(&self) -> String {
+        match self {
+            ParseError::Envelope(e) => format!(
+                "body is not a Stripe event (JSON error at line {} column {})",
+                e.line, e.column
+            ),
+            ParseError::BadId(field) => format!("`{field}` is empty or too long"),
+            ParseError::Object { kind, detail } => format!(
+                "{kind} event has an unexpected data.object (at line {} column {})",
+                detail.line, detail.column
+            ),
+        }
+    }
 }
 
 /// What an event does to the app's state, decided by its type.
@@ -172,25 +219,25 @@ fn non_empty_account(metadata: Option<Metadata>) -> Option<String> {
 /// Parses a verified Stripe event body.
 pub fn parse_stripe(body: bytes::Bytes) -> Result<Event, ParseError> {
     let envelope: Envelope =
-        serde_json::from_slice(&body).map_err(|e| ParseError::Envelope(e.to_string()))?;
+        serde_json::from_slice(&body).map_err(|e| ParseError::Envelope(e.into()))?;
     for (name, value) in [("id", &envelope.id), ("type", &envelope.kind)] {
         if value.is_empty() || value.len() > MAX_ID_LEN {
             return Err(ParseError::BadId(name));
         }
     }
     let kind = envelope.kind.as_ref();
-    let object_error = |detail: String| ParseError::Object {
+    let object_error = |detail: JsonError| ParseError::Object {
         kind: kind.to_string(),
         detail,
     };
     let data = || {
         envelope
             .data
-            .ok_or_else(|| object_error("missing field `data`".into()))
+            .ok_or_else(|| object_error(JsonError::other("missing field `data`")))
     };
     let effect = if let Some(rank) = subscription_rank(kind) {
         let Data::<SubscriptionObject> { object } =
-            serde_json::from_str(data()?.get()).map_err(|e| object_error(e.to_string()))?;
+            serde_json::from_str(data()?.get()).map_err(|e| object_error(e.into()))?;
         Effect::Subscription(SubscriptionChange {
             id: object.id,
             customer_id: object.customer.into_id(),
@@ -200,7 +247,7 @@ pub fn parse_stripe(body: bytes::Bytes) -> Result<Event, ParseError> {
         })
     } else if is_invoice_payment(kind) {
         let Data::<InvoiceObject> { object } =
-            serde_json::from_str(data()?.get()).map_err(|e| object_error(e.to_string()))?;
+            serde_json::from_str(data()?.get()).map_err(|e| object_error(e.into()))?;
         let period_end = object
             .lines
             .and_then(|lines| lines.data.into_iter().filter_map(|l| l.period?.end).max())
@@ -209,7 +256,9 @@ pub fn parse_stripe(body: bytes::Bytes) -> Result<Event, ParseError> {
             .or_else(|| non_empty_account(object.parent?.subscription_details?.metadata))
             .or_else(|| object.customer.map(IdRef::into_id))
             .ok_or_else(|| {
-                object_error("no metadata.account_id and no customer to credit".into())
+                object_error(JsonError::other(
+                    "no metadata.account_id and no customer to credit",
+                ))
             })?;
         Effect::InvoicePaid(InvoicePayment {
             invoice_id: object.id,

@@ -46,6 +46,16 @@ pub enum IngestError {
     Store(#[from] StoreError),
 }
 
+impl IngestError {
+    /// The error for the log line: like `Display`, but never quoting the request body.
+    fn log_text(&self) -> String {
+        match self {
+            IngestError::Parse(e) => e.summary(),
+            other => other.to_string(),
+        }
+    }
+}
+
 /// Seconds a client should wait before retrying a 503.
 const RETRY_AFTER_SECS: u64 = 1;
 
@@ -115,8 +125,9 @@ pub async fn stripe_webhook(State(ingest): State<Arc<Ingest>>, request: Request)
                 log::error!("stripe {id} {kind} {}: {err} {ms:.1}ms", code.as_u16());
             } else {
                 // Client faults: the kind and our own message; never the body.
+                let text = err.log_text();
                 log::warn!(
-                    "stripe {id} rejected {kind} {}: {err} {ms:.1}ms",
+                    "stripe {id} rejected {kind} {}: {text} {ms:.1}ms",
                     code.as_u16()
                 );
             }

@@ -100,7 +100,7 @@ pub struct Hookledger {
 impl Hookledger {
     pub fn open(config: Config) -> anyhow::Result<Hookledger> {
         config.validate()?;
-        let conn = db::open_writer(&config.db)?;
+        let conn = db::open_writer(&config.db, config.busy_timeout)?;
         let (handle, writer) = writer::spawn(
             conn,
             writer::WriterConfig {
@@ -108,6 +108,7 @@ impl Hookledger {
                 queue_depth: config.queue_depth,
                 credits_per_invoice: config.credits_per_invoice,
                 forward: config.forward.is_some(),
+                busy_timeout: config.busy_timeout,
             },
             None,
         )?;

@@ -104,6 +104,8 @@ pub struct WriterConfig {
     pub credits_per_invoice: i64,
     /// Write a `forward` outbox row for every processed event.
     pub forward: bool,
+    /// How long a transaction waits for another process's lock before it fails as busy.
+    pub busy_timeout: Duration,
 }
 
 /// The sending side of the writer's queue. Cloned by every producer; when the last clone is
@@ -163,7 +165,7 @@ pub fn spawn(
     conn.pragma_update(None, "wal_autocheckpoint", 0)?;
     // After a checkpoint resets the WAL, shrink its file back to this size.
     conn.pragma_update(None, "journal_size_limit", 64 * 1024 * 1024)?;
-    let checkpointer = Checkpointer::open(conn.path().unwrap_or_default())?;
+    let checkpointer = Checkpointer::open(conn.path().unwrap_or_default(), config.busy_timeout)?;
     let (queue, rx) = mpsc::sync_channel(config.queue_depth.max(1));
     let thread = std::thread::Builder::new()
         .name("hookledger-writer".into())
@@ -326,9 +328,9 @@ struct Checkpointer {
 }
 
 impl Checkpointer {
-    fn open(path: &str) -> anyhow::Result<Self> {
+    fn open(path: &str, busy_timeout: Duration) -> anyhow::Result<Self> {
         let conn = Connection::open(path)?;
-        conn.busy_timeout(crate::db::BUSY_TIMEOUT)?;
+        conn.busy_timeout(busy_timeout)?;
         conn.pragma_update(None, "synchronous", "FULL")?;
         Ok(Checkpointer { conn })
     }

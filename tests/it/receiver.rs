@@ -1,0 +1,536 @@
+//! Every row of the response contract (DESIGN §2) and the exactly-once semantics, each
+//! asserting the database state, not only the status.
+
+use std::time::Duration;
+
+use hookledger::sample::{invoice_event, subscription_event};
+
+use crate::util::*;
+
+fn paid(event_id: &str, invoice: &str) -> Vec<u8> {
+    invoice_event(event_id, "invoice.paid", now(), invoice, "cus_1", "acct_1").into_bytes()
+}
+
+fn sub_event(event_id: &str, kind: &str, created: i64, status: &str) -> Vec<u8> {
+    subscription_event(event_id, kind, created, "sub_1", "cus_1", "acct_1", status).into_bytes()
+}
+
+#[test]
+fn new_event_is_processed_with_its_effects() {
+    let server = Server::start(&[]);
+    let body = paid("evt_new", "in_new");
+    assert_outcome(&server.send(&body), "evt_new", "processed");
+    let db = server.db();
+    let (kind, source, payload): (String, String, Vec<u8>) = db
+        .query_row(
+            "SELECT event_type, source, payload FROM webhook_events WHERE event_id = 'evt_new'",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
+        .unwrap();
+    assert_eq!((kind.as_str(), source.as_str()), ("invoice.paid", "stripe"));
+    assert_eq!(payload, body, "the ledger keeps the exact verified bytes");
+    assert_eq!(credits(&db, "acct_1"), 100);
+    assert_eq!(
+        count(
+            &db,
+            "SELECT count(*) FROM invoice_payments WHERE stripe_invoice_id = 'in_new'"
+        ),
+        1
+    );
+}
+
+#[test]
+fn duplicate_after_success_changes_nothing() {
+    let server = Server::start(&[]);
+    let body = paid("evt_dup", "in_dup");
+    assert_outcome(&server.send(&body), "evt_dup", "processed");
+    let before = snapshot(&server.db());
+    assert_outcome(&server.send(&body), "evt_dup", "duplicate");
+    assert_eq!(snapshot(&server.db()), before);
+}
+
+#[test]
+fn unknown_type_is_recorded_and_acknowledged() {
+    let server = Server::start(&[]);
+    let body = br#"{"id":"evt_unknown","object":"event","type":"thing.we_never_heard_of","created":1700000000,"data":{"object":{"weird":[1,2]}}}"#;
+    assert_outcome(&server.send(body), "evt_unknown", "processed");
+    let db = server.db();
+    assert_eq!(
+        count(
+            &db,
+            "SELECT count(*) FROM webhook_events WHERE event_type = 'thing.we_never_heard_of'"
+        ),
+        1
+    );
+    assert_eq!(count(&db, "SELECT count(*) FROM accounts"), 0);
+    assert_eq!(count(&db, "SELECT count(*) FROM subscriptions"), 0);
+    assert_outcome(&server.send(body), "evt_unknown", "duplicate");
+}
+
+#[test]
+fn missing_and_invalid_signatures_are_rejected_and_write_nothing() {
+    let server = Server::start(&[]);
+    let body = paid("evt_sig", "in_sig");
+    let before = snapshot(&server.db());
+    let t = now();
+    let wrong_secret =
+        hookledger::verify::stripe::sign(&hookledger::verify::Secret::new("whsec_other"), t, &body);
+    let cases: Vec<(&str, Option<String>)> = vec![
+        ("missing header", None),
+        ("garbage", Some("bad_header".into())),
+        ("no v1", Some(format!("t={t},v0=abcd"))),
+        ("wrong secret", Some(wrong_secret)),
+        ("v1 of another body", Some(signature(b"{}"))),
+    ];
+    for (case, header) in cases {
+        let headers: Vec<(&str, &str)> = header
+            .as_deref()
+            .map(|h| vec![("Stripe-Signature", h)])
+            .unwrap_or_default();
+        let reply = server.post("/webhooks/stripe", &body, &headers);
+        assert_error(&reply, 400, "invalid_signature");
+        assert!(!reply.body.contains(SECRET), "{case}: the secret leaked");
+    }
+    // A body changed after signing (e.g. re-encoded by a proxy): the message says so.
+    let header = signature(&body);
+    let mut reencoded = body.clone();
+    reencoded.retain(|b| *b != b'\n');
+    let reply = server.post(
+        "/webhooks/stripe",
+        &reencoded,
+        &[("Stripe-Signature", &header)],
+    );
+    assert_error(&reply, 400, "invalid_signature");
+    assert!(json(&reply)["message"]
+        .as_str()
+        .unwrap()
+        .contains("raw request body"));
+    assert_eq!(snapshot(&server.db()), before);
+}
+
+#[test]
+fn timestamps_outside_tolerance_are_rejected_both_ways() {
+    let server = Server::start(&["--tolerance", "300"]);
+    let body = paid("evt_time", "in_time");
+    let before = snapshot(&server.db());
+    for t in [now() - 301 - 5, now() + 301 + 5] {
+        assert_error(&server.send_at(&body, t), 400, "timestamp_out_of_tolerance");
+    }
+    assert_eq!(snapshot(&server.db()), before);
+    // Within tolerance on both sides it is fine.
+    assert_outcome(&server.send_at(&body, now() - 250), "evt_time", "processed");
+    assert_outcome(&server.send_at(&body, now() + 250), "evt_time", "duplicate");
+}
+
+#[test]
+fn bodies_that_are_not_events_are_rejected_and_write_nothing() {
+    let server = Server::start(&[]);
+    let before = snapshot(&server.db());
+    let bad: &[&[u8]] = &[
+        b"",
+        b"not json",
+        b"[1,2,3]",
+        br#"{"type":"invoice.paid","created":1}"#,
+        br#"{"id":42,"type":"invoice.paid","created":1}"#,
+        br#"{"id":"evt_1","created":1}"#,
+        br#"{"id":"evt_1","type":"x"}"#,
+        br#"{"id":"evt_1","type":"x","created":"1700000000"}"#,
+        br#"{"id":"","type":"x","created":1}"#,
+        br#"{"id":"evt_1","type":"invoice.paid","created":1,"data":{"object":{"id":"in_1"}}}"#,
+    ];
+    for body in bad {
+        let reply = server.send(body);
+        assert_eq!(
+            reply.status,
+            400,
+            "{}: {}",
+            String::from_utf8_lossy(body),
+            reply.body
+        );
+        assert_eq!(json(&reply)["error"], "invalid_event");
+    }
+    assert_eq!(snapshot(&server.db()), before);
+}
+
+#[test]
+fn body_over_limit_is_413_by_content_length_and_while_chunked() {
+    let server = Server::start(&["--max-body", "2048"]);
+    let before = snapshot(&server.db());
+    // Declared too large: refused before the body is read (none is sent at all).
+    let answer = server.raw(
+        b"POST /webhooks/stripe HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+          Stripe-Signature: t=1,v1=00\r\nContent-Length: 100000000000\r\n\r\n",
+        Duration::from_secs(5),
+    );
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+    assert!(answer.contains("\"error\":\"body_too_large\""), "{answer}");
+    // Chunked without a length: cut off once past the limit.
+    let chunk = "a".repeat(1000);
+    let mut request =
+        b"POST /webhooks/stripe HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+    for _ in 0..5 {
+        request.extend_from_slice(format!("{:x}\r\n{chunk}\r\n", chunk.len()).as_bytes());
+    }
+    request.extend_from_slice(b"0\r\n\r\n");
+    let answer = server.raw(&request, Duration::from_secs(5));
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+    // A signed event over the limit is refused too, and nothing is written.
+    let mut big = paid("evt_big", "in_big");
+    big.truncate(big.len() - 2);
+    big.extend_from_slice(format!(",\"pad\":\"{}\"}}\n", "x".repeat(3000)).as_bytes());
+    assert_error(&server.send(&big), 413, "body_too_large");
+    assert_eq!(snapshot(&server.db()), before);
+    // The limit is inclusive of exactly max-body bytes: a small event still works.
+    assert_outcome(
+        &server.send(br#"{"id":"evt_small","type":"x","created":1}"#),
+        "evt_small",
+        "processed",
+    );
+}
+
+#[test]
+fn unknown_source_is_404_and_wrong_method_is_405() {
+    let server = Server::start(&[]);
+    let body = paid("evt_route", "in_route");
+    let header = signature(&body);
+    let reply = server.post("/webhooks/github", &body, &[("Stripe-Signature", &header)]);
+    assert_error(&reply, 404, "unknown_source");
+    let reply = server.post("/nope", &body, &[]);
+    assert_error(&reply, 404, "not_found");
+    let answer = server.raw(
+        b"GET /webhooks/stripe HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        Duration::from_secs(5),
+    );
+    assert!(answer.starts_with("HTTP/1.1 405"), "{answer}");
+    assert!(
+        answer.to_ascii_lowercase().contains("allow: post"),
+        "{answer}"
+    );
+    assert!(
+        answer.contains("\"error\":\"method_not_allowed\""),
+        "{answer}"
+    );
+    assert_eq!(ledger_count(&server.db()), 0);
+}
+
+#[test]
+fn failure_mid_apply_is_500_with_no_ledger_row_and_the_retry_applies() {
+    let server = Server::start(&[]);
+    let db = server.db();
+    db.execute_batch(
+        "CREATE TRIGGER fail_credit BEFORE UPDATE ON accounts
+         BEGIN SELECT RAISE(ABORT, 'injected'); END;",
+    )
+    .unwrap();
+    // The first invoice creates the account (INSERT, not UPDATE): it succeeds.
+    assert_outcome(
+        &server.send(&paid("evt_first", "in_first")),
+        "evt_first",
+        "processed",
+    );
+    // The second needs an UPDATE of the account: the trigger aborts it mid-apply, after the
+    // claim and the invoice_payments row were written.
+    let body = paid("evt_fail", "in_fail");
+    let reply = server.send(&body);
+    assert_error(&reply, 500, "internal");
+    assert!(
+        !reply.body.contains("injected"),
+        "internal detail leaked: {}",
+        reply.body
+    );
+    assert_eq!(
+        count(
+            &db,
+            "SELECT count(*) FROM webhook_events WHERE event_id = 'evt_fail'"
+        ),
+        0
+    );
+    assert_eq!(
+        count(
+            &db,
+            "SELECT count(*) FROM invoice_payments WHERE stripe_invoice_id = 'in_fail'"
+        ),
+        0
+    );
+    assert_eq!(credits(&db, "acct_1"), 100);
+    assert!(server.log().contains("injected"), "the detail is logged");
+
+    db.execute_batch("DROP TRIGGER fail_credit").unwrap();
+    assert_outcome(&server.send(&body), "evt_fail", "processed");
+    assert_eq!(credits(&db, "acct_1"), 200);
+}
+
+#[test]
+fn ten_parallel_copies_give_one_ledger_row_and_one_grant() {
+    let server = Server::start(&[]);
+    let body = paid("evt_par", "in_par");
+    let replies: Vec<_> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..10).map(|_| s.spawn(|| server.send(&body))).collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let outcomes: Vec<String> = replies
+        .iter()
+        .map(|r| {
+            assert_eq!(r.status, 200, "{}", r.body);
+            json(r)["outcome"].as_str().unwrap().to_string()
+        })
+        .collect();
+    assert_eq!(
+        outcomes.iter().filter(|o| *o == "processed").count(),
+        1,
+        "{outcomes:?}"
+    );
+    assert_eq!(
+        outcomes.iter().filter(|o| *o == "duplicate").count(),
+        9,
+        "{outcomes:?}"
+    );
+    let db = server.db();
+    assert_eq!(ledger_count(&db), 1);
+    assert_eq!(count(&db, "SELECT count(*) FROM invoice_payments"), 1);
+    assert_eq!(credits(&db, "acct_1"), 100);
+}
+
+#[test]
+fn second_event_for_same_invoice_adds_no_credits() {
+    let server = Server::start(&[]);
+    assert_outcome(
+        &server.send(&paid("evt_a", "in_same")),
+        "evt_a",
+        "processed",
+    );
+    let succeeded = invoice_event(
+        "evt_b",
+        "invoice.payment_succeeded",
+        now(),
+        "in_same",
+        "cus_1",
+        "acct_1",
+    );
+    assert_outcome(&server.send(succeeded.as_bytes()), "evt_b", "processed");
+    let db = server.db();
+    assert_eq!(ledger_count(&db), 2);
+    assert_eq!(credits(&db, "acct_1"), 100);
+    let owner: String = db
+        .query_row(
+            "SELECT event_id FROM invoice_payments WHERE stripe_invoice_id = 'in_same'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(owner, "evt_a");
+}
+
+#[test]
+fn credits_per_invoice_is_configurable() {
+    let server = Server::start(&["--credits-per-invoice", "7"]);
+    assert_outcome(&server.send(&paid("evt_c", "in_c")), "evt_c", "processed");
+    assert_eq!(credits(&server.db(), "acct_1"), 7);
+}
+
+#[test]
+fn late_created_does_not_undo_newer_update() {
+    let server = Server::start(&[]);
+    let t = 1_700_000_000;
+    let updated = sub_event(
+        "evt_upd",
+        "customer.subscription.updated",
+        t + 10,
+        "canceled",
+    );
+    let created = sub_event("evt_cre", "customer.subscription.created", t, "active");
+    assert_outcome(&server.send(&updated), "evt_upd", "processed");
+    assert_outcome(&server.send(&created), "evt_cre", "processed");
+    let db = server.db();
+    assert_eq!(
+        subscription_status(&db, "sub_1").as_deref(),
+        Some("canceled")
+    );
+    assert_eq!(ledger_count(&db), 2, "the late event is still recorded");
+}
+
+#[test]
+fn deleted_beats_updated_in_the_same_second_in_either_order() {
+    for (first, second) in [("deleted", "updated"), ("updated", "deleted")] {
+        let server = Server::start(&[]);
+        let t = 1_700_000_000;
+        let status = |kind: &str| {
+            if kind == "deleted" {
+                "canceled"
+            } else {
+                "active"
+            }
+        };
+        for kind in [first, second] {
+            let body = sub_event(
+                &format!("evt_{kind}"),
+                &format!("customer.subscription.{kind}"),
+                t,
+                status(kind),
+            );
+            assert_outcome(&server.send(&body), &format!("evt_{kind}"), "processed");
+        }
+        let db = server.db();
+        assert_eq!(
+            subscription_status(&db, "sub_1").as_deref(),
+            Some("canceled"),
+            "{first} then {second}"
+        );
+        let (rank, event): (i64, String) = db
+            .query_row("SELECT event_rank, event_id FROM subscriptions", [], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })
+            .unwrap();
+        assert_eq!((rank, event.as_str()), (2, "evt_deleted"));
+    }
+}
+
+#[test]
+fn two_updates_in_the_same_second_keep_the_first_and_count_the_tie() {
+    let server = Server::start(&[]);
+    let t = 1_700_000_000;
+    let first = sub_event("evt_u1", "customer.subscription.updated", t, "past_due");
+    let second = sub_event("evt_u2", "customer.subscription.updated", t, "active");
+    assert_outcome(&server.send(&first), "evt_u1", "processed");
+    assert_outcome(&server.send(&second), "evt_u2", "processed");
+    let db = server.db();
+    assert_eq!(
+        subscription_status(&db, "sub_1").as_deref(),
+        Some("past_due")
+    );
+    assert_eq!(
+        count(
+            &db,
+            "SELECT value FROM counters WHERE name = 'subscription_ties'"
+        ),
+        1
+    );
+}
+
+#[test]
+fn either_of_two_rotating_secrets_verifies() {
+    let server = Server::start(&["--stripe-secret", "whsec_old,whsec_new"]);
+    for (i, secret) in ["whsec_old", "whsec_new"].iter().enumerate() {
+        let body = paid(&format!("evt_rot{i}"), &format!("in_rot{i}"));
+        let header = hookledger::verify::stripe::sign(
+            &hookledger::verify::Secret::new(*secret),
+            now(),
+            &body,
+        );
+        let reply = server.post("/webhooks/stripe", &body, &[("Stripe-Signature", &header)]);
+        assert_outcome(&reply, &format!("evt_rot{i}"), "processed");
+    }
+    // The test default secret is not configured here.
+    assert_error(
+        &server.send(&paid("evt_rot_x", "in_rot_x")),
+        400,
+        "invalid_signature",
+    );
+    assert_eq!(credits(&server.db(), "acct_1"), 200);
+}
+
+#[test]
+fn secret_file_keeps_the_secret_out_of_argv_and_env() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("secret");
+    std::fs::write(&file, format!("{SECRET}\n")).unwrap();
+    let server = Server::start(&["--stripe-secret-file", file.to_str().unwrap()]);
+    assert_outcome(
+        &server.send(&paid("evt_file", "in_file")),
+        "evt_file",
+        "processed",
+    );
+}
+
+#[test]
+fn without_a_secret_serve_refuses_to_start_with_exit_code_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_hookledger"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--db"])
+        .arg(dir.path().join("x.db"))
+        .env_remove("STRIPE_WEBHOOK_SECRET")
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("STRIPE_WEBHOOK_SECRET"), "{stderr}");
+    assert!(
+        !dir.path().join("x.db").exists(),
+        "nothing is created before the config is valid"
+    );
+}
+
+#[test]
+fn queue_full_is_503_with_retry_after_and_writes_nothing() {
+    // One event at a time, a queue of one, and another connection holding the write lock:
+    // the writer is stuck in its busy wait, so the queue fills.
+    let server = Server::start(&[
+        "--batch-max",
+        "1",
+        "--queue-depth",
+        "1",
+        "--busy-timeout-ms",
+        "3000",
+    ]);
+    let lock = server.db();
+    lock.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let replies: Vec<_> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..8)
+            .map(|i| {
+                let server = &server;
+                s.spawn(move || server.send(&paid(&format!("evt_q{i}"), &format!("in_q{i}"))))
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    lock.execute_batch("ROLLBACK").unwrap();
+    let overloaded: Vec<_> = replies
+        .iter()
+        .filter(|r| r.status == 503 && json(r)["error"] == "overloaded")
+        .collect();
+    assert!(
+        !overloaded.is_empty(),
+        "{:?}",
+        replies.iter().map(|r| &r.body).collect::<Vec<_>>()
+    );
+    for reply in &replies {
+        assert_eq!(reply.status, 503, "{}", reply.body);
+        assert_eq!(reply.retry_after.as_deref(), Some("1"));
+    }
+    assert!(
+        replies.iter().any(|r| json(r)["error"] == "database_busy"),
+        "the job that waited on the lock gets a busy 503"
+    );
+    assert_eq!(ledger_count(&server.db()), 0);
+    // After the lock is released everything works again.
+    assert_outcome(
+        &server.send(&paid("evt_q0", "in_q0")),
+        "evt_q0",
+        "processed",
+    );
+}
+
+#[test]
+fn log_has_one_line_per_event_and_no_secret_or_body() {
+    let server = Server::start(&[]);
+    let body = paid("evt_log", "in_log");
+    assert_outcome(&server.send(&body), "evt_log", "processed");
+    assert_outcome(&server.send(&body), "evt_log", "duplicate");
+    server.send(b"{\"id\":\"evt_secretish\",\"type\":\"x\"}");
+    let log = server.log();
+    let lines: Vec<&str> = log.lines().filter(|l| l.contains("evt_log")).collect();
+    assert_eq!(lines.len(), 2, "{log}");
+    assert!(
+        lines[0].contains("invoice.paid")
+            && lines[0].contains("processed")
+            && lines[0].contains("ms")
+    );
+    assert!(lines[1].contains("duplicate"));
+    assert!(!log.contains(SECRET), "secret in log:\n{log}");
+    assert!(!log.contains("jenny.rosen"), "body in log:\n{log}");
+    assert!(
+        !log.contains("evt_secretish"),
+        "rejected body content in log:\n{log}"
+    );
+}

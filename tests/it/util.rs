@@ -1,0 +1,307 @@
+//! Shared test harness: the real `hookledger` binary on port 0 with its own temp directory
+//! and SQLite file, a signing client, fixtures, and database snapshots.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use hookledger::client::{Client, Reply};
+use hookledger::verify::{stripe, Secret};
+use rusqlite::Connection;
+
+pub const SECRET: &str = "whsec_test_secret";
+
+pub fn secret() -> Secret {
+    Secret::new(SECRET)
+}
+
+pub fn now() -> i64 {
+    hookledger::unix_now()
+}
+
+/// `../shared/fixtures`, beside the repository (as in CI).
+pub fn fixtures_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures")
+}
+
+/// The raw bytes of `../shared/fixtures/stripe/events/<name>.json`.
+pub fn fixture(name: &str) -> Vec<u8> {
+    let path = fixtures_dir()
+        .join("stripe/events")
+        .join(format!("{name}.json"));
+    std::fs::read(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()))
+}
+
+/// The names of all event fixtures.
+pub fn fixture_names() -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(fixtures_dir().join("stripe/events"))
+        .expect("fixtures directory")
+        .map(|e| {
+            let name = e.unwrap().file_name().into_string().unwrap();
+            name.trim_end_matches(".json").to_string()
+        })
+        .collect();
+    names.sort();
+    names
+}
+
+/// A running `hookledger serve` child process.
+pub struct Server {
+    child: Child,
+    pub addr: SocketAddr,
+    pub dir: PathBuf,
+    stderr: Arc<Mutex<String>>,
+    client: Client,
+    _temp: Option<tempfile::TempDir>,
+}
+
+impl Server {
+    /// Starts a server in a fresh temp directory with secret [`SECRET`] and extra `args`.
+    pub fn start(args: &[&str]) -> Server {
+        let temp = tempfile::tempdir().unwrap();
+        let mut server = Server::start_in(temp.path(), args);
+        server._temp = Some(temp);
+        server
+    }
+
+    /// Starts a server on `dir/hookledger.db` (which may already exist: a restart).
+    pub fn start_in(dir: &Path, args: &[&str]) -> Server {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_hookledger"));
+        cmd.arg("serve")
+            .arg("--listen")
+            .arg("127.0.0.1:0")
+            .arg("--db")
+            .arg(dir.join("hookledger.db"))
+            .args(args)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        if !args.iter().any(|a| a.starts_with("--stripe-secret")) {
+            cmd.env("STRIPE_WEBHOOK_SECRET", SECRET);
+        } else {
+            cmd.env_remove("STRIPE_WEBHOOK_SECRET");
+        }
+        let mut child = cmd.spawn().expect("spawning hookledger");
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let mut err_pipe = child.stderr.take().unwrap();
+        let sink = stderr.clone();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = err_pipe.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                sink.lock()
+                    .unwrap()
+                    .push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        });
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        stdout.read_line(&mut line).unwrap();
+        let addr = match line.trim().strip_prefix("hookledger listening on ") {
+            Some(addr) => addr.parse().unwrap(),
+            None => {
+                let _ = child.wait();
+                std::thread::sleep(Duration::from_millis(100));
+                panic!(
+                    "server did not start: stdout {line:?}, stderr {}",
+                    stderr.lock().unwrap()
+                );
+            }
+        };
+        std::thread::spawn(move || std::io::copy(&mut stdout, &mut std::io::sink()));
+        Server {
+            child,
+            addr,
+            dir: dir.to_path_buf(),
+            stderr,
+            client: Client::new(Duration::from_secs(30)),
+            _temp: None,
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}/webhooks/stripe", self.addr)
+    }
+
+    pub fn db_path(&self) -> PathBuf {
+        self.dir.join("hookledger.db")
+    }
+
+    /// A connection to the server's database (for assertions and fault injection).
+    pub fn db(&self) -> Connection {
+        let conn = Connection::open(self.db_path()).unwrap();
+        conn.busy_timeout(Duration::from_secs(10)).unwrap();
+        conn
+    }
+
+    /// Signs `body` now with [`SECRET`] and POSTs it.
+    pub fn send(&self, body: &[u8]) -> Reply {
+        self.send_at(body, now())
+    }
+
+    pub fn send_at(&self, body: &[u8], t: i64) -> Reply {
+        self.client
+            .send(&self.url(), body, &secret(), t)
+            .expect("request failed")
+    }
+
+    /// POSTs `body` to `path` with exactly `headers`.
+    pub fn post(&self, path: &str, body: &[u8], headers: &[(&str, &str)]) -> Reply {
+        self.client
+            .post(&format!("http://{}{path}", self.addr), body, headers)
+            .expect("request failed")
+    }
+
+    /// Sends raw bytes on a new connection and returns everything the server answers
+    /// (until it closes or `timeout`).
+    pub fn raw(&self, request: &[u8], timeout: Duration) -> String {
+        let mut stream = TcpStream::connect(self.addr).unwrap();
+        stream.set_read_timeout(Some(timeout)).unwrap();
+        stream.write_all(request).unwrap();
+        let mut out = Vec::new();
+        let _ = stream.read_to_end(&mut out);
+        String::from_utf8_lossy(&out).into_owned()
+    }
+
+    /// Everything the server logged so far.
+    pub fn log(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    /// SIGKILL: no shutdown code runs.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// SIGTERM, then waits for the exit; returns the exit code.
+    pub fn terminate(&mut self) -> Option<i32> {
+        Command::new("kill")
+            .arg("-TERM")
+            .arg(self.child.id().to_string())
+            .status()
+            .unwrap();
+        wait_for(Duration::from_secs(30), || self.child.try_wait().unwrap())
+            .expect("server did not exit after SIGTERM")
+            .code()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Polls `f` until it returns `Some` or `deadline` passes.
+pub fn wait_for<T>(deadline: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
+    let start = Instant::now();
+    loop {
+        if let Some(v) = f() {
+            return Some(v);
+        }
+        if start.elapsed() > deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The JSON body of a reply.
+pub fn json(reply: &Reply) -> serde_json::Value {
+    serde_json::from_str(&reply.body)
+        .unwrap_or_else(|e| panic!("reply body is not JSON ({e}): {}", reply.body))
+}
+
+/// Asserts a 200 with `outcome` for `event_id`.
+#[track_caller]
+pub fn assert_outcome(reply: &Reply, event_id: &str, outcome: &str) {
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    let body = json(reply);
+    assert_eq!(body["event_id"], event_id, "{}", reply.body);
+    assert_eq!(body["outcome"], outcome, "{}", reply.body);
+}
+
+/// Asserts an error reply with `status` and `kind`, and a message for the sender.
+#[track_caller]
+pub fn assert_error(reply: &Reply, status: u16, kind: &str) {
+    assert_eq!(reply.status, status, "{}", reply.body);
+    let body = json(reply);
+    assert_eq!(body["error"], kind, "{}", reply.body);
+    assert!(
+        body["message"].as_str().is_some_and(|m| !m.is_empty()),
+        "{}",
+        reply.body
+    );
+}
+
+/// Every row of every table, for "nothing changed" assertions.
+pub fn snapshot(conn: &Connection) -> Vec<(String, Vec<String>)> {
+    let tables: Vec<String> = conn
+        .prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    tables
+        .into_iter()
+        .map(|table| {
+            let mut stmt = conn
+                .prepare(&format!("SELECT * FROM {table} ORDER BY 1"))
+                .unwrap();
+            let columns = stmt.column_count();
+            let rows = stmt
+                .query_map([], |r| {
+                    let cells: Vec<String> = (0..columns)
+                        .map(|i| format!("{:?}", r.get_ref(i).unwrap()))
+                        .collect();
+                    Ok(cells.join("|"))
+                })
+                .unwrap()
+                .map(Result::unwrap)
+                .collect();
+            (table, rows)
+        })
+        .collect()
+}
+
+pub fn count(conn: &Connection, sql: &str) -> i64 {
+    conn.query_row(sql, [], |r| r.get(0)).unwrap()
+}
+
+pub fn ledger_count(conn: &Connection) -> i64 {
+    count(conn, "SELECT count(*) FROM webhook_events")
+}
+
+pub fn credits(conn: &Connection, account: &str) -> i64 {
+    conn.query_row(
+        "SELECT coalesce((SELECT credits FROM accounts WHERE id = ?1), 0)",
+        [account],
+        |r| r.get(0),
+    )
+    .unwrap()
+}
+
+pub fn subscription_status(conn: &Connection, id: &str) -> Option<String> {
+    use rusqlite::OptionalExtension;
+    conn.query_row(
+        "SELECT status FROM subscriptions WHERE id = ?1",
+        [id],
+        |r| r.get(0),
+    )
+    .optional()
+    .unwrap()
+}
+
+/// The header Stripe would send for `body` now.
+pub fn signature(body: &[u8]) -> String {
+    stripe::sign(&secret(), now(), body)
+}
