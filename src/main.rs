@@ -7,8 +7,14 @@ use clap::Parser;
 use hookledger::cli::{self, Cli, Exit};
 
 fn main() -> ExitCode {
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
     let cli = Cli::parse();
+    // The demo prints its own table; its server's log shows only warnings and errors.
+    let default_level = match cli.command {
+        cli::Command::Demo => "warn",
+        _ => "info",
+    };
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(default_level))
+        .init();
     match cli::run(cli) {
         Ok(Exit::Ok) => ExitCode::SUCCESS,
         Ok(Exit::Failed) => ExitCode::from(1),
