@@ -181,6 +181,7 @@ impl Server {
     }
 
     /// SIGTERM, then waits for the exit; returns the exit code.
+    #[allow(dead_code)] // used by the outbox and shutdown tests
     pub fn terminate(&mut self) -> Option<i32> {
         Command::new("kill")
             .arg("-TERM")
