@@ -8,9 +8,11 @@ use anyhow::{bail, Context};
 use clap::{Args, Parser, Subcommand};
 
 use crate::client::Client;
-use crate::config::{self, Config};
+use crate::config::{self, Config, ForwardConfig};
 use crate::server::Hookledger;
+use crate::verify::standard::SigningKey;
 use crate::verify::Secret;
+use crate::{db, inspect};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -31,6 +33,83 @@ pub enum Command {
     Send(SendArgs),
     /// Show the pattern working: a failure, a retry, concurrent duplicates, out-of-order events.
     Demo,
+    /// Inspect and revive outbox rows (deliveries to the app).
+    #[command(subcommand)]
+    Outbox(OutboxCommand),
+    /// Inspect the ledger of received events.
+    #[command(subcommand)]
+    Events(EventsCommand),
+    /// Forward a stored event to the app again (e.g. after the app fixed a bug).
+    Replay {
+        event_id: String,
+        #[command(flatten)]
+        db: DbArg,
+    },
+    /// Delete ledger rows older than the retention age and delivered outbox rows older than
+    /// a week, once, and print what was deleted.
+    Prune {
+        #[arg(long, default_value_t = config::DEFAULT_RETENTION_DAYS)]
+        retention_days: u64,
+        #[command(flatten)]
+        db: DbArg,
+    },
+    /// Print a new random forwarding secret (whsec_<base64>).
+    GenSecret,
+}
+
+#[derive(Debug, Args)]
+pub struct DbArg {
+    /// SQLite database file.
+    #[arg(long, default_value = "./hookledger.db")]
+    pub db: PathBuf,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum OutboxCommand {
+    /// List outbox rows.
+    List {
+        #[arg(long, value_parser = ["pending", "done", "dead"])]
+        status: Option<String>,
+        /// JSON for scripts.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        db: DbArg,
+    },
+    /// Put a dead row (or every dead row) back to pending with a fresh schedule.
+    Retry {
+        #[arg(required_unless_present = "all_dead", conflicts_with = "all_dead")]
+        id: Option<i64>,
+        #[arg(long)]
+        all_dead: bool,
+        #[command(flatten)]
+        db: DbArg,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum EventsCommand {
+    /// List received events, newest first.
+    List {
+        /// Only events received within this long (e.g. 30m, 2h, 7d).
+        #[arg(long, value_parser = config::parse_duration)]
+        since: Option<Duration>,
+        /// Only events of this type.
+        #[arg(long = "type")]
+        kind: Option<String>,
+        #[arg(long, default_value_t = 100)]
+        limit: usize,
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        db: DbArg,
+    },
+    /// Show one event with its payload, pretty-printed.
+    Show {
+        event_id: String,
+        #[command(flatten)]
+        db: DbArg,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -73,6 +152,22 @@ pub struct ServeArgs {
     /// request gets a 503.
     #[arg(long, default_value_t = crate::db::DEFAULT_BUSY_TIMEOUT.as_millis() as u64)]
     pub busy_timeout_ms: u64,
+    /// Forward every processed event to this URL (the app), signed with Standard Webhooks.
+    #[arg(long, requires = "forward_secret")]
+    pub forward_to: Option<String>,
+    /// The forwarding secret (whsec_<base64>; `hookledger gen-secret` makes one).
+    #[arg(long, env = "HOOKLEDGER_FORWARD_SECRET", hide_env_values = true)]
+    pub forward_secret: Option<String>,
+    /// Delays between delivery attempts, comma-separated; after the last one a row is dead.
+    /// [default: 5s,30s,2m,10m,30m,1h,2h,4h,8h, then 8h up to 3 days]
+    #[arg(long, value_delimiter = ',', value_parser = config::parse_duration)]
+    pub forward_schedule: Vec<Duration>,
+    /// Timeout of one delivery request.
+    #[arg(long, value_parser = config::parse_duration, default_value = "10s")]
+    pub forward_timeout: Duration,
+    /// Days the ledger remembers events (at least 3, Stripe's retry window).
+    #[arg(long, default_value_t = config::DEFAULT_RETENTION_DAYS)]
+    pub retention_days: u64,
 }
 
 #[derive(Debug, Args)]
@@ -102,7 +197,76 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
         Command::Serve(args) => serve(args),
         Command::Send(args) => send(args),
         Command::Demo => crate::demo::run().map(|()| Exit::Ok),
+        Command::Outbox(command) => outbox(command),
+        Command::Events(command) => events(command),
+        Command::Replay { event_id, db } => {
+            inspect::replay(&mut db::open_existing(&db.db)?, &event_id)?;
+            println!("event {event_id} queued for forwarding");
+            Ok(Exit::Ok)
+        }
+        Command::Prune { retention_days, db } => {
+            let pruned = inspect::prune(&mut db::open_existing(&db.db)?, retention_days)?;
+            println!(
+                "deleted {} ledger rows older than {retention_days} days and {} delivered outbox rows older than 7 days",
+                pruned.events, pruned.outbox
+            );
+            Ok(Exit::Ok)
+        }
+        Command::GenSecret => {
+            println!("{}", SigningKey::generate());
+            Ok(Exit::Ok)
+        }
     }
+}
+
+fn outbox(command: OutboxCommand) -> anyhow::Result<Exit> {
+    match command {
+        OutboxCommand::List { status, json, db } => {
+            let rows = inspect::outbox_list(&inspect::open_read(&db.db)?, status.as_deref())?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&rows)?);
+            } else {
+                print!("{}", inspect::render_outbox(&rows));
+            }
+        }
+        OutboxCommand::Retry { id, all_dead, db } => {
+            let mut conn = db::open_existing(&db.db)?;
+            if all_dead {
+                let n = inspect::outbox_retry_all_dead(&mut conn)?;
+                println!("{n} dead row(s) back to pending");
+            } else if let Some(id) = id {
+                inspect::outbox_retry(&mut conn, id)?;
+                println!("row {id} back to pending");
+            }
+        }
+    }
+    Ok(Exit::Ok)
+}
+
+fn events(command: EventsCommand) -> anyhow::Result<Exit> {
+    match command {
+        EventsCommand::List {
+            since,
+            kind,
+            limit,
+            json,
+            db,
+        } => {
+            let since = since.map(|d| crate::unix_now() - d.as_secs() as i64);
+            let rows =
+                inspect::events_list(&inspect::open_read(&db.db)?, since, kind.as_deref(), limit)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&rows)?);
+            } else {
+                print!("{}", inspect::render_events(&rows));
+            }
+        }
+        EventsCommand::Show { event_id, db } => {
+            let event = inspect::event_show(&inspect::open_read(&db.db)?, &event_id)?;
+            println!("{}", serde_json::to_string_pretty(&event)?);
+        }
+    }
+    Ok(Exit::Ok)
 }
 
 fn serve(args: ServeArgs) -> anyhow::Result<Exit> {
@@ -121,6 +285,21 @@ fn serve(args: ServeArgs) -> anyhow::Result<Exit> {
     config.batch_max = args.batch_max;
     config.queue_depth = args.queue_depth;
     config.busy_timeout = Duration::from_millis(args.busy_timeout_ms);
+    config.retention_days = args.retention_days;
+    if let Some(url) = args.forward_to {
+        let secret = args.forward_secret.as_deref().unwrap_or_default();
+        let key = SigningKey::from_secret(secret).map_err(anyhow::Error::msg)?;
+        config.forward = Some(ForwardConfig {
+            url,
+            key,
+            schedule: if args.forward_schedule.is_empty() {
+                crate::delivery::default_schedule()
+            } else {
+                args.forward_schedule
+            },
+            timeout: args.forward_timeout,
+        });
+    }
     if config.tolerance_secs == 0 {
         log::warn!("--tolerance 0: signature timestamps are not checked; captured requests can be replayed");
     }

@@ -125,3 +125,61 @@ pub fn parse_secret_list(list: &str) -> Vec<Secret> {
         .map(Secret::new)
         .collect()
 }
+
+/// Parses `250ms`, `5s`, `2m`, `1h`, `3d` (a bare number is seconds).
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let n: u64 = number
+        .parse()
+        .map_err(|_| format!("`{text}` is not a duration (like 500ms, 5s, 2m, 1h, 3d)"))?;
+    let unit_secs = match unit {
+        "ms" => return Ok(Duration::from_millis(n)),
+        "" | "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86_400,
+        _ => {
+            return Err(format!(
+                "`{text}`: unknown unit `{unit}` (use ms, s, m, h or d)"
+            ))
+        }
+    };
+    Ok(Duration::from_secs(n * unit_secs))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("5"), Ok(Duration::from_secs(5)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("3d"), Ok(Duration::from_secs(3 * 86_400)));
+        assert!(parse_duration("").is_err());
+        assert!(parse_duration("5y").is_err());
+        assert!(parse_duration("-5s").is_err());
+    }
+
+    #[test]
+    fn retention_below_three_days_is_refused() {
+        assert!(check_retention(2).is_err());
+        assert!(check_retention(3).is_ok());
+    }
+
+    #[test]
+    fn secrets_are_redacted_in_debug() {
+        let config = Config::new("x.db".into(), parse_secret_list("whsec_abc, whsec_def"));
+        let shown = format!("{config:?}");
+        assert!(
+            !shown.contains("whsec_abc") && !shown.contains("whsec_def"),
+            "{shown}"
+        );
+        assert_eq!(config.stripe_secrets.len(), 2);
+    }
+}

@@ -9,7 +9,9 @@
 //! - [`writer`]: the single writer thread and group commit;
 //! - [`ledger`]: the claim (`INSERT OR IGNORE`);
 //! - [`state`]: guarded upserts of business state;
-//! - [`outbox`]: effects queued in the transaction, delivered after commit;
+//! - [`outbox`]: effects queued in the transaction; [`delivery`]: the worker that delivers
+//!   them to the app after commit;
+//! - [`retention`]: pruning what the provider can no longer resend;
 //! - [`db`]: open, pragmas, migrations, read pool.
 //!
 //! Around it: [`config`] (settings and defaults), [`cli`] (subcommands), [`client`] (signing
@@ -19,11 +21,14 @@ pub mod cli;
 pub mod client;
 pub mod config;
 pub mod db;
+pub mod delivery;
 pub mod demo;
 pub mod event;
 pub mod ingest;
+pub mod inspect;
 pub mod ledger;
 pub mod outbox;
+pub mod retention;
 pub mod sample;
 pub mod server;
 pub mod state;

@@ -32,7 +32,8 @@ use tokio::sync::Semaphore;
 
 use crate::config::Config;
 use crate::ingest::{self, Ingest};
-use crate::{db, writer};
+use crate::retention::Retention;
+use crate::{db, delivery, writer};
 
 /// A request header block larger than this is refused with 431. Stripe's headers are well
 /// under 2 KB; 16 KiB leaves room for proxies that add their own.
@@ -95,12 +96,17 @@ pub struct Hookledger {
     config: Config,
     app: Router,
     writer: writer::Writer,
+    /// Delivers outbox rows to the app; `None` without `--forward-to`.
+    worker: Option<delivery::Worker>,
+    retention: Retention,
 }
 
 impl Hookledger {
     pub fn open(config: Config) -> anyhow::Result<Hookledger> {
         config.validate()?;
         let conn = db::open_writer(&config.db, config.busy_timeout)?;
+        let (waker, woken) = delivery::Worker::channel();
+        let on_commit = waker.clone();
         let (handle, writer) = writer::spawn(
             conn,
             writer::WriterConfig {
@@ -110,8 +116,19 @@ impl Hookledger {
                 forward: config.forward.is_some(),
                 busy_timeout: config.busy_timeout,
             },
-            None,
+            Some(Box::new(move || on_commit.wake())),
         )?;
+        let worker = match &config.forward {
+            Some(forward) => Some(delivery::Worker::spawn(
+                forward.clone(),
+                db::read_pool(&config.db, 2)?,
+                handle.clone(),
+                waker,
+                woken,
+            )?),
+            None => None,
+        };
+        let retention = Retention::spawn(handle.clone(), config.retention_days)?;
         let ingest = Arc::new(Ingest {
             stripe_secrets: config.stripe_secrets.clone(),
             tolerance_secs: config.tolerance_secs,
@@ -123,6 +140,8 @@ impl Hookledger {
             app: router(ingest),
             config,
             writer,
+            worker,
+            retention,
         })
     }
 
@@ -137,12 +156,21 @@ impl Hookledger {
             config,
             app,
             writer,
+            worker,
+            retention,
         } = self;
         accept_loop(listener, app, &config, shutdown).await;
-        // The router held the last writer handle; the writer now drains and ends.
-        tokio::task::spawn_blocking(move || writer.join())
-            .await
-            .context("waiting for the writer")?;
+        // The router is gone; the worker finishes its current attempt, retention its batch.
+        // Then the last writer handle is dropped: the writer commits its queue and ends.
+        tokio::task::spawn_blocking(move || {
+            if let Some(worker) = worker {
+                worker.stop();
+            }
+            retention.stop();
+            writer.join();
+        })
+        .await
+        .context("waiting for the writer")?;
         log::info!("hookledger stopped");
         Ok(())
     }

@@ -5,4 +5,5 @@ mod util;
 
 mod crash;
 mod fixtures;
+mod outbox;
 mod receiver;

@@ -306,3 +306,140 @@ pub fn subscription_status(conn: &Connection, id: &str) -> Option<String> {
 pub fn signature(body: &[u8]) -> String {
     stripe::sign(&secret(), now(), body)
 }
+
+/// One request the fake app received.
+#[derive(Debug, Clone)]
+pub struct Delivery {
+    pub headers: std::collections::HashMap<String, String>,
+    pub body: Vec<u8>,
+    pub status: u16,
+}
+
+/// A fake app on port 0: answers each request with the next scripted status (then 200),
+/// and records what it got.
+pub struct FakeApp {
+    pub addr: SocketAddr,
+    pub deliveries: Arc<Mutex<Vec<Delivery>>>,
+    script: Arc<Mutex<std::collections::VecDeque<u16>>>,
+}
+
+impl FakeApp {
+    pub fn start(script: &[u16]) -> FakeApp {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        FakeApp::serve(listener, script)
+    }
+
+    /// Serves on a given listener (to come back on the same port after being "down").
+    pub fn serve(listener: std::net::TcpListener, script: &[u16]) -> FakeApp {
+        let addr = listener.local_addr().unwrap();
+        let deliveries = Arc::new(Mutex::new(Vec::new()));
+        let script = Arc::new(Mutex::new(script.iter().copied().collect()));
+        let (log, queue) = (deliveries.clone(), Arc::clone(&script));
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(stream) = stream else { continue };
+                let (log, queue) = (log.clone(), queue.clone());
+                std::thread::spawn(move || {
+                    let _ = handle(stream, &log, &queue);
+                });
+            }
+        });
+        FakeApp {
+            addr,
+            deliveries,
+            script,
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}/hooks", self.addr)
+    }
+
+    pub fn deliveries(&self) -> Vec<Delivery> {
+        self.deliveries.lock().unwrap().clone()
+    }
+
+    /// Waits until at least `n` requests with status 2xx arrived.
+    pub fn wait_delivered(&self, n: usize, deadline: Duration) -> Vec<Delivery> {
+        wait_for(deadline, || {
+            let ok: Vec<Delivery> = self
+                .deliveries()
+                .into_iter()
+                .filter(|d| (200..300).contains(&d.status))
+                .collect();
+            (ok.len() >= n).then_some(ok)
+        })
+        .unwrap_or_else(|| panic!("fewer than {n} deliveries: {:?}", self.deliveries().len()))
+    }
+
+    #[allow(dead_code)]
+    pub fn push_script(&self, statuses: &[u16]) {
+        self.script.lock().unwrap().extend(statuses);
+    }
+}
+
+fn handle(
+    mut stream: TcpStream,
+    log: &Mutex<Vec<Delivery>>,
+    script: &Mutex<std::collections::VecDeque<u16>>,
+) -> std::io::Result<()> {
+    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+    let mut reader = BufReader::new(stream.try_clone()?);
+    let mut headers = std::collections::HashMap::new();
+    let mut line = String::new();
+    reader.read_line(&mut line)?; // request line
+    loop {
+        line.clear();
+        reader.read_line(&mut line)?;
+        let trimmed = line.trim_end();
+        if trimmed.is_empty() {
+            break;
+        }
+        if let Some((k, v)) = trimmed.split_once(':') {
+            headers.insert(k.trim().to_ascii_lowercase(), v.trim().to_string());
+        }
+    }
+    let len: usize = headers
+        .get("content-length")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let mut body = vec![0; len];
+    reader.read_exact(&mut body)?;
+    let status = script.lock().unwrap().pop_front().unwrap_or(200);
+    log.lock().unwrap().push(Delivery {
+        headers,
+        body,
+        status,
+    });
+    write!(
+        stream,
+        "HTTP/1.1 {status} X\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+    )?;
+    stream.flush()
+}
+
+/// Runs the `hookledger` CLI with `args`; returns (exit code, stdout, stderr).
+pub fn cli(args: &[&str]) -> (i32, String, String) {
+    let output = Command::new(env!("CARGO_BIN_EXE_hookledger"))
+        .args(args)
+        .env_remove("STRIPE_WEBHOOK_SECRET")
+        .output()
+        .unwrap();
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+/// (status, attempts, last_error) of the outbox row for `key`.
+pub fn outbox_row(conn: &Connection, key: &str) -> Option<(String, i64, Option<String>)> {
+    use rusqlite::OptionalExtension;
+    conn.query_row(
+        "SELECT status, attempts, last_error FROM outbox WHERE kind = 'forward' AND key = ?1",
+        [key],
+        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+    )
+    .optional()
+    .unwrap()
+}

@@ -1,0 +1,319 @@
+//! The outbox worker: delivers committed outbox rows to the app, after commit, at least once.
+//!
+//! One plain thread polls the read pool for due `pending` rows in id order, POSTs each to the
+//! app with Standard Webhooks signature headers, and writes the result back through the writer
+//! (one writer, always).
+//!
+//! # Ordering
+//! A row exists only once its event committed, so the app never hears of an event hookledger
+//! might still roll back. A row is marked `done` only after the app answered 2xx: if the
+//! process dies during an attempt, the row is still `pending` and is delivered again after the
+//! restart. The app must therefore treat `webhook-id` / `Idempotency-Key` (the event id) as
+//! its dedupe key; that makes at-least-once effectively once.
+//!
+//! # Failure modes
+//! - 2xx → done. 410 Gone → dead at once (the app says the endpoint is gone).
+//! - Any other status, a timeout, a refused connection → retried after the next delay of the
+//!   schedule, ±20 % jitter, later if the app's `Retry-After` asks (at most [`MAX_RETRY_AFTER`]).
+//! - Schedule used up → dead, with `last_error`. `hookledger outbox retry` revives dead rows.
+//! - The database is unavailable → the worker logs, waits and polls again; nothing is lost
+//!   because nothing is marked before it happened.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, Receiver, SyncSender};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crate::config::ForwardConfig;
+use crate::db::ReadPool;
+use crate::outbox::{self, Attempt, PendingRow};
+use crate::unix_now;
+use crate::verify::standard::{self, SigningKey};
+use crate::writer::WriterHandle;
+
+/// The default schedule: quick retries for blips, then hourly doubling for outages, then
+/// every 8 h until 3 days after the first attempt (as long as Stripe itself retries).
+pub fn default_schedule() -> Vec<Duration> {
+    let mut schedule: Vec<Duration> = [5, 30, 120, 600, 1800, 3600, 7200, 14_400, 28_800]
+        .into_iter()
+        .map(Duration::from_secs)
+        .collect();
+    let three_days = Duration::from_secs(3 * 86_400);
+    while schedule.iter().sum::<Duration>() + Duration::from_secs(28_800) <= three_days {
+        schedule.push(Duration::from_secs(28_800));
+    }
+    schedule
+}
+
+/// An app's `Retry-After` can push a retry later than the schedule, but not past this.
+pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
+
+/// Default timeout of one delivery request: an app that takes longer is treated as failed.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long the worker sleeps when nothing is due and nobody wakes it (it also picks up rows
+/// revived by the CLI from another process).
+const IDLE_POLL: Duration = Duration::from_secs(1);
+
+/// Rows fetched per poll.
+const BATCH: usize = 32;
+
+/// The delay before attempt number `attempts + 1` (after `attempts` failures), or `None` when
+/// the schedule is used up. `retry_after` (from the app) can make it later, within bounds.
+pub fn next_delay(
+    schedule: &[Duration],
+    attempts: usize,
+    retry_after: Option<Duration>,
+) -> Option<Duration> {
+    let base = *schedule.get(attempts.checked_sub(1)?)?;
+    let jitter = 0.8 + fastrand::f64() * 0.4;
+    let delay = base.mul_f64(jitter);
+    Some(match retry_after {
+        Some(asked) => delay.max(asked.min(MAX_RETRY_AFTER)),
+        None => delay,
+    })
+}
+
+/// Handle to the running worker. `stop` lets it finish its current attempt and end.
+pub struct Worker {
+    stop: Arc<AtomicBool>,
+    wake: SyncSender<()>,
+    thread: JoinHandle<()>,
+}
+
+/// Wakes the worker (after a commit that queued rows). Never blocks.
+#[derive(Clone)]
+pub struct Waker(SyncSender<()>);
+
+impl Waker {
+    pub fn wake(&self) {
+        let _ = self.0.try_send(());
+    }
+}
+
+impl Worker {
+    /// The waker to give the writer before the worker starts.
+    pub fn channel() -> (Waker, Receiver<()>) {
+        let (tx, rx) = mpsc::sync_channel(1);
+        (Waker(tx), rx)
+    }
+
+    pub fn spawn(
+        config: ForwardConfig,
+        pool: ReadPool,
+        writer: WriterHandle,
+        waker: Waker,
+        woken: Receiver<()>,
+    ) -> anyhow::Result<Worker> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("hookledger-outbox".into())
+            .spawn(move || run(&config, &pool, &writer, &woken, &flag))?;
+        Ok(Worker {
+            stop,
+            wake: waker.0,
+            thread,
+        })
+    }
+
+    /// Asks the worker to stop after its current attempt and waits for it.
+    pub fn stop(self) {
+        self.stop.store(true, Ordering::SeqCst);
+        let _ = self.wake.try_send(());
+        if self.thread.join().is_err() {
+            log::error!("outbox worker panicked");
+        }
+    }
+}
+
+fn run(
+    config: &ForwardConfig,
+    pool: &ReadPool,
+    writer: &WriterHandle,
+    woken: &Receiver<()>,
+    stop: &AtomicBool,
+) {
+    let agent = ureq::AgentBuilder::new()
+        .timeout(config.timeout)
+        .redirects(0)
+        .user_agent(concat!("hookledger/", env!("CARGO_PKG_VERSION")))
+        .build();
+    while !stop.load(Ordering::SeqCst) {
+        let rows = match poll(pool) {
+            Ok(rows) => rows,
+            Err(e) => {
+                log::error!("outbox: cannot read pending rows: {e:#}");
+                let _ = woken.recv_timeout(IDLE_POLL);
+                continue;
+            }
+        };
+        if rows.is_empty() {
+            let _ = woken.recv_timeout(idle_wait(pool));
+            continue;
+        }
+        for row in rows {
+            if stop.load(Ordering::SeqCst) {
+                break;
+            }
+            let attempt = attempt(&agent, config, &row);
+            let now = unix_now();
+            let id = row.id;
+            let recorded = attempt.clone();
+            if let Err(e) =
+                writer.run_blocking(Box::new(move |tx| outbox::record(tx, id, &recorded, now)))
+            {
+                // Not marked: the row stays pending and is attempted again (at least once).
+                log::error!("outbox: cannot record attempt on row {id}: {e}");
+                break;
+            }
+        }
+    }
+    log::debug!("outbox worker stopped");
+}
+
+fn poll(pool: &ReadPool) -> anyhow::Result<Vec<PendingRow>> {
+    Ok(outbox::due(&*pool.get()?, unix_now(), BATCH)?)
+}
+
+/// How long to sleep until the next row is due (at most [`IDLE_POLL`]).
+fn idle_wait(pool: &ReadPool) -> Duration {
+    let next = pool
+        .get()
+        .ok()
+        .and_then(|conn| outbox::next_due_at(&conn).ok().flatten());
+    match next {
+        Some(at) => Duration::from_secs(at.saturating_sub(unix_now()).max(0) as u64)
+            .clamp(Duration::from_millis(50), IDLE_POLL),
+        None => IDLE_POLL,
+    }
+}
+
+/// One delivery attempt of `row`, classified.
+fn attempt(agent: &ureq::Agent, config: &ForwardConfig, row: &PendingRow) -> Attempt {
+    let attempts = usize::try_from(row.attempts).unwrap_or(usize::MAX) + 1;
+    let failed = |error: String, retry_after: Option<Duration>| match next_delay(
+        &config.schedule,
+        attempts,
+        retry_after,
+    ) {
+        Some(delay) => {
+            log::warn!(
+                "outbox: {} {} attempt {attempts} failed ({error}); retry in {:.0?}",
+                row.kind,
+                row.key,
+                delay
+            );
+            Attempt::Retry {
+                at: unix_now() + delay.as_secs_f64().ceil() as i64,
+                error,
+            }
+        }
+        None => {
+            log::error!(
+                "outbox: {} {} dead after {attempts} attempts ({error})",
+                row.kind,
+                row.key
+            );
+            Attempt::Dead { error }
+        }
+    };
+    match post(agent, &config.url, &config.key, row) {
+        Ok(()) => {
+            log::info!(
+                "outbox: {} {} delivered (attempt {attempts})",
+                row.kind,
+                row.key
+            );
+            Attempt::Delivered
+        }
+        Err(Failure::Gone) => {
+            log::error!(
+                "outbox: {} {} dead: the app answered 410 Gone",
+                row.kind,
+                row.key
+            );
+            Attempt::Dead {
+                error: "HTTP 410 Gone".into(),
+            }
+        }
+        Err(Failure::Status(status, retry_after)) => failed(format!("HTTP {status}"), retry_after),
+        Err(Failure::Transport(error)) => failed(error, None),
+    }
+}
+
+enum Failure {
+    Gone,
+    Status(u16, Option<Duration>),
+    Transport(String),
+}
+
+/// POSTs the verified event body with the Standard Webhooks headers.
+fn post(agent: &ureq::Agent, url: &str, key: &SigningKey, row: &PendingRow) -> Result<(), Failure> {
+    let timestamp = unix_now();
+    let signature = key.sign(&row.key, timestamp, &row.payload);
+    let result = agent
+        .post(url)
+        .set("Content-Type", "application/json")
+        .set("Idempotency-Key", &row.key)
+        .set(standard::ID_HEADER, &row.key)
+        .set(standard::TIMESTAMP_HEADER, &timestamp.to_string())
+        .set(standard::SIGNATURE_HEADER, &signature)
+        .send_bytes(&row.payload);
+    match result {
+        Ok(response) if (200..300).contains(&response.status()) => Ok(()),
+        Ok(response) => Err(Failure::Status(response.status(), None)),
+        Err(ureq::Error::Status(410, _)) => Err(Failure::Gone),
+        Err(ureq::Error::Status(status, response)) => {
+            let retry_after = response
+                .header("Retry-After")
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .map(Duration::from_secs);
+            Err(Failure::Status(status, retry_after))
+        }
+        // The kind only: the full message repeats the URL, which may carry credentials.
+        Err(ureq::Error::Transport(t)) => Err(Failure::Transport(t.kind().to_string())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_schedule_spans_three_days() {
+        let s = default_schedule();
+        assert_eq!(s[0], Duration::from_secs(5));
+        assert_eq!(s[8], Duration::from_secs(8 * 3600));
+        let total: Duration = s.iter().sum();
+        assert!(total <= Duration::from_secs(3 * 86_400), "{total:?}");
+        assert!(
+            total > Duration::from_secs(3 * 86_400 - 8 * 3600),
+            "{total:?}"
+        );
+    }
+
+    #[test]
+    fn delays_follow_the_schedule_with_jitter_and_bounded_retry_after() {
+        let s = [Duration::from_secs(10), Duration::from_secs(100)];
+        for _ in 0..100 {
+            let d = next_delay(&s, 1, None).unwrap();
+            assert!(
+                d >= Duration::from_secs(8) && d <= Duration::from_secs(12),
+                "{d:?}"
+            );
+        }
+        assert!(next_delay(&s, 2, None).unwrap() >= Duration::from_secs(80));
+        assert_eq!(next_delay(&s, 3, None), None, "schedule used up");
+        let asked = next_delay(&s, 1, Some(Duration::from_secs(600))).unwrap();
+        assert_eq!(asked, Duration::from_secs(600));
+        let capped = next_delay(&s, 1, Some(Duration::from_secs(999_999))).unwrap();
+        assert_eq!(capped, MAX_RETRY_AFTER);
+        let sooner = next_delay(&s, 1, Some(Duration::from_secs(1))).unwrap();
+        assert!(
+            sooner >= Duration::from_secs(8),
+            "never sooner than the schedule"
+        );
+    }
+}

@@ -1,0 +1,501 @@
+//! Delivery to the app: the outbox row is written with the claim, the worker delivers it after
+//! commit with Standard Webhooks headers, retries on a schedule, and never loses a row.
+
+use std::time::Duration;
+
+use base64::Engine;
+use hmac::Mac;
+use hookledger::sample::invoice_event;
+
+use crate::util::*;
+
+/// The secret of the Standard Webhooks vector `standard-webhooks-sign-function-works`.
+const FORWARD_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+const WAIT: Duration = Duration::from_secs(20);
+
+fn forwarding(app: &FakeApp, schedule: &str) -> Vec<String> {
+    [
+        "--forward-to",
+        &app.url(),
+        "--forward-secret",
+        FORWARD_SECRET,
+        "--forward-schedule",
+        schedule,
+        "--forward-timeout",
+        "2s",
+    ]
+    .map(str::to_string)
+    .to_vec()
+}
+
+/// For an app that is down for a while: many short retries, so no row runs out of schedule
+/// before the app is back.
+fn down_app_args(url: &str) -> Vec<String> {
+    let schedule = vec!["1s"; 60].join(",");
+    [
+        "--forward-to",
+        url,
+        "--forward-secret",
+        FORWARD_SECRET,
+        "--forward-schedule",
+        &schedule,
+    ]
+    .map(str::to_string)
+    .to_vec()
+}
+
+fn start(dir: Option<&std::path::Path>, args: &[String]) -> Server {
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    match dir {
+        Some(dir) => Server::start_in(dir, &args),
+        None => Server::start(&args),
+    }
+}
+
+fn paid(id: &str) -> Vec<u8> {
+    invoice_event(
+        id,
+        "invoice.paid",
+        now(),
+        &format!("in_{id}"),
+        "cus_1",
+        "acct_1",
+    )
+    .into_bytes()
+}
+
+/// Verifies a delivery the way the Standard Webhooks spec says, independently of hookledger's
+/// own verifier: base64-decoded key, HMAC-SHA256 over `id.timestamp.body`.
+fn assert_standard_signature(d: &Delivery) {
+    let key = base64::engine::general_purpose::STANDARD
+        .decode(FORWARD_SECRET.trim_start_matches("whsec_"))
+        .unwrap();
+    let id = &d.headers["webhook-id"];
+    let ts = &d.headers["webhook-timestamp"];
+    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(&key).unwrap();
+    mac.update(format!("{id}.{ts}.").as_bytes());
+    mac.update(&d.body);
+    let expected = format!(
+        "v1,{}",
+        base64::engine::general_purpose::STANDARD.encode(mac.finalize().into_bytes())
+    );
+    let signatures: Vec<&str> = d.headers["webhook-signature"].split(' ').collect();
+    assert!(signatures.contains(&expected.as_str()), "{:?}", d.headers);
+    let age = now() - ts.parse::<i64>().unwrap();
+    assert!((0..=60).contains(&age), "timestamp {ts} is not now");
+}
+
+#[test]
+fn processed_event_is_delivered_signed_with_idempotency_key() {
+    let app = FakeApp::start(&[]);
+    let server = start(None, &forwarding(&app, "1s"));
+    let body = paid("evt_fwd");
+    assert_outcome(&server.send(&body), "evt_fwd", "processed");
+    let unknown = br#"{"id":"evt_fwd_unknown","type":"some.new_type","created":1}"#;
+    assert_outcome(&server.send(unknown), "evt_fwd_unknown", "processed");
+
+    let delivered = app.wait_delivered(2, WAIT);
+    let d = &delivered[0];
+    assert_eq!(d.body, body, "the raw verified body is forwarded");
+    assert_eq!(d.headers["content-type"], "application/json");
+    assert_eq!(d.headers["idempotency-key"], "evt_fwd");
+    assert_eq!(d.headers["webhook-id"], "evt_fwd");
+    assert_standard_signature(d);
+    assert_eq!(
+        delivered[1].headers["webhook-id"], "evt_fwd_unknown",
+        "in id order, unknown types too"
+    );
+    let db = server.db();
+    wait_for(WAIT, || {
+        (outbox_row(&db, "evt_fwd_unknown")?.0 == "done").then_some(())
+    })
+    .expect("row not marked done");
+    assert_eq!(outbox_row(&db, "evt_fwd"), Some(("done".into(), 1, None)));
+}
+
+#[test]
+fn app_failing_twice_then_ok_is_delivered_on_attempt_three() {
+    let app = FakeApp::start(&[500, 503]);
+    let server = start(None, &forwarding(&app, "1s,1s,1s"));
+    assert_outcome(&server.send(&paid("evt_retry")), "evt_retry", "processed");
+    app.wait_delivered(1, WAIT);
+    let db = server.db();
+    let row = wait_for(WAIT, || {
+        outbox_row(&db, "evt_retry").filter(|r| r.0 == "done")
+    });
+    assert_eq!(row, Some(("done".into(), 3, None)));
+    let statuses: Vec<u16> = app.deliveries().iter().map(|d| d.status).collect();
+    assert_eq!(statuses, [500, 503, 200]);
+}
+
+#[test]
+fn gone_is_dead_at_once() {
+    let app = FakeApp::start(&[410]);
+    let server = start(None, &forwarding(&app, "1s,1s"));
+    assert_outcome(&server.send(&paid("evt_gone")), "evt_gone", "processed");
+    let db = server.db();
+    let row = wait_for(WAIT, || {
+        outbox_row(&db, "evt_gone").filter(|r| r.0 == "dead")
+    });
+    assert_eq!(row, Some(("dead".into(), 1, Some("HTTP 410 Gone".into()))));
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(app.deliveries().len(), 1, "a dead row is not retried");
+}
+
+#[test]
+fn schedule_used_up_is_dead_then_outbox_retry_delivers() {
+    let app = FakeApp::start(&[500, 500]);
+    let server = start(None, &forwarding(&app, "1s"));
+    assert_outcome(&server.send(&paid("evt_dead")), "evt_dead", "processed");
+    let db = server.db();
+    let row = wait_for(WAIT, || {
+        outbox_row(&db, "evt_dead").filter(|r| r.0 == "dead")
+    });
+    assert_eq!(row, Some(("dead".into(), 2, Some("HTTP 500".into()))));
+
+    let db_path = server.db_path();
+    let db_arg = db_path.to_str().unwrap();
+    let (code, out, _) = cli(&["outbox", "list", "--status", "dead", "--db", db_arg]);
+    assert_eq!(code, 0);
+    assert!(
+        out.contains("evt_dead") && out.contains("HTTP 500"),
+        "{out}"
+    );
+    let (code, out, _) = cli(&["outbox", "list", "--json", "--db", db_arg]);
+    assert_eq!(code, 0);
+    let rows: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let id = rows[0]["id"].as_i64().unwrap();
+    assert_eq!(rows[0]["status"], "dead");
+
+    let (code, _, err) = cli(&["outbox", "retry", &id.to_string(), "--db", db_arg]);
+    assert_eq!(code, 0, "{err}");
+    app.wait_delivered(1, WAIT);
+    let row = wait_for(WAIT, || {
+        outbox_row(&db, "evt_dead").filter(|r| r.0 == "done")
+    });
+    assert_eq!(row.map(|r| r.0), Some("done".into()));
+    // Retrying a row that is not dead is an error with a message.
+    let (code, _, err) = cli(&["outbox", "retry", &id.to_string(), "--db", db_arg]);
+    assert_eq!(code, 2);
+    assert!(err.contains("not dead"), "{err}");
+}
+
+#[test]
+fn retry_all_dead_revives_every_dead_row() {
+    let app = FakeApp::start(&[410, 410]);
+    let server = start(None, &forwarding(&app, "1s"));
+    for id in ["evt_d1", "evt_d2"] {
+        assert_outcome(&server.send(&paid(id)), id, "processed");
+    }
+    let db = server.db();
+    wait_for(WAIT, || {
+        (count(&db, "SELECT count(*) FROM outbox WHERE status = 'dead'") == 2).then_some(())
+    })
+    .expect("rows not dead");
+    let (code, out, _) = cli(&[
+        "outbox",
+        "retry",
+        "--all-dead",
+        "--db",
+        server.db_path().to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0);
+    assert!(out.contains("2 dead row(s)"), "{out}");
+    app.wait_delivered(2, WAIT);
+}
+
+#[test]
+fn sigkill_with_rows_pending_then_restart_delivers() {
+    // The app is down: the port refuses connections.
+    let parked = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let app_addr = parked.local_addr().unwrap();
+    drop(parked);
+    let url = format!("http://{app_addr}/hooks");
+    let args = down_app_args(&url);
+    let mut server = start(None, &args);
+    for i in 0..5 {
+        let id = format!("evt_pend{i}");
+        assert_outcome(&server.send(&paid(&id)), &id, "processed");
+    }
+    server.kill();
+    assert_eq!(
+        count(
+            &server.db(),
+            "SELECT count(*) FROM outbox WHERE status = 'pending'"
+        ),
+        5
+    );
+
+    // The app comes up on the same port; hookledger restarts and delivers all five.
+    let app = FakeApp::serve(std::net::TcpListener::bind(app_addr).unwrap(), &[]);
+    let restarted = start(Some(&server.dir), &args);
+    let delivered = app.wait_delivered(5, WAIT);
+    let mut ids: Vec<String> = delivered
+        .iter()
+        .map(|d| d.headers["webhook-id"].clone())
+        .collect();
+    ids.sort();
+    assert_eq!(
+        ids,
+        (0..5).map(|i| format!("evt_pend{i}")).collect::<Vec<_>>()
+    );
+    let db = restarted.db();
+    wait_for(WAIT, || {
+        (count(&db, "SELECT count(*) FROM outbox WHERE status = 'done'") == 5).then_some(())
+    })
+    .expect("rows not marked done");
+}
+
+#[test]
+fn duplicate_webhooks_are_delivered_once() {
+    let app = FakeApp::start(&[]);
+    let server = start(None, &forwarding(&app, "1s"));
+    let body = paid("evt_once");
+    let replies: Vec<_> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..5).map(|_| s.spawn(|| server.send(&body))).collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert!(replies.iter().all(|r| r.status == 200));
+    assert_outcome(&server.send(&body), "evt_once", "duplicate");
+    app.wait_delivered(1, WAIT);
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(app.deliveries().len(), 1);
+    assert_eq!(count(&server.db(), "SELECT count(*) FROM outbox"), 1);
+}
+
+#[test]
+fn replay_forwards_a_stored_event_again() {
+    let app = FakeApp::start(&[]);
+    let server = start(None, &forwarding(&app, "1s"));
+    let body = paid("evt_replay");
+    assert_outcome(&server.send(&body), "evt_replay", "processed");
+    app.wait_delivered(1, WAIT);
+    let db = server.db();
+    wait_for(WAIT, || {
+        (outbox_row(&db, "evt_replay")?.0 == "done").then_some(())
+    })
+    .unwrap();
+
+    let db_arg = server.db_path().to_str().unwrap().to_string();
+    let (code, out, err) = cli(&["replay", "evt_replay", "--db", &db_arg]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("evt_replay"));
+    let delivered = app.wait_delivered(2, WAIT);
+    assert_eq!(delivered[1].body, body);
+    assert_eq!(delivered[1].headers["idempotency-key"], "evt_replay");
+    assert_eq!(
+        count(&db, "SELECT count(*) FROM outbox"),
+        1,
+        "the same row, revived"
+    );
+
+    let (code, _, err) = cli(&["replay", "evt_nope", "--db", &db_arg]);
+    assert_eq!(code, 2);
+    assert!(err.contains("no event evt_nope"), "{err}");
+}
+
+#[test]
+fn events_list_and_show() {
+    let server = Server::start(&[]);
+    let body = paid("evt_show");
+    assert_outcome(&server.send(&body), "evt_show", "processed");
+    let other = br#"{"id":"evt_other","type":"customer.created","created":1}"#;
+    assert_outcome(&server.send(other), "evt_other", "processed");
+    let db_arg = server.db_path().to_str().unwrap().to_string();
+
+    let (code, out, _) = cli(&["events", "list", "--db", &db_arg]);
+    assert_eq!(code, 0);
+    assert!(
+        out.contains("evt_show") && out.contains("evt_other"),
+        "{out}"
+    );
+    let (_, out, _) = cli(&[
+        "events",
+        "list",
+        "--type",
+        "invoice.paid",
+        "--json",
+        "--db",
+        &db_arg,
+    ]);
+    let rows: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(rows.as_array().unwrap().len(), 1);
+    assert_eq!(rows[0]["event_id"], "evt_show");
+    assert_eq!(rows[0]["payload_bytes"], body.len());
+    let (_, out, _) = cli(&["events", "list", "--since", "1h", "--json", "--db", &db_arg]);
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&out)
+            .unwrap()
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+    server
+        .db()
+        .execute("UPDATE webhook_events SET received_at = received_at - 7200 WHERE event_id = 'evt_other'", [])
+        .unwrap();
+    let (_, out, _) = cli(&["events", "list", "--since", "1h", "--json", "--db", &db_arg]);
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&out)
+            .unwrap()
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+
+    let (code, out, _) = cli(&["events", "show", "evt_show", "--db", &db_arg]);
+    assert_eq!(code, 0);
+    let shown: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(shown["payload"]["data"]["object"]["id"], "in_evt_show");
+    assert!(
+        out.contains("\n    \"payload\": {\n") || out.contains("\n  \"payload\": {\n"),
+        "pretty-printed: {out}"
+    );
+    let (code, _, err) = cli(&["events", "show", "evt_missing", "--db", &db_arg]);
+    assert_eq!(code, 2);
+    assert!(err.contains("no event evt_missing"));
+    let (code, _, err) = cli(&["events", "list", "--db", "/nonexistent/x.db"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("does not exist"), "{err}");
+}
+
+#[test]
+fn retention_deletes_only_old_rows_and_refuses_one_day() {
+    let server = Server::start(&[]);
+    for id in ["evt_old", "evt_new"] {
+        assert_outcome(&server.send(&paid(id)), id, "processed");
+    }
+    let db = server.db();
+    let day = 86_400;
+    db.execute_batch(&format!(
+        "UPDATE webhook_events SET received_at = received_at - 31 * {day} WHERE event_id = 'evt_old';
+         INSERT INTO outbox (kind, key, payload, status, next_attempt_at, created_at, done_at) VALUES
+           ('forward', 'done_old', x'7b7d', 'done', 0, 0, {old_done}),
+           ('forward', 'done_new', x'7b7d', 'done', 0, 0, {new_done}),
+           ('forward', 'dead_old', x'7b7d', 'dead', 0, 0, NULL),
+           ('forward', 'pending_old', x'7b7d', 'pending', {far}, 0, NULL);",
+        old_done = now() - 8 * day,
+        new_done = now() - 6 * day,
+        far = now() + 365 * day,
+    ))
+    .unwrap();
+    let db_arg = server.db_path().to_str().unwrap().to_string();
+
+    let (code, _, err) = cli(&["prune", "--retention-days", "1", "--db", &db_arg]);
+    assert_eq!(code, 2);
+    assert!(err.contains("shorter than Stripe's retry window"), "{err}");
+    assert_eq!(ledger_count(&db), 2, "a refused prune deletes nothing");
+
+    let (code, out, err) = cli(&["prune", "--db", &db_arg]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("deleted 1 ledger rows") && out.contains("1 delivered outbox rows"),
+        "{out}"
+    );
+    let left: Vec<String> = db
+        .prepare("SELECT event_id FROM webhook_events")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(left, ["evt_new"]);
+    let keys: Vec<String> = db
+        .prepare("SELECT key FROM outbox ORDER BY key")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(keys, ["dead_old", "done_new", "pending_old"]);
+    // Effects stay: the ledger forgets the claim, not the credits.
+    assert_eq!(credits(&db, "acct_1"), 200);
+
+    // serve refuses it too, with exit code 2.
+    let (code, _, err) = cli(&[
+        "serve",
+        "--retention-days",
+        "2",
+        "--stripe-secret",
+        SECRET,
+        "--db",
+        &db_arg,
+    ]);
+    assert_eq!(code, 2);
+    assert!(err.contains("retention"), "{err}");
+}
+
+#[test]
+fn sigterm_during_a_stream_keeps_every_acknowledged_event_and_delivers_after_restart() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Mutex;
+
+    // The app is down during the stream, so everything stays pending through the shutdown.
+    let parked = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let app_addr = parked.local_addr().unwrap();
+    drop(parked);
+    let url = format!("http://{app_addr}/hooks");
+    let args = down_app_args(&url);
+    let mut server = start(None, &args);
+    let server_url = server.url();
+    let acked = Mutex::new(Vec::new());
+    let stop = AtomicBool::new(false);
+    let code = std::thread::scope(|s| {
+        for worker in 0..4 {
+            let (url, acked, stop) = (&server_url, &acked, &stop);
+            s.spawn(move || {
+                let client = hookledger::client::Client::new(Duration::from_secs(5));
+                for i in 0.. {
+                    if stop.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    let id = format!("evt_t{worker}_{i}");
+                    match client.send(url, &paid(&id), &secret(), now()) {
+                        Ok(r) if r.status == 200 => acked.lock().unwrap().push(id),
+                        Ok(r) => assert_eq!(r.status, 503, "{}", r.body),
+                        Err(_) => break,
+                    }
+                }
+            });
+        }
+        wait_for(WAIT, || (acked.lock().unwrap().len() >= 100).then_some(())).unwrap();
+        let code = server.terminate();
+        stop.store(true, Ordering::Relaxed);
+        code
+    });
+    assert_eq!(code, Some(0), "graceful shutdown exits 0: {}", server.log());
+    let acked = acked.into_inner().unwrap();
+
+    let app = FakeApp::serve(std::net::TcpListener::bind(app_addr).unwrap(), &[]);
+    let restarted = start(Some(&server.dir), &args);
+    let db = restarted.db();
+    for id in &acked {
+        assert_eq!(
+            count(
+                &db,
+                &format!("SELECT count(*) FROM webhook_events WHERE event_id = '{id}'")
+            ),
+            1,
+            "{id} acknowledged but lost"
+        );
+    }
+    let rows = ledger_count(&db) as usize;
+    assert_eq!(
+        count(&db, "SELECT count(*) FROM outbox") as usize,
+        rows,
+        "one outbox row per event"
+    );
+    let delivered = app.wait_delivered(rows, Duration::from_secs(60));
+    let mut ids: Vec<&str> = delivered
+        .iter()
+        .map(|d| d.headers["webhook-id"].as_str())
+        .collect();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), rows);
+    for id in &acked {
+        assert!(ids.contains(&id.as_str()), "{id} not delivered");
+    }
+}
