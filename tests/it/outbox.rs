@@ -499,3 +499,49 @@ fn sigterm_during_a_stream_keeps_every_acknowledged_event_and_delivers_after_res
         assert!(ids.contains(&id.as_str()), "{id} not delivered");
     }
 }
+
+/// The official Python `standardwebhooks` library accepts a real delivery. `.ci/run`
+/// installs it; elsewhere the test says it was skipped, unless HOOKLEDGER_REQUIRE_PYTHON_SWH
+/// is set (as in CI), where a missing library fails.
+#[test]
+fn official_python_library_verifies_a_delivery() {
+    let has_library = std::process::Command::new("python3")
+        .args(["-c", "import standardwebhooks"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !has_library {
+        assert!(
+            std::env::var_os("HOOKLEDGER_REQUIRE_PYTHON_SWH").is_none(),
+            "python3 -m pip install standardwebhooks"
+        );
+        eprintln!("skipped: python standardwebhooks not installed");
+        return;
+    }
+    let app = FakeApp::start(&[]);
+    let server = start(None, &forwarding(&app, "1s"));
+    assert_outcome(&server.send(&paid("evt_py")), "evt_py", "processed");
+    let d = app.wait_delivered(1, WAIT).remove(0);
+    let script = r#"
+import json, sys
+from standardwebhooks.webhooks import Webhook
+secret, headers, body = sys.argv[1], json.loads(sys.argv[2]), sys.stdin.buffer.read()
+print(Webhook(secret).verify(body, headers)["id"])
+"#;
+    let headers = serde_json::to_string(&d.headers).unwrap();
+    let mut child = std::process::Command::new("python3")
+        .args(["-c", script, FORWARD_SECRET, &headers])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child.stdin.take().unwrap().write_all(&d.body).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "evt_py");
+}
