@@ -55,6 +55,42 @@ pub enum Command {
     },
     /// Print a new random forwarding secret (whsec_<base64>).
     GenSecret,
+    /// Send pre-signed realistic events to a running hookledger and report throughput and
+    /// latency; with --db, check the ledger holds exactly the events that got a 200.
+    Loadgen(LoadgenArgs),
+    /// Measure shipped vs one-event-per-transaction vs the raw SQLite ceiling, in one run.
+    Bench {
+        /// Requests per measurement at C >= 16 (a fifth at C = 1).
+        #[arg(long, default_value_t = 20_000)]
+        requests: usize,
+        /// Where the databases go: the disk being measured.
+        #[arg(long, default_value = "./target/bench")]
+        dir: PathBuf,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct LoadgenArgs {
+    /// The server's address.
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    pub addr: SocketAddr,
+    /// Requests in total (new events plus resends).
+    #[arg(long, default_value_t = 20_000)]
+    pub requests: usize,
+    /// Keep-alive connections sending at once.
+    #[arg(long, short = 'c', default_value_t = 64)]
+    pub connections: usize,
+    /// Share of requests that resend an earlier event, 0.0 to 1.0.
+    #[arg(long, default_value_t = 0.2)]
+    pub resend: f64,
+    /// The server's signing secret.
+    #[arg(long, env = "STRIPE_WEBHOOK_SECRET", hide_env_values = true)]
+    pub secret: String,
+    /// The server's database file, for the ledger check.
+    #[arg(long)]
+    pub db: Option<PathBuf>,
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
 }
 
 #[derive(Debug, Args)]
@@ -212,11 +248,66 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
             );
             Ok(Exit::Ok)
         }
+        Command::Loadgen(args) => loadgen(args),
+        Command::Bench { requests, dir } => {
+            let exe = std::env::current_exe().context("finding the hookledger binary")?;
+            crate::bench::run(&crate::bench::BenchConfig { requests, dir, exe })?;
+            Ok(Exit::Ok)
+        }
         Command::GenSecret => {
             println!("{}", SigningKey::generate());
             Ok(Exit::Ok)
         }
     }
+}
+
+fn loadgen(args: LoadgenArgs) -> anyhow::Result<Exit> {
+    use crate::loadgen;
+    let secret = config::parse_secret_list(&args.secret)
+        .into_iter()
+        .next()
+        .context("no signing secret")?;
+    let workload = loadgen::Workload {
+        requests: args.requests,
+        resend_share: args.resend.clamp(0.0, 1.0),
+        seed: args.seed,
+    };
+    let requests = loadgen::prepare(&workload, &secret, &args.addr.to_string());
+    let report = loadgen::run(args.addr, &requests, args.connections);
+    let ms = |p: f64| format!("{:.2}", report.percentile(p).as_secs_f64() * 1000.0);
+    println!(
+        "{} requests over {} connections in {:.2} s: {:.0} events/s",
+        report.requests(),
+        args.connections,
+        report.elapsed.as_secs_f64(),
+        report.per_second()
+    );
+    println!(
+        "latency ms: p50 {} p90 {} p99 {} max {}",
+        ms(50.0),
+        ms(90.0),
+        ms(99.0),
+        ms(100.0)
+    );
+    println!(
+        "statuses: {}; processed {}, duplicate {}",
+        report.status_summary(),
+        report.processed,
+        report.duplicates
+    );
+    let Some(db) = args.db else {
+        return Ok(Exit::Ok);
+    };
+    let check = loadgen::check_ledger(&db, &report)?;
+    println!(
+        "ledger: {} events; {} acknowledged; lost {}; in the ledger without a 200: {}",
+        check.in_ledger, check.acknowledged, check.lost, check.unacknowledged
+    );
+    Ok(if check.lost == 0 {
+        Exit::Ok
+    } else {
+        Exit::Failed
+    })
 }
 
 fn outbox(command: OutboxCommand) -> anyhow::Result<Exit> {

@@ -17,6 +17,7 @@
 //! Around it: [`config`] (settings and defaults), [`cli`] (subcommands), [`client`] (signing
 //! and sending events, as Stripe does) and [`demo`].
 
+pub mod bench;
 pub mod cli;
 pub mod client;
 pub mod config;
@@ -27,6 +28,7 @@ pub mod event;
 pub mod ingest;
 pub mod inspect;
 pub mod ledger;
+pub mod loadgen;
 pub mod outbox;
 pub mod retention;
 pub mod sample;

@@ -161,18 +161,13 @@ pub fn spawn(
     config: WriterConfig,
     on_commit: Option<Box<dyn Fn() + Send>>,
 ) -> anyhow::Result<(WriterHandle, Writer)> {
-    // Checkpoints run on their own connection (below), never on the commit path.
-    conn.pragma_update(None, "wal_autocheckpoint", 0)?;
-    // After a checkpoint resets the WAL, shrink its file back to this size.
-    conn.pragma_update(None, "journal_size_limit", 64 * 1024 * 1024)?;
-    let checkpointer = Checkpointer::open(conn.path().unwrap_or_default(), config.busy_timeout)?;
+    let checkpoints = Checkpointer::start(&conn, config.busy_timeout)?;
     let (queue, rx) = mpsc::sync_channel(config.queue_depth.max(1));
     let thread = std::thread::Builder::new()
         .name("hookledger-writer".into())
         .spawn(move || {
-            let stop = checkpointer.start();
             run(conn, rx, &config, on_commit.as_deref());
-            drop(stop);
+            drop(checkpoints);
         })?;
     Ok((WriterHandle { queue }, Writer { thread }))
 }
@@ -320,23 +315,23 @@ fn apply_event(
     Ok(Outcome::Processed(applied))
 }
 
-/// Copies the WAL back into the database on its own connection, off the commit path. A
-/// PASSIVE checkpoint never blocks the writer or readers; it does what it can and the next
-/// round does the rest.
-struct Checkpointer {
-    conn: Connection,
+/// Copies the WAL back into the database on its own connection and thread, off the commit
+/// path. A PASSIVE checkpoint never blocks the writer or readers; it does what it can and the
+/// next round does the rest. Dropping the value stops the thread after one last checkpoint.
+pub struct Checkpointer {
+    _stop: SyncSender<()>,
 }
 
 impl Checkpointer {
-    fn open(path: &str, busy_timeout: Duration) -> anyhow::Result<Self> {
-        let conn = Connection::open(path)?;
+    /// Turns off SQLite's automatic checkpoints on `writer` (they would run inside COMMIT)
+    /// and starts the background thread on the same file.
+    pub fn start(writer: &Connection, busy_timeout: Duration) -> anyhow::Result<Checkpointer> {
+        writer.pragma_update(None, "wal_autocheckpoint", 0)?;
+        // After a checkpoint resets the WAL, shrink its file back to this size.
+        writer.pragma_update(None, "journal_size_limit", 64 * 1024 * 1024)?;
+        let conn = Connection::open(writer.path().unwrap_or_default())?;
         conn.busy_timeout(busy_timeout)?;
         conn.pragma_update(None, "synchronous", "FULL")?;
-        Ok(Checkpointer { conn })
-    }
-
-    /// Starts the thread; dropping the returned sender stops it (after one last checkpoint).
-    fn start(self) -> SyncSender<()> {
         let (stop, stopped) = mpsc::sync_channel::<()>(0);
         std::thread::Builder::new()
             .name("hookledger-checkpoint".into())
@@ -345,17 +340,13 @@ impl Checkpointer {
                     stopped.recv_timeout(CHECKPOINT_INTERVAL),
                     Err(mpsc::RecvTimeoutError::Timeout)
                 );
-                if let Err(e) =
-                    self.conn
-                        .query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))
-                {
+                if let Err(e) = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())) {
                     log::warn!("WAL checkpoint failed: {e}");
                 }
                 if last {
                     break;
                 }
-            })
-            .expect("spawning the checkpoint thread");
-        stop
+            })?;
+        Ok(Checkpointer { _stop: stop })
     }
 }

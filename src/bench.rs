@@ -1,0 +1,380 @@
+//! `hookledger bench`: one command that measures, in one run and on one disk,
+//! (a) hookledger as shipped, (b) hookledger with one event per transaction
+//! (`--batch-max 1`), and (c) the raw SQLite ceiling: the same claim and upsert statements in
+//! batches in a tight loop, no HTTP; at C = 1, 16, 64 connections with 0 % and 20 % resends.
+//! Then peak memory at C = 256 and an overload run. It prints one table with a/b and a/c.
+//!
+//! Mode (b) is measured on a quarter of the requests (it is slow; the rate is what counts).
+//! (c) uses batches of C events: with C connections at most C events can be in flight, so
+//! that is the largest group commit hookledger itself could form.
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+
+use crate::loadgen::{self, Report, Request, Workload};
+use crate::verify::Secret;
+use crate::{db, event, ledger, state};
+
+const SECRET: &str = "whsec_bench_secret";
+
+/// Settings of one bench run.
+#[derive(Debug, Clone)]
+pub struct BenchConfig {
+    /// Requests per measurement at C >= 16 (a fifth of it at C = 1).
+    pub requests: usize,
+    /// Directory for the databases (the disk being measured).
+    pub dir: PathBuf,
+    /// The `hookledger` binary to run as the server.
+    pub exe: PathBuf,
+}
+
+struct Row {
+    connections: usize,
+    resend: f64,
+    mode: &'static str,
+    per_second: f64,
+    report: Option<Report>,
+    ledger: String,
+}
+
+/// Runs everything and prints the tables.
+pub fn run(config: &BenchConfig) -> anyhow::Result<()> {
+    std::fs::create_dir_all(&config.dir)?;
+    print_machine(&config.dir)?;
+    let secret = Secret::new(SECRET);
+    let mut rows = Vec::new();
+    for connections in [1, 16, 64] {
+        for resend in [0.0, 0.2] {
+            let requests = if connections == 1 {
+                config.requests / 5
+            } else {
+                config.requests
+            };
+            let workload = Workload {
+                requests,
+                resend_share: resend,
+                seed: (connections * 100 + (resend * 100.0) as usize) as u64,
+            };
+            // Mode b does one fsync per event: a quarter of the requests measure it as well.
+            let short = Workload {
+                requests: requests / 4,
+                ..workload.clone()
+            };
+            let modes = [
+                ("a shipped", &[][..], &workload),
+                ("b batch-max 1", &["--batch-max", "1"][..], &short),
+            ];
+            for (mode, args, workload) in modes {
+                let (report, ledger, _) =
+                    serve_and_load(config, &secret, workload, connections, args)?;
+                rows.push(Row {
+                    connections,
+                    resend,
+                    mode,
+                    per_second: report.per_second(),
+                    report: Some(report),
+                    ledger,
+                });
+                eprint!(".");
+            }
+            let per_second = sqlite_ceiling(config, &secret, &workload, connections)?;
+            rows.push(Row {
+                connections,
+                resend,
+                mode: "c sqlite ceiling",
+                per_second,
+                report: None,
+                ledger: String::new(),
+            });
+            eprint!(".");
+        }
+    }
+    eprintln!();
+    print_rows(&rows);
+    print_ratios(&rows);
+
+    println!("\nmemory and overload (hookledger as shipped unless noted, 20 % resends):");
+    let workload = Workload {
+        requests: config.requests,
+        resend_share: 0.2,
+        seed: 256,
+    };
+    let mut extra = Vec::new();
+    for (mode, args) in [
+        ("a shipped, C=256", &[][..]),
+        (
+            "overload: --queue-depth 8, C=256",
+            &["--queue-depth", "8"][..],
+        ),
+    ] {
+        let (report, ledger, peak) = serve_and_load(config, &secret, &workload, 256, args)?;
+        extra.push(vec![
+            mode.to_string(),
+            format!("{:.0}", report.per_second()),
+            ms(report.percentile(99.0)),
+            report.status_summary(),
+            ledger,
+            peak.map(|kb| format!("{:.1} MB", kb as f64 / 1024.0))
+                .unwrap_or_default(),
+        ]);
+    }
+    print!(
+        "{}",
+        crate::table::render(
+            &[
+                "run",
+                "events/s",
+                "p99",
+                "statuses",
+                "ledger check",
+                "peak RSS"
+            ],
+            &extra
+        )
+    );
+    Ok(())
+}
+
+/// Starts a fresh server, sends the workload, checks the ledger. Returns the report, the
+/// ledger check as text, and the server's peak RSS in KiB.
+fn serve_and_load(
+    config: &BenchConfig,
+    secret: &Secret,
+    workload: &Workload,
+    connections: usize,
+    args: &[&str],
+) -> anyhow::Result<(Report, String, Option<u64>)> {
+    let dir = tempfile::tempdir_in(&config.dir)?;
+    let db_path = dir.path().join("bench.db");
+    let mut server = Server::start(&config.exe, &db_path, args)?;
+    let requests = loadgen::prepare(workload, secret, &server.addr.to_string());
+    let report = loadgen::run(server.addr, &requests, connections);
+    let peak = server.peak_rss_kib();
+    server.stop()?;
+    let check = loadgen::check_ledger(&db_path, &report)?;
+    let ledger = if check.exact() {
+        format!("exact ({} events)", check.in_ledger)
+    } else {
+        format!(
+            "LOST {} / unacknowledged {} of {}",
+            check.lost, check.unacknowledged, check.acknowledged
+        )
+    };
+    Ok((report, ledger, peak))
+}
+
+/// The raw SQLite ceiling for this workload: the writer's statements, batches of
+/// `connections` events, one transaction each, no HTTP, no threads.
+fn sqlite_ceiling(
+    config: &BenchConfig,
+    secret: &Secret,
+    workload: &Workload,
+    connections: usize,
+) -> anyhow::Result<f64> {
+    let dir = tempfile::tempdir_in(&config.dir)?;
+    let mut conn = db::open_writer(&dir.path().join("ceiling.db"), db::DEFAULT_BUSY_TIMEOUT)?;
+    // The same checkpoint arrangement as the writer, so the ceiling is not held down by
+    // checkpoints inside COMMIT.
+    let _checkpoints = crate::writer::Checkpointer::start(&conn, db::DEFAULT_BUSY_TIMEOUT)?;
+    let requests = loadgen::prepare(workload, secret, "bench");
+    let events = requests
+        .iter()
+        .map(|r| event::parse_stripe(bytes::Bytes::copy_from_slice(body_of(r))))
+        .collect::<Result<Vec<_>, _>>()?;
+    let started = Instant::now();
+    for batch in events.chunks(connections) {
+        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        let now = crate::unix_now();
+        for e in batch {
+            tx.execute_batch("SAVEPOINT job")?;
+            if ledger::claim(&tx, e, now)? {
+                state::apply(&tx, &e.id, e.created, &e.effect, 100)?;
+            }
+            tx.execute_batch("RELEASE job")?;
+        }
+        tx.commit()?;
+    }
+    Ok(events.len() as f64 / started.elapsed().as_secs_f64())
+}
+
+fn body_of(request: &Request) -> &[u8] {
+    let at = request
+        .bytes
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .map_or(0, |p| p + 4);
+    &request.bytes[at..]
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.2}", d.as_secs_f64() * 1000.0)
+}
+
+fn print_rows(rows: &[Row]) {
+    let cells: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| {
+            let mut cells = vec![
+                r.connections.to_string(),
+                format!("{:.0}%", r.resend * 100.0),
+                r.mode.to_string(),
+                format!("{:.0}", r.per_second),
+            ];
+            match &r.report {
+                Some(rep) => cells.extend([
+                    ms(rep.percentile(50.0)),
+                    ms(rep.percentile(90.0)),
+                    ms(rep.percentile(99.0)),
+                    ms(rep.percentile(100.0)),
+                    rep.status_summary(),
+                    r.ledger.clone(),
+                ]),
+                None => cells.extend(["-", "-", "-", "-", "-", "-"].map(String::from)),
+            }
+            cells
+        })
+        .collect();
+    print!(
+        "{}",
+        crate::table::render(
+            &[
+                "C",
+                "resend",
+                "mode",
+                "events/s",
+                "p50 ms",
+                "p90 ms",
+                "p99 ms",
+                "max ms",
+                "statuses",
+                "ledger check"
+            ],
+            &cells
+        )
+    );
+}
+
+fn print_ratios(rows: &[Row]) {
+    let mut cells = Vec::new();
+    for group in rows.chunks(3) {
+        let [a, b, c] = group else { continue };
+        cells.push(vec![
+            a.connections.to_string(),
+            format!("{:.0}%", a.resend * 100.0),
+            format!("{:.1}x", a.per_second / b.per_second),
+            format!("{:.0}%", 100.0 * a.per_second / c.per_second),
+        ]);
+    }
+    println!();
+    print!(
+        "{}",
+        crate::table::render(&["C", "resend", "a/b", "a/c"], &cells)
+    );
+}
+
+/// CPU, kernel, filesystem and fsync time of the disk under `dir`.
+fn print_machine(dir: &Path) -> anyhow::Result<()> {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|m| m.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    println!("machine: {cpu}, {cores} cores, Linux {}", kernel.trim());
+    println!(
+        "disk: {} ; fsync of a 4 KiB write: median {}",
+        dir.display(),
+        fsync_probe(dir)?
+    );
+    println!("load generator on the same machine; synchronous=FULL; WAL\n");
+    Ok(())
+}
+
+fn fsync_probe(dir: &Path) -> anyhow::Result<String> {
+    use std::io::Write;
+    let path = dir.join("fsync-probe");
+    let mut file = std::fs::File::create(&path)?;
+    let mut times = Vec::new();
+    for _ in 0..100 {
+        file.write_all(&[0u8; 4096])?;
+        let t = Instant::now();
+        file.sync_data()?;
+        times.push(t.elapsed());
+    }
+    drop(file);
+    std::fs::remove_file(&path)?;
+    times.sort();
+    Ok(format!("{} ms", ms(times[times.len() / 2])))
+}
+
+/// A `hookledger serve` child process for one measurement.
+struct Server {
+    child: Child,
+    addr: SocketAddr,
+}
+
+impl Server {
+    fn start(exe: &Path, db: &Path, args: &[&str]) -> anyhow::Result<Server> {
+        let log = std::fs::File::create(db.with_extension("log"))?;
+        let mut child = Command::new(exe)
+            .arg("serve")
+            .args(["--listen", "127.0.0.1:0", "--stripe-secret", SECRET, "--db"])
+            .arg(db)
+            .args(args)
+            .env_remove("RUST_LOG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(log)
+            .spawn()
+            .with_context(|| format!("starting {}", exe.display()))?;
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().context("server stdout")?).read_line(&mut line)?;
+        let Some(addr) = line.trim().strip_prefix("hookledger listening on ") else {
+            let _ = child.kill();
+            bail!(
+                "the server did not start (see {})",
+                db.with_extension("log").display()
+            );
+        };
+        Ok(Server {
+            addr: addr.parse()?,
+            child,
+        })
+    }
+
+    /// Peak resident memory of the server so far (Linux), in KiB.
+    fn peak_rss_kib(&self) -> Option<u64> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).ok()?;
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+    }
+
+    /// SIGTERM and wait, so the database is closed cleanly before it is checked.
+    fn stop(&mut self) -> anyhow::Result<()> {
+        Command::new("kill")
+            .arg("-TERM")
+            .arg(self.child.id().to_string())
+            .status()?;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while self.child.try_wait()?.is_none() {
+            if Instant::now() > deadline {
+                self.child.kill()?;
+                bail!("the server did not stop within 30 s");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Ok(())
+    }
+}

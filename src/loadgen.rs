@@ -1,0 +1,320 @@
+//! The load generator: pre-signed, realistic Stripe events sent over keep-alive connections,
+//! then a check that the ledger holds exactly the distinct events that got a 200.
+//!
+//! It speaks HTTP/1.1 over plain `TcpStream`s with pre-built request bytes, so the client
+//! spends as little CPU as possible on the machine it shares with the server.
+
+use std::collections::{BTreeMap, HashSet};
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+
+use crate::sample::{invoice_event, subscription_event};
+use crate::verify::{stripe, Secret};
+
+/// What to send.
+#[derive(Debug, Clone)]
+pub struct Workload {
+    /// Requests in total (new events plus resends).
+    pub requests: usize,
+    /// Share of requests that resend an earlier event (0.0–1.0).
+    pub resend_share: f64,
+    /// Seed for the event mix, so a run can be repeated.
+    pub seed: u64,
+}
+
+/// One pre-built request.
+pub struct Request {
+    pub event_id: String,
+    pub bytes: Vec<u8>,
+}
+
+/// Builds the requests: 80 % `invoice.paid` for unique invoices, 20 % subscription updates;
+/// bodies of 1.5–2.5 KB; `resend_share` of them exact resends of an earlier event.
+pub fn prepare(workload: &Workload, secret: &Secret, host: &str) -> Vec<Request> {
+    let mut rng = fastrand::Rng::with_seed(workload.seed);
+    let now = crate::unix_now();
+    let mut originals: Vec<usize> = Vec::new();
+    let mut requests: Vec<Request> = Vec::with_capacity(workload.requests);
+    for i in 0..workload.requests {
+        if !originals.is_empty() && rng.f64() < workload.resend_share {
+            let original = &requests[originals[rng.usize(..originals.len())]];
+            requests.push(Request {
+                event_id: original.event_id.clone(),
+                bytes: original.bytes.clone(),
+            });
+            continue;
+        }
+        let event_id = format!("evt_load_{}_{i:08}", workload.seed);
+        let customer = format!("cus_load_{:05}", rng.usize(..10_000));
+        let account = format!("acct_{customer}");
+        let mut body = if rng.f64() < 0.8 {
+            invoice_event(
+                &event_id,
+                "invoice.paid",
+                now,
+                &format!("in_load_{i:08}"),
+                &customer,
+                &account,
+            )
+        } else {
+            subscription_event(
+                &event_id,
+                "customer.subscription.updated",
+                now + i as i64,
+                &format!("sub_load_{:04}", rng.usize(..1000)),
+                &customer,
+                &account,
+                ["active", "past_due", "canceled"][rng.usize(..3)],
+            )
+        };
+        pad_to(&mut body, rng.usize(1536..2560));
+        originals.push(requests.len());
+        requests.push(Request {
+            bytes: http_request(host, secret, now, body.as_bytes()),
+            event_id,
+        });
+    }
+    requests
+}
+
+/// Pads an event body to about `size` bytes with an extra top-level field (ignored by the
+/// parser, as unknown Stripe fields are).
+fn pad_to(body: &mut String, size: usize) {
+    let Some(close) = body.rfind('}') else { return };
+    let fill = size.saturating_sub(body.len() + 16);
+    body.insert_str(
+        close,
+        &format!(",\n  \"x_pad\": \"{}\"\n", "p".repeat(fill)),
+    );
+}
+
+fn http_request(host: &str, secret: &Secret, t: i64, body: &[u8]) -> Vec<u8> {
+    let mut bytes = format!(
+        "POST /webhooks/stripe HTTP/1.1\r\nHost: {host}\r\nUser-Agent: hookledger-loadgen\r\n\
+         Content-Type: application/json; charset=utf-8\r\nStripe-Signature: {}\r\n\
+         Content-Length: {}\r\n\r\n",
+        stripe::sign(secret, t, body),
+        body.len()
+    )
+    .into_bytes();
+    bytes.extend_from_slice(body);
+    bytes
+}
+
+/// What a run measured.
+#[derive(Debug, Default)]
+pub struct Report {
+    pub elapsed: Duration,
+    pub statuses: BTreeMap<u16, usize>,
+    pub processed: usize,
+    pub duplicates: usize,
+    pub transport_errors: usize,
+    /// Sorted.
+    pub latencies: Vec<Duration>,
+    /// Distinct event ids that got a 200.
+    pub acknowledged: HashSet<String>,
+}
+
+impl Report {
+    pub fn requests(&self) -> usize {
+        self.latencies.len()
+    }
+
+    /// Requests answered per second (any status).
+    pub fn per_second(&self) -> f64 {
+        self.requests() as f64 / self.elapsed.as_secs_f64()
+    }
+
+    pub fn percentile(&self, p: f64) -> Duration {
+        if self.latencies.is_empty() {
+            return Duration::ZERO;
+        }
+        let rank = ((p / 100.0) * self.latencies.len() as f64).ceil() as usize;
+        self.latencies[rank.clamp(1, self.latencies.len()) - 1]
+    }
+
+    pub fn status_summary(&self) -> String {
+        let mut parts: Vec<String> = self
+            .statuses
+            .iter()
+            .map(|(s, n)| format!("{s}:{n}"))
+            .collect();
+        if self.transport_errors > 0 {
+            parts.push(format!("conn-err:{}", self.transport_errors));
+        }
+        parts.join(" ")
+    }
+}
+
+/// Sends every request once over `connections` keep-alive connections to `addr`.
+pub fn run(addr: SocketAddr, requests: &[Request], connections: usize) -> Report {
+    let next = AtomicUsize::new(0);
+    let merged = Mutex::new(Report::default());
+    let started = Instant::now();
+    std::thread::scope(|scope| {
+        for _ in 0..connections.max(1) {
+            scope.spawn(|| {
+                let mut local = Report::default();
+                let mut conn: Option<Conn> = None;
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(request) = requests.get(i) else {
+                        break;
+                    };
+                    let sent = Instant::now();
+                    let answer = send_one(&mut conn, addr, &request.bytes);
+                    local.latencies.push(sent.elapsed());
+                    match answer {
+                        Ok((status, outcome)) => {
+                            *local.statuses.entry(status).or_default() += 1;
+                            if status == 200 {
+                                local.acknowledged.insert(request.event_id.clone());
+                                match outcome {
+                                    Outcome::Processed => local.processed += 1,
+                                    Outcome::Duplicate => local.duplicates += 1,
+                                    Outcome::Other => {}
+                                }
+                            }
+                        }
+                        Err(_) => {
+                            local.transport_errors += 1;
+                            conn = None;
+                        }
+                    }
+                }
+                let mut all = merged.lock().expect("report lock");
+                all.latencies.extend(local.latencies);
+                for (s, n) in local.statuses {
+                    *all.statuses.entry(s).or_default() += n;
+                }
+                all.processed += local.processed;
+                all.duplicates += local.duplicates;
+                all.transport_errors += local.transport_errors;
+                all.acknowledged.extend(local.acknowledged);
+            });
+        }
+    });
+    let mut report = merged.into_inner().expect("report lock");
+    report.elapsed = started.elapsed();
+    report.latencies.sort_unstable();
+    report
+}
+
+enum Outcome {
+    Processed,
+    Duplicate,
+    Other,
+}
+
+/// A keep-alive connection with its read buffer.
+struct Conn {
+    stream: TcpStream,
+    buf: Vec<u8>,
+}
+
+fn send_one(
+    conn: &mut Option<Conn>,
+    addr: SocketAddr,
+    request: &[u8],
+) -> std::io::Result<(u16, Outcome)> {
+    if conn.is_none() {
+        let stream = TcpStream::connect(addr)?;
+        stream.set_nodelay(true)?;
+        stream.set_read_timeout(Some(Duration::from_secs(30)))?;
+        *conn = Some(Conn {
+            stream,
+            buf: Vec::with_capacity(1024),
+        });
+    }
+    let c = conn.as_mut().expect("connected above");
+    c.stream.write_all(request)?;
+    let (status, body, close) = read_response(c)?;
+    if close {
+        *conn = None;
+    }
+    let body = String::from_utf8_lossy(&body);
+    let outcome = if body.contains("\"outcome\":\"processed\"") {
+        Outcome::Processed
+    } else if body.contains("\"outcome\":\"duplicate\"") {
+        Outcome::Duplicate
+    } else {
+        Outcome::Other
+    };
+    Ok((status, outcome))
+}
+
+/// Reads one response: status, body, and whether the server will close the connection.
+fn read_response(c: &mut Conn) -> std::io::Result<(u16, Vec<u8>, bool)> {
+    let bad = |what: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, what.to_string());
+    let mut chunk = [0u8; 4096];
+    let head_end = loop {
+        if let Some(pos) = c.buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break pos + 4;
+        }
+        let n = c.stream.read(&mut chunk)?;
+        if n == 0 {
+            return Err(bad("connection closed"));
+        }
+        c.buf.extend_from_slice(&chunk[..n]);
+    };
+    let head = String::from_utf8_lossy(&c.buf[..head_end]).to_ascii_lowercase();
+    let status: u16 = head
+        .get(9..12)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| bad("no status"))?;
+    let length: usize = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0);
+    let close = head.contains("connection: close");
+    while c.buf.len() < head_end + length {
+        let n = c.stream.read(&mut chunk)?;
+        if n == 0 {
+            return Err(bad("connection closed in body"));
+        }
+        c.buf.extend_from_slice(&chunk[..n]);
+    }
+    let body = c.buf[head_end..head_end + length].to_vec();
+    c.buf.drain(..head_end + length);
+    Ok((status, body, close))
+}
+
+/// The ledger check: the database must hold exactly the distinct events that got a 200.
+#[derive(Debug)]
+pub struct LedgerCheck {
+    pub acknowledged: usize,
+    pub in_ledger: usize,
+    /// Acknowledged but not in the ledger: lost. Must be 0.
+    pub lost: usize,
+    /// In the ledger but never acknowledged (e.g. the answer was lost to a client timeout).
+    pub unacknowledged: usize,
+}
+
+impl LedgerCheck {
+    pub fn exact(&self) -> bool {
+        self.lost == 0 && self.unacknowledged == 0
+    }
+}
+
+pub fn check_ledger(db: &Path, report: &Report) -> anyhow::Result<LedgerCheck> {
+    let conn =
+        rusqlite::Connection::open_with_flags(db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+            .with_context(|| format!("opening {}", db.display()))?;
+    let mut stmt = conn.prepare("SELECT event_id FROM webhook_events")?;
+    let in_ledger: HashSet<String> = stmt
+        .query_map([], |r| r.get(0))?
+        .collect::<Result<_, _>>()?;
+    Ok(LedgerCheck {
+        acknowledged: report.acknowledged.len(),
+        in_ledger: in_ledger.len(),
+        lost: report.acknowledged.difference(&in_ledger).count(),
+        unacknowledged: in_ledger.difference(&report.acknowledged).count(),
+    })
+}
