@@ -189,11 +189,14 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = crate::db::DEFAULT_BUSY_TIMEOUT.as_millis() as u64)]
     pub busy_timeout_ms: u64,
     /// Forward every processed event to this URL (the app), signed with Standard Webhooks.
-    #[arg(long, requires = "forward_secret")]
+    #[arg(long)]
     pub forward_to: Option<String>,
     /// The forwarding secret (whsec_<base64>; `hookledger gen-secret` makes one).
     #[arg(long, env = "HOOKLEDGER_FORWARD_SECRET", hide_env_values = true)]
     pub forward_secret: Option<String>,
+    /// Read the forwarding secret from a file instead.
+    #[arg(long, conflicts_with = "forward_secret")]
+    pub forward_secret_file: Option<PathBuf>,
     /// Delays between delivery attempts, comma-separated; after the last one a row is dead.
     /// [default: 5s,30s,2m,10m,30m,1h,2h,4h,8h, then 8h up to 3 days]
     #[arg(long, value_delimiter = ',', value_parser = config::parse_duration)]
@@ -378,8 +381,18 @@ fn serve(args: ServeArgs) -> anyhow::Result<Exit> {
     config.busy_timeout = Duration::from_millis(args.busy_timeout_ms);
     config.retention_days = args.retention_days;
     if let Some(url) = args.forward_to {
-        let secret = args.forward_secret.as_deref().unwrap_or_default();
-        let key = SigningKey::from_secret(secret).map_err(anyhow::Error::msg)?;
+        let secret = match (&args.forward_secret, &args.forward_secret_file) {
+            (_, Some(file)) => std::fs::read_to_string(file)
+                .with_context(|| format!("cannot read forward secret file {}", file.display()))?
+                .trim()
+                .to_string(),
+            (Some(secret), None) => secret.clone(),
+            (None, None) => bail!(
+                "--forward-to needs a signing secret: --forward-secret, --forward-secret-file or \
+                 HOOKLEDGER_FORWARD_SECRET (make one with: hookledger gen-secret)"
+            ),
+        };
+        let key = SigningKey::from_secret(&secret).map_err(anyhow::Error::msg)?;
         config.forward = Some(ForwardConfig {
             url,
             key,

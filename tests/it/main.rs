@@ -4,6 +4,9 @@
 mod util;
 
 mod crash;
+mod faults;
 mod fixtures;
+mod hostile;
 mod outbox;
 mod receiver;
+mod secrets;

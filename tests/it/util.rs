@@ -69,6 +69,11 @@ impl Server {
 
     /// Starts a server on `dir/hookledger.db` (which may already exist: a restart).
     pub fn start_in(dir: &Path, args: &[&str]) -> Server {
+        Server::start_with_env(dir, args, &[("RUST_LOG", "info")])
+    }
+
+    /// As [`Server::start_in`], with extra environment variables.
+    pub fn start_with_env(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Server {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_hookledger"));
         cmd.arg("serve")
             .arg("--listen")
@@ -76,7 +81,7 @@ impl Server {
             .arg("--db")
             .arg(dir.join("hookledger.db"))
             .args(args)
-            .env("RUST_LOG", "info")
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());

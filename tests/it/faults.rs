@@ -1,0 +1,131 @@
+//! Database faults: another process holding the write lock, and a full disk.
+
+use std::time::{Duration, Instant};
+
+use hookledger::sample::invoice_event;
+
+use crate::util::*;
+
+fn paid(id: &str) -> Vec<u8> {
+    invoice_event(
+        id,
+        "invoice.paid",
+        now(),
+        &format!("in_{id}"),
+        "cus_1",
+        "acct_1",
+    )
+    .into_bytes()
+}
+
+#[test]
+fn write_lock_held_elsewhere_gives_503_within_busy_timeout_then_recovers() {
+    let server = Server::start(&["--busy-timeout-ms", "500"]);
+    let lock = server.db();
+    lock.execute_batch("BEGIN IMMEDIATE").unwrap();
+    for i in 0..3 {
+        let started = Instant::now();
+        let reply = server.send(&paid(&format!("evt_locked{i}")));
+        assert_error(&reply, 503, "database_busy");
+        assert_eq!(reply.retry_after.as_deref(), Some("1"));
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "answered within the busy timeout, not hung"
+        );
+    }
+    lock.execute_batch("ROLLBACK").unwrap();
+    assert_eq!(ledger_count(&server.db()), 0);
+    for i in 0..3 {
+        let id = format!("evt_locked{i}");
+        assert_outcome(&server.send(&paid(&id)), &id, "processed");
+    }
+    assert_eq!(credits(&server.db(), "acct_1"), 300);
+}
+
+/// A real full disk: the database on a small tmpfs filled up by another file. Needs root
+/// (mount); elsewhere the test says it was skipped.
+#[test]
+fn full_disk_gives_503_writes_nothing_half_and_recovers_when_space_returns() {
+    let dir = tempfile::tempdir().unwrap();
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=4m", "tmpfs"])
+        .arg(dir.path())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !mounted {
+        eprintln!("skipped: cannot mount a tmpfs here (not root?)");
+        return;
+    }
+    struct Unmount<'a>(&'a std::path::Path);
+    impl Drop for Unmount<'_> {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount")
+                .arg("-l")
+                .arg(self.0)
+                .status();
+        }
+    }
+    let _unmount = Unmount(dir.path());
+
+    let server = Server::start_in(dir.path(), &[]);
+    assert_outcome(&server.send(&paid("evt_space0")), "evt_space0", "processed");
+    // Fill the disk, leaving a little room.
+    let filler = dir.path().join("filler");
+    let free = free_bytes(dir.path());
+    std::fs::write(&filler, vec![0u8; free.saturating_sub(48 * 1024) as usize]).unwrap();
+
+    let mut acked = vec!["evt_space0".to_string()];
+    let mut refused = Vec::new();
+    for i in 1..400 {
+        let id = format!("evt_space{i}");
+        let reply = server.send(&paid(&id));
+        match reply.status {
+            200 => acked.push(id),
+            503 => {
+                assert_eq!(json(&reply)["error"], "disk_full", "{}", reply.body);
+                assert!(reply.retry_after.is_some());
+                refused.push(id);
+            }
+            other => panic!("unexpected {other}: {}", reply.body),
+        }
+        if refused.len() >= 5 {
+            break;
+        }
+    }
+    assert!(!refused.is_empty(), "the disk never filled up");
+
+    // Space returns: the refused events now go through.
+    std::fs::remove_file(&filler).unwrap();
+    for id in &refused {
+        assert_outcome(&server.send(&paid(id)), id, "processed");
+    }
+    let db = server.db();
+    let total = acked.len() + refused.len();
+    assert_eq!(ledger_count(&db) as usize, total);
+    assert_eq!(
+        credits(&db, "acct_1"),
+        100 * total as i64,
+        "no half-written event"
+    );
+    assert_eq!(
+        count(&db, "SELECT count(*) FROM invoice_payments") as usize,
+        total
+    );
+    let check: String = db
+        .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(check, "ok");
+}
+
+fn free_bytes(path: &std::path::Path) -> u64 {
+    let out = std::process::Command::new("df")
+        .args(["--output=avail", "-B1"])
+        .arg(path)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .nth(1)
+        .and_then(|l| l.trim().parse().ok())
+        .unwrap()
+}
