@@ -140,6 +140,116 @@ pub fn run(config: &BenchConfig) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `hookledger bench --hostile`: latency of normal events while 200 connections send nothing
+/// and 50 send a body one byte per second; memory and threads of the server meanwhile.
+pub fn hostile(config: &BenchConfig) -> anyhow::Result<()> {
+    use std::io::Write;
+    use std::net::TcpStream;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    std::fs::create_dir_all(&config.dir)?;
+    let secret = Secret::new(SECRET);
+    let dir = tempfile::tempdir_in(&config.dir)?;
+    let mut server = Server::start(&config.exe, &dir.path().join("hostile.db"), &[])?;
+    let workload = Workload {
+        requests: 800,
+        resend_share: 0.0,
+        seed: 7,
+    };
+    let requests = loadgen::prepare(&workload, &secret, &server.addr.to_string());
+    let (calm, attacked) = requests.split_at(400);
+    let paced = |requests: &[Request]| {
+        // 50 events per second for 8 s, each on a new connection (as Stripe sends them).
+        requests
+            .chunks(1)
+            .map(|one| {
+                std::thread::sleep(Duration::from_millis(20));
+                loadgen::run(server.addr, one, 1)
+            })
+            .fold(Report::default(), |mut all, r| {
+                all.latencies.extend(r.latencies);
+                for (s, n) in r.statuses {
+                    *all.statuses.entry(s).or_default() += n;
+                }
+                all.transport_errors += r.transport_errors;
+                all
+            })
+    };
+    let mut baseline = paced(calm);
+    baseline.latencies.sort_unstable();
+    let (before_rss, before_threads) = server.rss_and_threads();
+
+    let idle: Vec<TcpStream> = (0..200)
+        .map(|_| TcpStream::connect(server.addr))
+        .collect::<Result<_, _>>()?;
+    let stop = AtomicBool::new(false);
+    let (mut under, rss, threads) = std::thread::scope(|scope| -> anyhow::Result<_> {
+        let mut slow: Vec<TcpStream> = Vec::new();
+        for _ in 0..50 {
+            let mut s = TcpStream::connect(server.addr)?;
+            s.write_all(
+                b"POST /webhooks/stripe HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n",
+            )?;
+            slow.push(s);
+        }
+        let stop = &stop;
+        scope.spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                for s in &mut slow {
+                    let _ = s.write_all(b"x");
+                }
+                std::thread::sleep(Duration::from_secs(1));
+            }
+        });
+        std::thread::sleep(Duration::from_millis(500));
+        let under = paced(attacked);
+        let (rss, threads) = server.rss_and_threads();
+        stop.store(true, Ordering::Relaxed);
+        Ok((under, rss, threads))
+    })?;
+    drop(idle);
+    under.latencies.sort_unstable();
+    server.stop()?;
+    let row = |name: &str, r: &Report, rss: Option<u64>, threads: Option<u64>| {
+        vec![
+            name.to_string(),
+            r.requests().to_string(),
+            ms(r.percentile(50.0)),
+            ms(r.percentile(99.0)),
+            ms(r.percentile(100.0)),
+            r.status_summary(),
+            rss.map(|kb| format!("{:.1} MB", kb as f64 / 1024.0))
+                .unwrap_or_default(),
+            threads.map(|t| t.to_string()).unwrap_or_default(),
+        ]
+    };
+    print!(
+        "{}",
+        crate::table::render(
+            &[
+                "normal events",
+                "n",
+                "p50 ms",
+                "p99 ms",
+                "max ms",
+                "statuses",
+                "server RSS",
+                "threads"
+            ],
+            &[
+                row(
+                    "no other connections",
+                    &baseline,
+                    before_rss,
+                    before_threads
+                ),
+                row("200 idle + 50 at 1 byte/s", &under, rss, threads),
+            ]
+        )
+    );
+    Ok(())
+}
+
 /// Starts a fresh server, sends the workload, checks the ledger. Returns the report, the
 /// ledger check as text, and the server's peak RSS in KiB.
 fn serve_and_load(
@@ -352,13 +462,23 @@ impl Server {
         })
     }
 
-    /// Peak resident memory of the server so far (Linux), in KiB.
-    fn peak_rss_kib(&self) -> Option<u64> {
+    /// A number field of `/proc/<pid>/status` (Linux), e.g. `VmHWM` in KiB.
+    fn status_field(&self, field: &str) -> Option<u64> {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).ok()?;
         status
             .lines()
-            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
             .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+    }
+
+    /// Peak resident memory of the server so far, in KiB.
+    fn peak_rss_kib(&self) -> Option<u64> {
+        self.status_field("VmHWM")
+    }
+
+    /// Resident memory now (KiB) and the number of threads.
+    fn rss_and_threads(&self) -> (Option<u64>, Option<u64>) {
+        (self.status_field("VmRSS"), self.status_field("Threads"))
     }
 
     /// SIGTERM and wait, so the database is closed cleanly before it is checked.

@@ -66,6 +66,9 @@ pub enum Command {
         /// Where the databases go: the disk being measured.
         #[arg(long, default_value = "./target/bench")]
         dir: PathBuf,
+        /// Instead: latency of normal events under 200 idle and 50 slow-body connections.
+        #[arg(long)]
+        hostile: bool,
     },
 }
 
@@ -252,9 +255,18 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
             Ok(Exit::Ok)
         }
         Command::Loadgen(args) => loadgen(args),
-        Command::Bench { requests, dir } => {
+        Command::Bench {
+            requests,
+            dir,
+            hostile,
+        } => {
             let exe = std::env::current_exe().context("finding the hookledger binary")?;
-            crate::bench::run(&crate::bench::BenchConfig { requests, dir, exe })?;
+            let config = crate::bench::BenchConfig { requests, dir, exe };
+            if hostile {
+                crate::bench::hostile(&config)?;
+            } else {
+                crate::bench::run(&config)?;
+            }
             Ok(Exit::Ok)
         }
         Command::GenSecret => {
