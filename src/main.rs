@@ -14,6 +14,19 @@ fn main() -> ExitCode {
         _ => "info",
     };
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(default_level))
+        // Plain lines, no colour handling: one line per event must stay cheap at 10k events/s.
+        .write_style(env_logger::WriteStyle::Never)
+        .format(|buf, record| {
+            use std::io::Write;
+            writeln!(
+                buf,
+                "{} {:<5} {}: {}",
+                buf.timestamp_millis(),
+                record.level(),
+                record.target(),
+                record.args()
+            )
+        })
         .init();
     match cli::run(cli) {
         Ok(Exit::Ok) => ExitCode::SUCCESS,
