@@ -61,7 +61,7 @@ pub enum Command {
     /// Measure shipped vs one-event-per-transaction vs the raw SQLite ceiling, in one run.
     Bench {
         /// Requests per measurement at C >= 16 (a fifth at C = 1).
-        #[arg(long, default_value_t = 20_000)]
+        #[arg(long, default_value_t = 60_000)]
         requests: usize,
         /// Where the databases go: the disk being measured.
         #[arg(long, default_value = "./target/bench")]
