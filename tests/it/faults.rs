@@ -2,21 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use hookledger::sample::invoice_event;
-
 use crate::util::*;
-
-fn paid(id: &str) -> Vec<u8> {
-    invoice_event(
-        id,
-        "invoice.paid",
-        now(),
-        &format!("in_{id}"),
-        "cus_1",
-        "acct_1",
-    )
-    .into_bytes()
-}
 
 #[test]
 fn write_lock_held_elsewhere_gives_503_within_busy_timeout_then_recovers() {

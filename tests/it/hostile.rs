@@ -7,21 +7,7 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use hookledger::sample::invoice_event;
-
 use crate::util::*;
-
-fn paid(id: &str) -> Vec<u8> {
-    invoice_event(
-        id,
-        "invoice.paid",
-        now(),
-        &format!("in_{id}"),
-        "cus_1",
-        "acct_1",
-    )
-    .into_bytes()
-}
 
 #[test]
 fn huge_content_length_is_413_without_reading_and_the_process_lives() {

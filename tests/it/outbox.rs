@@ -5,7 +5,6 @@ use std::time::Duration;
 
 use base64::Engine;
 use hmac::Mac;
-use hookledger::sample::invoice_event;
 
 use crate::util::*;
 
@@ -28,8 +27,15 @@ fn forwarding(app: &FakeApp, schedule: &str) -> Vec<String> {
     .to_vec()
 }
 
-/// For an app that is down for a while: many short retries, so no row runs out of schedule
-/// before the app is back.
+/// An app that is down (its port refuses connections) and the serve arguments to forward to
+/// it: many short retries, so no row runs out of schedule before the app is back.
+fn down_app() -> (std::net::SocketAddr, Vec<String>) {
+    let parked = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = parked.local_addr().unwrap();
+    drop(parked);
+    (addr, down_app_args(&format!("http://{addr}/hooks")))
+}
+
 fn down_app_args(url: &str) -> Vec<String> {
     let schedule = vec!["1s"; 60].join(",");
     [
@@ -50,18 +56,6 @@ fn start(dir: Option<&std::path::Path>, args: &[String]) -> Server {
         Some(dir) => Server::start_in(dir, &args),
         None => Server::start(&args),
     }
-}
-
-fn paid(id: &str) -> Vec<u8> {
-    invoice_event(
-        id,
-        "invoice.paid",
-        now(),
-        &format!("in_{id}"),
-        "cus_1",
-        "acct_1",
-    )
-    .into_bytes()
 }
 
 /// Verifies a delivery the way the Standard Webhooks spec says, independently of hookledger's
@@ -207,11 +201,7 @@ fn retry_all_dead_revives_every_dead_row() {
 #[test]
 fn sigkill_with_rows_pending_then_restart_delivers() {
     // The app is down: the port refuses connections.
-    let parked = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let app_addr = parked.local_addr().unwrap();
-    drop(parked);
-    let url = format!("http://{app_addr}/hooks");
-    let args = down_app_args(&url);
+    let (app_addr, args) = down_app();
     let mut server = start(None, &args);
     for i in 0..5 {
         let id = format!("evt_pend{i}");
@@ -433,11 +423,7 @@ fn sigterm_during_a_stream_keeps_every_acknowledged_event_and_delivers_after_res
     use std::sync::Mutex;
 
     // The app is down during the stream, so everything stays pending through the shutdown.
-    let parked = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let app_addr = parked.local_addr().unwrap();
-    drop(parked);
-    let url = format!("http://{app_addr}/hooks");
-    let args = down_app_args(&url);
+    let (app_addr, args) = down_app();
     let mut server = start(None, &args);
     let server_url = server.url();
     let acked = Mutex::new(Vec::new());

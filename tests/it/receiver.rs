@@ -7,10 +7,6 @@ use hookledger::sample::{invoice_event, subscription_event};
 
 use crate::util::*;
 
-fn paid(event_id: &str, invoice: &str) -> Vec<u8> {
-    invoice_event(event_id, "invoice.paid", now(), invoice, "cus_1", "acct_1").into_bytes()
-}
-
 fn sub_event(event_id: &str, kind: &str, created: i64, status: &str) -> Vec<u8> {
     subscription_event(event_id, kind, created, "sub_1", "cus_1", "acct_1", status).into_bytes()
 }
@@ -18,7 +14,7 @@ fn sub_event(event_id: &str, kind: &str, created: i64, status: &str) -> Vec<u8> 
 #[test]
 fn new_event_is_processed_with_its_effects() {
     let server = Server::start(&[]);
-    let body = paid("evt_new", "in_new");
+    let body = paid_invoice("evt_new", "in_new");
     assert_outcome(&server.send(&body), "evt_new", "processed");
     let db = server.db();
     let (kind, source, payload): (String, String, Vec<u8>) = db
@@ -43,7 +39,7 @@ fn new_event_is_processed_with_its_effects() {
 #[test]
 fn duplicate_after_success_changes_nothing() {
     let server = Server::start(&[]);
-    let body = paid("evt_dup", "in_dup");
+    let body = paid_invoice("evt_dup", "in_dup");
     assert_outcome(&server.send(&body), "evt_dup", "processed");
     let before = snapshot(&server.db());
     assert_outcome(&server.send(&body), "evt_dup", "duplicate");
@@ -71,7 +67,7 @@ fn unknown_type_is_recorded_and_acknowledged() {
 #[test]
 fn missing_and_invalid_signatures_are_rejected_and_write_nothing() {
     let server = Server::start(&[]);
-    let body = paid("evt_sig", "in_sig");
+    let body = paid_invoice("evt_sig", "in_sig");
     let before = snapshot(&server.db());
     let t = now();
     let wrong_secret =
@@ -112,7 +108,7 @@ fn missing_and_invalid_signatures_are_rejected_and_write_nothing() {
 #[test]
 fn timestamps_outside_tolerance_are_rejected_both_ways() {
     let server = Server::start(&["--tolerance", "300"]);
-    let body = paid("evt_time", "in_time");
+    let body = paid_invoice("evt_time", "in_time");
     let before = snapshot(&server.db());
     for t in [now() - 301 - 5, now() + 301 + 5] {
         assert_error(&server.send_at(&body, t), 400, "timestamp_out_of_tolerance");
@@ -176,7 +172,7 @@ fn body_over_limit_is_413_by_content_length_and_while_chunked() {
     let answer = server.raw(&request, Duration::from_secs(5));
     assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
     // A signed event over the limit is refused too, and nothing is written.
-    let mut big = paid("evt_big", "in_big");
+    let mut big = paid_invoice("evt_big", "in_big");
     big.truncate(big.len() - 2);
     big.extend_from_slice(format!(",\"pad\":\"{}\"}}\n", "x".repeat(3000)).as_bytes());
     assert_error(&server.send(&big), 413, "body_too_large");
@@ -192,7 +188,7 @@ fn body_over_limit_is_413_by_content_length_and_while_chunked() {
 #[test]
 fn unknown_source_is_404_and_wrong_method_is_405() {
     let server = Server::start(&[]);
-    let body = paid("evt_route", "in_route");
+    let body = paid_invoice("evt_route", "in_route");
     let header = signature(&body);
     let reply = server.post("/webhooks/github", &body, &[("Stripe-Signature", &header)]);
     assert_error(&reply, 404, "unknown_source");
@@ -225,13 +221,13 @@ fn failure_mid_apply_is_500_with_no_ledger_row_and_the_retry_applies() {
     .unwrap();
     // The first invoice creates the account (INSERT, not UPDATE): it succeeds.
     assert_outcome(
-        &server.send(&paid("evt_first", "in_first")),
+        &server.send(&paid_invoice("evt_first", "in_first")),
         "evt_first",
         "processed",
     );
     // The second needs an UPDATE of the account: the trigger aborts it mid-apply, after the
     // claim and the invoice_payments row were written.
-    let body = paid("evt_fail", "in_fail");
+    let body = paid_invoice("evt_fail", "in_fail");
     let reply = server.send(&body);
     assert_error(&reply, 500, "internal");
     assert!(
@@ -264,7 +260,7 @@ fn failure_mid_apply_is_500_with_no_ledger_row_and_the_retry_applies() {
 #[test]
 fn ten_parallel_copies_give_one_ledger_row_and_one_grant() {
     let server = Server::start(&[]);
-    let body = paid("evt_par", "in_par");
+    let body = paid_invoice("evt_par", "in_par");
     let replies: Vec<_> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..10).map(|_| s.spawn(|| server.send(&body))).collect();
         handles.into_iter().map(|h| h.join().unwrap()).collect()
@@ -296,7 +292,7 @@ fn ten_parallel_copies_give_one_ledger_row_and_one_grant() {
 fn second_event_for_same_invoice_adds_no_credits() {
     let server = Server::start(&[]);
     assert_outcome(
-        &server.send(&paid("evt_a", "in_same")),
+        &server.send(&paid_invoice("evt_a", "in_same")),
         "evt_a",
         "processed",
     );
@@ -325,7 +321,11 @@ fn second_event_for_same_invoice_adds_no_credits() {
 #[test]
 fn credits_per_invoice_is_configurable() {
     let server = Server::start(&["--credits-per-invoice", "7"]);
-    assert_outcome(&server.send(&paid("evt_c", "in_c")), "evt_c", "processed");
+    assert_outcome(
+        &server.send(&paid_invoice("evt_c", "in_c")),
+        "evt_c",
+        "processed",
+    );
     assert_eq!(credits(&server.db(), "acct_1"), 7);
 }
 
@@ -412,7 +412,7 @@ fn two_updates_in_the_same_second_keep_the_first_and_count_the_tie() {
 fn either_of_two_rotating_secrets_verifies() {
     let server = Server::start(&["--stripe-secret", "whsec_old,whsec_new"]);
     for (i, secret) in ["whsec_old", "whsec_new"].iter().enumerate() {
-        let body = paid(&format!("evt_rot{i}"), &format!("in_rot{i}"));
+        let body = paid_invoice(&format!("evt_rot{i}"), &format!("in_rot{i}"));
         let header = hookledger::verify::stripe::sign(
             &hookledger::verify::Secret::new(*secret),
             now(),
@@ -423,7 +423,7 @@ fn either_of_two_rotating_secrets_verifies() {
     }
     // The test default secret is not configured here.
     assert_error(
-        &server.send(&paid("evt_rot_x", "in_rot_x")),
+        &server.send(&paid_invoice("evt_rot_x", "in_rot_x")),
         400,
         "invalid_signature",
     );
@@ -437,7 +437,7 @@ fn secret_file_keeps_the_secret_out_of_argv_and_env() {
     std::fs::write(&file, format!("{SECRET}\n")).unwrap();
     let server = Server::start(&["--stripe-secret-file", file.to_str().unwrap()]);
     assert_outcome(
-        &server.send(&paid("evt_file", "in_file")),
+        &server.send(&paid_invoice("evt_file", "in_file")),
         "evt_file",
         "processed",
     );
@@ -479,7 +479,9 @@ fn queue_full_is_503_with_retry_after_and_writes_nothing() {
         let handles: Vec<_> = (0..8)
             .map(|i| {
                 let server = &server;
-                s.spawn(move || server.send(&paid(&format!("evt_q{i}"), &format!("in_q{i}"))))
+                s.spawn(move || {
+                    server.send(&paid_invoice(&format!("evt_q{i}"), &format!("in_q{i}")))
+                })
             })
             .collect();
         handles.into_iter().map(|h| h.join().unwrap()).collect()
@@ -505,7 +507,7 @@ fn queue_full_is_503_with_retry_after_and_writes_nothing() {
     assert_eq!(ledger_count(&server.db()), 0);
     // After the lock is released everything works again.
     assert_outcome(
-        &server.send(&paid("evt_q0", "in_q0")),
+        &server.send(&paid_invoice("evt_q0", "in_q0")),
         "evt_q0",
         "processed",
     );
@@ -514,7 +516,7 @@ fn queue_full_is_503_with_retry_after_and_writes_nothing() {
 #[test]
 fn log_has_one_line_per_event_and_no_secret_or_body() {
     let server = Server::start(&[]);
-    let body = paid("evt_log", "in_log");
+    let body = paid_invoice("evt_log", "in_log");
     assert_outcome(&server.send(&body), "evt_log", "processed");
     assert_outcome(&server.send(&body), "evt_log", "duplicate");
     server.send(b"{\"id\":\"evt_secretish\",\"type\":\"x\"}");

@@ -307,6 +307,17 @@ pub fn subscription_status(conn: &Connection, id: &str) -> Option<String> {
     .unwrap()
 }
 
+/// A signed-now `invoice.paid` for invoice `in_<id>` of account `acct_1`.
+pub fn paid(id: &str) -> Vec<u8> {
+    paid_invoice(id, &format!("in_{id}"))
+}
+
+/// A signed-now `invoice.paid` with event id `event_id` for `invoice`, account `acct_1`.
+pub fn paid_invoice(event_id: &str, invoice: &str) -> Vec<u8> {
+    hookledger::sample::invoice_event(event_id, "invoice.paid", now(), invoice, "cus_1", "acct_1")
+        .into_bytes()
+}
+
 /// The header Stripe would send for `body` now.
 pub fn signature(body: &[u8]) -> String {
     stripe::sign(&secret(), now(), body)
