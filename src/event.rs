@@ -254,7 +254,12 @@ pub fn parse_stripe(body: bytes::Bytes) -> Result<Event, ParseError> {
             .or(object.period_end);
         let account_id = non_empty_account(object.metadata)
             .or_else(|| non_empty_account(object.parent?.subscription_details?.metadata))
-            .or_else(|| object.customer.map(IdRef::into_id))
+            .or_else(|| {
+                object
+                    .customer
+                    .map(IdRef::into_id)
+                    .filter(|id| !id.is_empty())
+            })
             .ok_or_else(|| {
                 object_error(JsonError::other(
                     "no metadata.account_id and no customer to credit",
@@ -351,6 +356,15 @@ mod tests {
             panic!("not an invoice payment")
         };
         assert_eq!((p.account_id.as_str(), p.period_end), ("cus_1", Some(5)));
+    }
+
+    #[test]
+    fn invoice_with_empty_customer_and_no_account_is_rejected() {
+        let e = parse(
+            r#"{"id":"evt_1","type":"invoice.paid","created":7,"data":{"object":{
+            "id":"in_1","customer":"","amount_paid":1}}}"#,
+        );
+        assert!(matches!(e, Err(ParseError::Object { .. })), "{e:?}");
     }
 
     #[test]

@@ -72,11 +72,26 @@ pub fn check_timestamp(t: i64, now: i64, tolerance: u64) -> Result<(), VerifyErr
     if age > tol {
         return Err(VerifyError::TooOld { age, tolerance });
     }
-    if -age > tol {
-        return Err(VerifyError::InFuture {
-            ahead: -age,
-            tolerance,
-        });
+    let ahead = t.saturating_sub(now);
+    if ahead > tol {
+        return Err(VerifyError::InFuture { ahead, tolerance });
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn extreme_timestamps_do_not_overflow() {
+        assert!(matches!(
+            check_timestamp(i64::MAX, -5, 300),
+            Err(VerifyError::InFuture { .. })
+        ));
+        assert!(matches!(
+            check_timestamp(i64::MIN, i64::MAX, 300),
+            Err(VerifyError::TooOld { .. })
+        ));
+    }
 }
