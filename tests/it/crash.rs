@@ -53,15 +53,7 @@ fn sigkill_during_a_stream_loses_no_acknowledged_event() {
 
     let restarted = Server::start_in(&server.dir, &[]);
     let db = restarted.db();
-    let missing: Vec<&String> = acked
-        .iter()
-        .filter(|id| {
-            count(
-                &db,
-                &format!("SELECT count(*) FROM webhook_events WHERE event_id = '{id}'"),
-            ) != 1
-        })
-        .collect();
+    let missing = missing_from_ledger(&db, &acked);
     assert!(
         missing.is_empty(),
         "{} acknowledged events lost: {missing:?}",
@@ -155,15 +147,7 @@ fn chaos_sigkill_rounds_lose_nothing_and_deliver_everything() {
 
     let server = Server::start_in(dir.path(), &args);
     let db = server.db();
-    let lost: Vec<&String> = acked
-        .iter()
-        .filter(|id| {
-            count(
-                &db,
-                &format!("SELECT count(*) FROM webhook_events WHERE event_id = '{id}'"),
-            ) != 1
-        })
-        .collect();
+    let lost = missing_from_ledger(&db, &acked);
     eprintln!(
         "chaos: {rounds} kill rounds, {sent_total} requests, {} distinct events acknowledged, {} lost",
         acked.len(),

@@ -279,6 +279,19 @@ pub fn snapshot(conn: &Connection) -> Vec<(String, Vec<String>)> {
         .collect()
 }
 
+/// The ids among `ids` that have no row in `webhook_events` (acknowledged but lost).
+pub fn missing_from_ledger<'a>(
+    conn: &Connection,
+    ids: impl IntoIterator<Item = &'a String>,
+) -> Vec<&'a String> {
+    let mut stmt = conn
+        .prepare("SELECT count(*) FROM webhook_events WHERE event_id = ?1")
+        .unwrap();
+    ids.into_iter()
+        .filter(|id| stmt.query_row([id], |r| r.get::<_, i64>(0)).unwrap() != 1)
+        .collect()
+}
+
 pub fn count(conn: &Connection, sql: &str) -> i64 {
     conn.query_row(sql, [], |r| r.get(0)).unwrap()
 }
