@@ -164,8 +164,10 @@ fn run(
             if let Err(e) =
                 writer.run_blocking(Box::new(move |tx| outbox::record(tx, id, &recorded, now)))
             {
-                // Not marked: the row stays pending and is attempted again (at least once).
+                // Not marked: the row stays pending and is attempted again (at least once),
+                // after a pause so a database that refuses writes is not met with a tight loop.
                 log::error!("outbox: cannot record attempt on row {id}: {e}");
+                let _ = woken.recv_timeout(IDLE_POLL);
                 break;
             }
         }
