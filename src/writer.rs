@@ -350,3 +350,123 @@ impl Checkpointer {
         Ok(Checkpointer { _stop: stop })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sample::invoice_event;
+
+    fn config() -> WriterConfig {
+        WriterConfig {
+            batch_max: 16,
+            queue_depth: 16,
+            credits_per_invoice: 100,
+            forward: true,
+            busy_timeout: Duration::from_secs(1),
+        }
+    }
+
+    fn db() -> Connection {
+        let mut conn = Connection::open_in_memory().unwrap();
+        crate::db::migrate(&mut conn).unwrap();
+        conn
+    }
+
+    fn event_job(id: &str, invoice: &str) -> (Job, oneshot::Receiver<Result<Outcome, StoreError>>) {
+        let body = invoice_event(id, "invoice.paid", 1, invoice, "cus_1", "acct_1");
+        let event = crate::event::parse_stripe(bytes::Bytes::from(body)).unwrap();
+        let (reply, rx) = oneshot::channel();
+        (Job::Event { event, reply }, rx)
+    }
+
+    fn count(conn: &Connection, sql: &str) -> i64 {
+        conn.query_row(sql, [], |r| r.get(0)).unwrap()
+    }
+
+    #[test]
+    fn a_failing_event_rolls_back_only_itself() {
+        let mut conn = db();
+        conn.execute_batch(
+            "CREATE TRIGGER fail BEFORE INSERT ON invoice_payments
+             WHEN new.stripe_invoice_id = 'in_bad' BEGIN SELECT RAISE(ABORT, 'injected'); END;",
+        )
+        .unwrap();
+        let (jobs, replies): (Vec<_>, Vec<_>) = [
+            ("evt_1", "in_1"),
+            ("evt_bad", "in_bad"),
+            ("evt_2", "in_2"),
+            ("evt_1", "in_1"),
+        ]
+        .into_iter()
+        .map(|(id, invoice)| event_job(id, invoice))
+        .unzip();
+        let mut batch = jobs;
+        assert!(
+            run_batch(&mut conn, &mut batch, &config()),
+            "outbox rows were queued"
+        );
+        let outcomes: Vec<_> = replies
+            .into_iter()
+            .map(|rx| rx.blocking_recv().unwrap())
+            .collect();
+        assert_eq!(outcomes[0], Ok(Outcome::Processed(Applied::Changed)));
+        assert!(
+            matches!(outcomes[1], Err(StoreError::Database(_))),
+            "{:?}",
+            outcomes[1]
+        );
+        assert_eq!(outcomes[2], Ok(Outcome::Processed(Applied::Changed)));
+        assert_eq!(
+            outcomes[3],
+            Ok(Outcome::Duplicate),
+            "a copy in the same batch sees the claim"
+        );
+        assert_eq!(count(&conn, "SELECT count(*) FROM webhook_events"), 2);
+        assert_eq!(count(&conn, "SELECT count(*) FROM outbox"), 2);
+        assert_eq!(count(&conn, "SELECT credits FROM accounts"), 200);
+    }
+
+    #[test]
+    fn a_failed_commit_fails_the_whole_batch() {
+        let mut conn = db();
+        // A deferred foreign key is only checked at COMMIT: a task that violates it makes the
+        // COMMIT itself fail.
+        conn.execute_batch(
+            "CREATE TABLE parent (id INTEGER PRIMARY KEY);
+             CREATE TABLE child (parent_id INTEGER REFERENCES parent (id) DEFERRABLE INITIALLY DEFERRED);",
+        )
+        .unwrap();
+        let (good, good_rx) = event_job("evt_1", "in_1");
+        let (reply, task_rx) = oneshot::channel();
+        let violate: Task = Box::new(|tx| {
+            tx.execute("INSERT INTO child (parent_id) VALUES (42)", [])
+                .map(|n| n as u64)
+        });
+        let mut batch = vec![
+            good,
+            Job::Task {
+                run: violate,
+                reply,
+            },
+        ];
+        assert!(!run_batch(&mut conn, &mut batch, &config()));
+        assert!(matches!(
+            good_rx.blocking_recv().unwrap(),
+            Err(StoreError::Database(_))
+        ));
+        assert!(task_rx.blocking_recv().unwrap().is_err());
+        assert!(
+            conn.is_autocommit(),
+            "the failed transaction was rolled back"
+        );
+        assert_eq!(count(&conn, "SELECT count(*) FROM webhook_events"), 0);
+        assert_eq!(count(&conn, "SELECT count(*) FROM child"), 0);
+        // The writer's connection is usable again.
+        let (again, again_rx) = event_job("evt_1", "in_1");
+        run_batch(&mut conn, &mut vec![again], &config());
+        assert_eq!(
+            again_rx.blocking_recv().unwrap(),
+            Ok(Outcome::Processed(Applied::Changed))
+        );
+    }
+}
