@@ -92,7 +92,7 @@ fn chaos_sigkill_rounds_lose_nothing_and_deliver_everything() {
     ];
     // Two events per invoice (paid and payment_succeeded); senders pick at random, so exact
     // resends and second reports of an invoice both happen.
-    let pool: Vec<(String, Vec<u8>)> = (0..3000)
+    let pool: Vec<(String, Vec<u8>)> = (0..20_000)
         .map(|i| {
             let id = format!("evt_c{i}");
             let kind = if i % 2 == 0 {

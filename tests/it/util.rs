@@ -416,10 +416,15 @@ fn handle(
     let mut reader = BufReader::new(stream.try_clone()?);
     let mut headers = std::collections::HashMap::new();
     let mut line = String::new();
-    reader.read_line(&mut line)?; // request line
+    if reader.read_line(&mut line)? == 0 {
+        return Err(std::io::ErrorKind::UnexpectedEof.into());
+    }
     loop {
         line.clear();
-        reader.read_line(&mut line)?;
+        if reader.read_line(&mut line)? == 0 {
+            // The sender died mid-request (e.g. a SIGKILL test): nothing was delivered.
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
         let trimmed = line.trim_end();
         if trimmed.is_empty() {
             break;
