@@ -245,6 +245,16 @@ fn attempt(agent: &ureq::Agent, config: &ForwardConfig, row: &PendingRow) -> Att
     }
 }
 
+/// `Retry-After` as delay-seconds or as an HTTP date (a date in the past means now).
+fn parse_retry_after(value: &str, now: std::time::SystemTime) -> Option<Duration> {
+    let value = value.trim();
+    if let Ok(secs) = value.parse::<u64>() {
+        return Some(Duration::from_secs(secs));
+    }
+    let at = httpdate::parse_http_date(value).ok()?;
+    Some(at.duration_since(now).unwrap_or(Duration::ZERO))
+}
+
 enum Failure {
     Gone,
     Status(u16, Option<Duration>),
@@ -270,8 +280,7 @@ fn post(agent: &ureq::Agent, url: &str, key: &SigningKey, row: &PendingRow) -> R
         Err(ureq::Error::Status(status, response)) => {
             let retry_after = response
                 .header("Retry-After")
-                .and_then(|v| v.trim().parse::<u64>().ok())
-                .map(Duration::from_secs);
+                .and_then(|v| parse_retry_after(v, std::time::SystemTime::now()));
             Err(Failure::Status(status, retry_after))
         }
         // The kind only: the full message repeats the URL, which may carry credentials.
@@ -282,6 +291,24 @@ fn post(agent: &ureq::Agent, url: &str, key: &SigningKey, row: &PendingRow) -> R
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn retry_after_as_seconds_or_http_date() {
+        let now = std::time::UNIX_EPOCH + Duration::from_secs(1_000_000_000);
+        assert_eq!(
+            parse_retry_after(" 120 ", now),
+            Some(Duration::from_secs(120))
+        );
+        let later = httpdate::fmt_http_date(now + Duration::from_secs(90));
+        assert_eq!(
+            parse_retry_after(&later, now),
+            Some(Duration::from_secs(90))
+        );
+        let earlier = httpdate::fmt_http_date(now - Duration::from_secs(90));
+        assert_eq!(parse_retry_after(&earlier, now), Some(Duration::ZERO));
+        assert_eq!(parse_retry_after("soon", now), None);
+        assert_eq!(parse_retry_after("-5", now), None);
+    }
 
     #[test]
     fn default_schedule_spans_three_days() {
