@@ -115,3 +115,66 @@ fn free_bytes(path: &std::path::Path) -> u64 {
         .and_then(|l| l.trim().parse().ok())
         .unwrap()
 }
+
+/// The scenario as an operator meets it: the `sqlite3` shell holds the write lock for 10 s
+/// with the default busy timeout (5 s). Requests get a 503 with `Retry-After` once the busy
+/// timeout runs out (not a 500, not a hang), and succeed after the shell lets go.
+#[test]
+fn sqlite3_shell_holding_the_lock_for_10_s_gives_503_then_success() {
+    use std::io::Write;
+    let server = Server::start(&[]);
+    let mut shell = std::process::Command::new("sqlite3")
+        .arg(server.db_path())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("the sqlite3 shell (apt-get install sqlite3; .ci/run installs it)");
+    let mut stdin = shell.stdin.take().unwrap();
+    stdin
+        .write_all(b"BEGIN IMMEDIATE;\nINSERT INTO counters VALUES ('shell', 1);\n")
+        .unwrap();
+    stdin.flush().unwrap();
+    let locked_at = Instant::now();
+    // Wait until the shell really holds the lock.
+    let probe = rusqlite::Connection::open(server.db_path()).unwrap();
+    probe.busy_timeout(Duration::ZERO).unwrap();
+    wait_for(Duration::from_secs(5), || {
+        probe
+            .execute_batch("BEGIN IMMEDIATE; ROLLBACK;")
+            .is_err()
+            .then_some(())
+    })
+    .expect("the shell did not take the lock");
+    let releaser = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_secs(10).saturating_sub(locked_at.elapsed()));
+        stdin.write_all(b"COMMIT;\n.quit\n").unwrap();
+        drop(stdin);
+        shell.wait().unwrap()
+    });
+    let started = Instant::now();
+    let reply = server.send(&paid("evt_shell"));
+    let waited = started.elapsed();
+    assert_error(&reply, 503, "database_busy");
+    assert_eq!(reply.retry_after.as_deref(), Some("1"));
+    assert!(
+        waited >= Duration::from_secs(4),
+        "answered before the busy timeout: {waited:?}"
+    );
+    assert!(
+        waited < Duration::from_secs(9),
+        "not answered within the busy timeout: {waited:?}"
+    );
+    assert_eq!(
+        count(&server.db(), "SELECT count(*) FROM webhook_events"),
+        0
+    );
+
+    assert!(releaser.join().unwrap().success());
+    assert_outcome(&server.send(&paid("evt_shell")), "evt_shell", "processed");
+    let db = server.db();
+    assert_eq!(
+        count(&db, "SELECT value FROM counters WHERE name = 'shell'"),
+        1
+    );
+    assert_eq!(credits(&db, "acct_1"), 100);
+}
