@@ -243,7 +243,7 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
         Command::Events(command) => events(command),
         Command::Replay { event_id, db } => {
             inspect::replay(&mut db::open_existing(&db.db)?, &event_id)?;
-            println!("event {event_id} queued for forwarding");
+            println!("event {event_id} queued for forwarding (a `serve --forward-to` delivers it)");
             Ok(Exit::Ok)
         }
         Command::Prune { retention_days, db } => {
