@@ -122,13 +122,26 @@ fn free_bytes(path: &std::path::Path) -> u64 {
 #[test]
 fn sqlite3_shell_holding_the_lock_for_10_s_gives_503_then_success() {
     use std::io::Write;
+    let has_shell = std::process::Command::new("sqlite3")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !has_shell {
+        // .ci/run installs it and sets this, so CI cannot skip.
+        assert!(
+            std::env::var_os("HOOKLEDGER_REQUIRE_SQLITE3").is_none(),
+            "apt-get install sqlite3"
+        );
+        eprintln!("skipped: no sqlite3 shell");
+        return;
+    }
     let server = Server::start(&[]);
     let mut shell = std::process::Command::new("sqlite3")
         .arg(server.db_path())
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::null())
         .spawn()
-        .expect("the sqlite3 shell (apt-get install sqlite3; .ci/run installs it)");
+        .expect("starting the sqlite3 shell");
     let mut stdin = shell.stdin.take().unwrap();
     stdin
         .write_all(b"BEGIN IMMEDIATE;\nINSERT INTO counters VALUES ('shell', 1);\n")
