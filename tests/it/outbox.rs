@@ -100,10 +100,7 @@ fn processed_event_is_delivered_signed_with_idempotency_key() {
         "in id order, unknown types too"
     );
     let db = server.db();
-    wait_for(WAIT, || {
-        (outbox_row(&db, "evt_fwd_unknown")?.0 == "done").then_some(())
-    })
-    .expect("row not marked done");
+    wait_outbox_status(&db, "evt_fwd_unknown", "done", WAIT);
     assert_eq!(outbox_row(&db, "evt_fwd"), Some(("done".into(), 1, None)));
 }
 
@@ -114,10 +111,8 @@ fn app_failing_twice_then_ok_is_delivered_on_attempt_three() {
     assert_outcome(&server.send(&paid("evt_retry")), "evt_retry", "processed");
     app.wait_delivered(1, WAIT);
     let db = server.db();
-    let row = wait_for(WAIT, || {
-        outbox_row(&db, "evt_retry").filter(|r| r.0 == "done")
-    });
-    assert_eq!(row, Some(("done".into(), 3, None)));
+    let row = wait_outbox_status(&db, "evt_retry", "done", WAIT);
+    assert_eq!(row, ("done".into(), 3, None));
     let statuses: Vec<u16> = app.deliveries().iter().map(|d| d.status).collect();
     assert_eq!(statuses, [500, 503, 200]);
 }
@@ -128,10 +123,8 @@ fn gone_is_dead_at_once() {
     let server = start(None, &forwarding(&app, "1s,1s"));
     assert_outcome(&server.send(&paid("evt_gone")), "evt_gone", "processed");
     let db = server.db();
-    let row = wait_for(WAIT, || {
-        outbox_row(&db, "evt_gone").filter(|r| r.0 == "dead")
-    });
-    assert_eq!(row, Some(("dead".into(), 1, Some("HTTP 410 Gone".into()))));
+    let row = wait_outbox_status(&db, "evt_gone", "dead", WAIT);
+    assert_eq!(row, ("dead".into(), 1, Some("HTTP 410 Gone".into())));
     std::thread::sleep(Duration::from_millis(1500));
     assert_eq!(app.deliveries().len(), 1, "a dead row is not retried");
 }
@@ -142,10 +135,8 @@ fn schedule_used_up_is_dead_then_outbox_retry_delivers() {
     let server = start(None, &forwarding(&app, "1s"));
     assert_outcome(&server.send(&paid("evt_dead")), "evt_dead", "processed");
     let db = server.db();
-    let row = wait_for(WAIT, || {
-        outbox_row(&db, "evt_dead").filter(|r| r.0 == "dead")
-    });
-    assert_eq!(row, Some(("dead".into(), 2, Some("HTTP 500".into()))));
+    let row = wait_outbox_status(&db, "evt_dead", "dead", WAIT);
+    assert_eq!(row, ("dead".into(), 2, Some("HTTP 500".into())));
 
     let db_path = server.db_path();
     let db_arg = db_path.to_str().unwrap();
@@ -164,10 +155,7 @@ fn schedule_used_up_is_dead_then_outbox_retry_delivers() {
     let (code, _, err) = cli(&["outbox", "retry", &id.to_string(), "--db", db_arg]);
     assert_eq!(code, 0, "{err}");
     app.wait_delivered(1, WAIT);
-    let row = wait_for(WAIT, || {
-        outbox_row(&db, "evt_dead").filter(|r| r.0 == "done")
-    });
-    assert_eq!(row.map(|r| r.0), Some("done".into()));
+    wait_outbox_status(&db, "evt_dead", "done", WAIT);
     // Retrying a row that is not dead is an error with a message.
     let (code, _, err) = cli(&["outbox", "retry", &id.to_string(), "--db", db_arg]);
     assert_eq!(code, 2);
@@ -261,10 +249,7 @@ fn replay_forwards_a_stored_event_again() {
     assert_outcome(&server.send(&body), "evt_replay", "processed");
     app.wait_delivered(1, WAIT);
     let db = server.db();
-    wait_for(WAIT, || {
-        (outbox_row(&db, "evt_replay")?.0 == "done").then_some(())
-    })
-    .unwrap();
+    wait_outbox_status(&db, "evt_replay", "done", WAIT);
 
     let db_arg = server.db_path().to_str().unwrap().to_string();
     let (code, out, err) = cli(&["replay", "evt_replay", "--db", &db_arg]);
@@ -384,21 +369,9 @@ fn retention_deletes_only_old_rows_and_refuses_one_day() {
         out.contains("deleted 1 ledger rows") && out.contains("1 delivered outbox rows"),
         "{out}"
     );
-    let left: Vec<String> = db
-        .prepare("SELECT event_id FROM webhook_events")
-        .unwrap()
-        .query_map([], |r| r.get(0))
-        .unwrap()
-        .map(Result::unwrap)
-        .collect();
+    let left = strings(&db, "SELECT event_id FROM webhook_events");
     assert_eq!(left, ["evt_new"]);
-    let keys: Vec<String> = db
-        .prepare("SELECT key FROM outbox ORDER BY key")
-        .unwrap()
-        .query_map([], |r| r.get(0))
-        .unwrap()
-        .map(Result::unwrap)
-        .collect();
+    let keys = strings(&db, "SELECT key FROM outbox ORDER BY key");
     assert_eq!(keys, ["dead_old", "done_new", "pending_old"]);
     // Effects stay: the ledger forgets the claim, not the credits.
     assert_eq!(credits(&db, "acct_1"), 200);
@@ -487,12 +460,11 @@ fn official_python_library_verifies_a_delivery() {
         .args(["-c", "import standardwebhooks"])
         .status()
         .is_ok_and(|s| s.success());
-    if !has_library {
-        assert!(
-            std::env::var_os("HOOKLEDGER_REQUIRE_PYTHON_SWH").is_none(),
-            "python3 -m pip install standardwebhooks"
-        );
-        eprintln!("skipped: python standardwebhooks not installed");
+    if !prerequisite(
+        has_library,
+        "HOOKLEDGER_REQUIRE_PYTHON_SWH",
+        "python standardwebhooks not installed (python3 -m pip install standardwebhooks)",
+    ) {
         return;
     }
     let app = FakeApp::start(&[]);

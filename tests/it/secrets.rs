@@ -46,10 +46,7 @@ fn no_secret_and_no_payload_in_the_log_even_at_trace() {
     server.send(br#"{"id":"evt_bad2","type":"invoice.paid","created":1,"data":{"object":{"id":"PAYLOADMARK2"}}}"#);
     app.wait_delivered(1, Duration::from_secs(20));
     let db = server.db();
-    wait_for(Duration::from_secs(20), || {
-        (outbox_row(&db, "evt_trace")?.0 == "done").then_some(())
-    })
-    .expect("not delivered");
+    wait_outbox_status(&db, "evt_trace", "done", Duration::from_secs(20));
 
     let log = server.log();
     assert!(

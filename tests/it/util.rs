@@ -250,33 +250,29 @@ pub fn assert_error(reply: &Reply, status: u16, kind: &str) {
 
 /// Every row of every table, for "nothing changed" assertions.
 pub fn snapshot(conn: &Connection) -> Vec<(String, Vec<String>)> {
-    let tables: Vec<String> = conn
-        .prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
-        .unwrap()
-        .query_map([], |r| r.get(0))
-        .unwrap()
-        .map(Result::unwrap)
-        .collect();
-    tables
-        .into_iter()
-        .map(|table| {
-            let mut stmt = conn
-                .prepare(&format!("SELECT * FROM {table} ORDER BY 1"))
-                .unwrap();
-            let columns = stmt.column_count();
-            let rows = stmt
-                .query_map([], |r| {
-                    let cells: Vec<String> = (0..columns)
-                        .map(|i| format!("{:?}", r.get_ref(i).unwrap()))
-                        .collect();
-                    Ok(cells.join("|"))
-                })
-                .unwrap()
-                .map(Result::unwrap)
-                .collect();
-            (table, rows)
-        })
-        .collect()
+    strings(
+        conn,
+        "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name",
+    )
+    .into_iter()
+    .map(|table| {
+        let mut stmt = conn
+            .prepare(&format!("SELECT * FROM {table} ORDER BY 1"))
+            .unwrap();
+        let columns = stmt.column_count();
+        let rows = stmt
+            .query_map([], |r| {
+                let cells: Vec<String> = (0..columns)
+                    .map(|i| format!("{:?}", r.get_ref(i).unwrap()))
+                    .collect();
+                Ok(cells.join("|"))
+            })
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        (table, rows)
+    })
+    .collect()
 }
 
 /// The ids among `ids` that have no row in `webhook_events` (acknowledged but lost).
@@ -290,6 +286,30 @@ pub fn missing_from_ledger<'a>(
     ids.into_iter()
         .filter(|id| stmt.query_row([id], |r| r.get::<_, i64>(0)).unwrap() != 1)
         .collect()
+}
+
+/// The first column of every row of `sql`, as strings.
+pub fn strings(conn: &Connection, sql: &str) -> Vec<String> {
+    conn.prepare(sql)
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect()
+}
+
+/// For tests that need something outside Rust (a tool, root): whether to run. Where it is
+/// missing the test is skipped with a message, unless `require_var` is set (as `.ci/run`
+/// does), where a missing prerequisite fails the test instead.
+pub fn prerequisite(available: bool, require_var: &str, what: &str) -> bool {
+    if !available {
+        assert!(
+            std::env::var_os(require_var).is_none(),
+            "{require_var} is set: {what}"
+        );
+        eprintln!("skipped: {what}");
+    }
+    available
 }
 
 pub fn count(conn: &Connection, sql: &str) -> i64 {
@@ -464,6 +484,17 @@ pub fn cli(args: &[&str]) -> (i32, String, String) {
         String::from_utf8_lossy(&output.stdout).into_owned(),
         String::from_utf8_lossy(&output.stderr).into_owned(),
     )
+}
+
+/// Waits until the outbox row for `key` has `status`; returns (status, attempts, last_error).
+pub fn wait_outbox_status(
+    conn: &Connection,
+    key: &str,
+    status: &str,
+    deadline: Duration,
+) -> (String, i64, Option<String>) {
+    wait_for(deadline, || outbox_row(conn, key).filter(|r| r.0 == status))
+        .unwrap_or_else(|| panic!("outbox row {key} not {status}: {:?}", outbox_row(conn, key)))
 }
 
 /// (status, attempts, last_error) of the outbox row for `key`.
