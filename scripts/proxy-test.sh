@@ -4,7 +4,7 @@
 # Installs nginx and caddy with apt-get if missing (needs root). Usage: scripts/proxy-test.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
-FIXTURES=../shared/fixtures/stripe/events
+FIXTURES=tests/fixtures/stripe/events
 SECRET=whsec_proxy_test
 H_PORT=18080 NGINX_PORT=18443 CADDY_PORT=18444 DOMAIN=hooks.example.com
 

@@ -181,8 +181,8 @@ fn every_stripe_vector_gives_its_expected_answer() {
     {
         let id = case["id"].as_str().unwrap();
         let expect = match case["expect"].as_str().unwrap() {
-            // t 15 s ahead with tolerance 10: DESIGN §2 refuses timestamps further in the
-            // future than the tolerance (as stripe-php does).
+            // t 15 s ahead with tolerance 10: the response contract (README, "Responses")
+            // refuses timestamps further in the future than the tolerance (as stripe-php does).
             "library-dependent" => "reject",
             other => other,
         };

@@ -1,4 +1,4 @@
-//! Every row of the response contract (DESIGN §2) and the exactly-once semantics, each
+//! Every row of the response contract (README, "Responses") and the exactly-once semantics, each
 //! asserting the database state, not only the status.
 
 use std::time::Duration;

@@ -22,12 +22,12 @@ pub fn now() -> i64 {
     hookledger::unix_now()
 }
 
-/// `../shared/fixtures`, beside the repository (as in CI).
+/// `tests/fixtures` in this repository (origin and licence in its README.md).
 pub fn fixtures_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
 }
 
-/// The raw bytes of `../shared/fixtures/stripe/events/<name>.json`.
+/// The raw bytes of `tests/fixtures/stripe/events/<name>.json`.
 pub fn fixture(name: &str) -> Vec<u8> {
     let path = fixtures_dir()
         .join("stripe/events")
