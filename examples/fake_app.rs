@@ -20,7 +20,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
 use axum::Router;
 use clap::Parser;
-use hookledger::verify::standard::{self, SigningKey};
+use hookledger::source::standard::{self, SigningKey};
 
 #[derive(Parser)]
 struct Args {

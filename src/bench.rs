@@ -16,9 +16,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 
+use crate::event;
+use crate::handler::stripe_billing as state;
 use crate::loadgen::{self, Report, Request, Workload};
-use crate::verify::Secret;
-use crate::{db, event, ledger, state};
+use crate::source::Secret;
+use crate::store::sqlite::{self as db, ledger};
 
 const SECRET: &str = "whsec_bench_secret";
 
@@ -125,7 +127,7 @@ pub fn run(config: &BenchConfig) -> anyhow::Result<()> {
     }
     print!(
         "{}",
-        crate::table::render(
+        crate::cli::table::render(
             &[
                 "run",
                 "events/s",
@@ -225,7 +227,7 @@ pub fn hostile(config: &BenchConfig) -> anyhow::Result<()> {
     };
     print!(
         "{}",
-        crate::table::render(
+        crate::cli::table::render(
             &[
                 "normal events",
                 "n",
@@ -351,7 +353,7 @@ fn print_rows(rows: &[Row]) {
         .collect();
     print!(
         "{}",
-        crate::table::render(
+        crate::cli::table::render(
             &[
                 "C",
                 "resend",
@@ -383,7 +385,7 @@ fn print_ratios(rows: &[Row]) {
     println!();
     print!(
         "{}",
-        crate::table::render(&["C", "resend", "a/b", "a/c"], &cells)
+        crate::cli::table::render(&["C", "resend", "a/b", "a/c"], &cells)
     );
 }
 

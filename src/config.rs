@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use anyhow::bail;
 
-use crate::verify::standard::SigningKey;
-use crate::verify::Secret;
+use crate::source::standard::SigningKey;
+use crate::source::Secret;
 
 /// Stripe's payloads are a few KB; 1 MiB leaves room for the largest real events while a
 /// hostile sender cannot make us buffer more than that per request.
@@ -66,14 +66,14 @@ impl Config {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             db,
             stripe_secrets,
-            tolerance_secs: crate::verify::stripe::DEFAULT_TOLERANCE_SECS,
+            tolerance_secs: crate::source::stripe::DEFAULT_TOLERANCE_SECS,
             max_body: DEFAULT_MAX_BODY,
             read_timeout: DEFAULT_READ_TIMEOUT,
             max_connections: DEFAULT_MAX_CONNECTIONS,
             credits_per_invoice: DEFAULT_CREDITS_PER_INVOICE,
             batch_max: crate::writer::DEFAULT_BATCH_MAX,
             queue_depth: crate::writer::DEFAULT_QUEUE_DEPTH,
-            busy_timeout: crate::db::DEFAULT_BUSY_TIMEOUT,
+            busy_timeout: crate::store::sqlite::DEFAULT_BUSY_TIMEOUT,
             forward: None,
             retention_days: DEFAULT_RETENTION_DAYS,
         }

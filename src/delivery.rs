@@ -26,10 +26,10 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::config::ForwardConfig;
-use crate::db::ReadPool;
 use crate::outbox::{self, Attempt, PendingRow};
+use crate::source::standard::{self, SigningKey};
+use crate::store::sqlite::ReadPool;
 use crate::unix_now;
-use crate::verify::standard::{self, SigningKey};
 use crate::writer::WriterHandle;
 
 /// The default schedule: quick retries for blips, then hourly doubling for outages, then

@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 
-use crate::sample::{invoice_event, subscription_event};
-use crate::verify::{stripe, Secret};
+use crate::dev::stripe_samples::{invoice_event, subscription_event};
+use crate::source::{stripe, Secret};
 
 /// What to send.
 #[derive(Debug, Clone)]

@@ -28,8 +28,10 @@ use rusqlite::{Connection, ErrorCode};
 use tokio::sync::oneshot;
 
 use crate::event::Event;
-use crate::state::Applied;
-use crate::{ledger, outbox, state, unix_now};
+use crate::handler::stripe_billing as state;
+use crate::handler::stripe_billing::Applied;
+use crate::store::sqlite::ledger;
+use crate::{outbox, unix_now};
 
 /// Default maximum jobs per transaction. Past a few hundred the batch's fsync is already
 /// amortised, and a bounded batch keeps the latency of its first job bounded.
@@ -354,7 +356,7 @@ impl Checkpointer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sample::invoice_event;
+    use crate::dev::stripe_samples::invoice_event;
 
     fn config() -> WriterConfig {
         WriterConfig {
@@ -368,7 +370,7 @@ mod tests {
 
     fn db() -> Connection {
         let mut conn = Connection::open_in_memory().unwrap();
-        crate::db::migrate(&mut conn).unwrap();
+        crate::store::sqlite::migrate(&mut conn).unwrap();
         conn
     }
 

@@ -4,16 +4,18 @@
 //! - duplicate deliveries through the real writer thread: every event id is recorded once and
 //!   every invoice is credited once.
 //!
-//! Event bodies are built with `hookledger::sample` and go through the real parser, so the
+//! Event bodies are built with `hookledger::dev::stripe_samples` and go through the real parser, so the
 //! rank and the invoice id come from the event type and body, as in production.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
+use hookledger::dev::stripe_samples as sample;
 use hookledger::event::{parse_stripe, Event};
+use hookledger::handler::stripe_billing as state;
+use hookledger::store::sqlite::{self as db, ledger};
 use hookledger::writer::{self, Outcome, WriterConfig};
-use hookledger::{db, ledger, sample, state};
 use proptest::prelude::*;
 use rusqlite::Connection;
 

@@ -3,8 +3,8 @@
 //! relies on does not hold.
 
 use hookledger::event::{self, Effect, Event, ParseError};
-use hookledger::verify::stripe::{self, SignatureHeader};
-use hookledger::verify::VerifyError;
+use hookledger::source::stripe::{self, SignatureHeader};
+use hookledger::source::VerifyError;
 
 /// The cap `parse_header` puts on `v1` entries (`MAX_SIGNATURES` in `verify/stripe.rs`).
 pub const MAX_SIGNATURES: usize = 16;

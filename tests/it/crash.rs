@@ -4,8 +4,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use hookledger::client::Client;
-use hookledger::sample::invoice_event;
+use hookledger::dev::client::Client;
+use hookledger::dev::stripe_samples::invoice_event;
 
 use crate::util::*;
 

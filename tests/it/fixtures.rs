@@ -1,8 +1,8 @@
 //! The shared fixtures: every real-shaped Stripe event is accepted with its effect, and every
 //! signature vector gives its expected answer.
 
-use hookledger::verify::standard::SigningKey;
-use hookledger::verify::{stripe, Secret};
+use hookledger::source::standard::SigningKey;
+use hookledger::source::{stripe, Secret};
 
 use crate::util::*;
 
@@ -153,7 +153,7 @@ fn fixture_headers_from_signatures_json_verify_over_http() {
 }
 
 /// Runs one vector through the verifier with its injected clock.
-fn verify_case(case: &serde_json::Value) -> Result<i64, hookledger::verify::VerifyError> {
+fn verify_case(case: &serde_json::Value) -> Result<i64, hookledger::source::VerifyError> {
     let secrets = vec![Secret::new(case["secret"].as_str().unwrap())];
     let header = case["header"].as_str().unwrap();
     let payload = case["payload"].as_str().unwrap();

@@ -8,8 +8,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use hookledger::client::{Client, Reply};
-use hookledger::verify::{stripe, Secret};
+use hookledger::dev::client::{Client, Reply};
+use hookledger::source::{stripe, Secret};
 use rusqlite::Connection;
 
 pub const SECRET: &str = "whsec_test_secret";
@@ -347,8 +347,15 @@ pub fn paid(id: &str) -> Vec<u8> {
 
 /// A signed-now `invoice.paid` with event id `event_id` for `invoice`, account `acct_1`.
 pub fn paid_invoice(event_id: &str, invoice: &str) -> Vec<u8> {
-    hookledger::sample::invoice_event(event_id, "invoice.paid", now(), invoice, "cus_1", "acct_1")
-        .into_bytes()
+    hookledger::dev::stripe_samples::invoice_event(
+        event_id,
+        "invoice.paid",
+        now(),
+        invoice,
+        "cus_1",
+        "acct_1",
+    )
+    .into_bytes()
 }
 
 /// The header Stripe would send for `body` now.

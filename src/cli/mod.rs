@@ -1,5 +1,8 @@
 //! The command line: one `match` on the subcommand, each arm a call into the library.
 
+pub mod admin;
+pub mod table;
+
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -7,12 +10,13 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use clap::{Args, Parser, Subcommand};
 
-use crate::client::Client;
+use crate::cli::admin as inspect;
 use crate::config::{self, Config, ForwardConfig};
-use crate::server::Hookledger;
-use crate::verify::standard::SigningKey;
-use crate::verify::Secret;
-use crate::{db, inspect};
+use crate::dev::client::Client;
+use crate::http::server::Hookledger;
+use crate::source::standard::SigningKey;
+use crate::source::Secret;
+use crate::store::sqlite as db;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -167,7 +171,7 @@ pub struct ServeArgs {
     #[arg(long, conflicts_with = "stripe_secret")]
     pub stripe_secret_file: Option<PathBuf>,
     /// Seconds a signature's timestamp may be old (or ahead); 0 turns the check off.
-    #[arg(long, default_value_t = crate::verify::stripe::DEFAULT_TOLERANCE_SECS)]
+    #[arg(long, default_value_t = crate::source::stripe::DEFAULT_TOLERANCE_SECS)]
     pub tolerance: u64,
     /// Largest accepted body in bytes.
     #[arg(long, default_value_t = config::DEFAULT_MAX_BODY)]
@@ -189,7 +193,7 @@ pub struct ServeArgs {
     pub queue_depth: usize,
     /// Milliseconds a write waits for another process's lock on the database before the
     /// request gets a 503.
-    #[arg(long, default_value_t = crate::db::DEFAULT_BUSY_TIMEOUT.as_millis() as u64)]
+    #[arg(long, default_value_t = crate::store::sqlite::DEFAULT_BUSY_TIMEOUT.as_millis() as u64)]
     pub busy_timeout_ms: u64,
     /// Forward every processed event to this URL (the app), signed with Standard Webhooks.
     #[arg(long)]
@@ -238,7 +242,7 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
     match cli.command {
         Command::Serve(args) => serve(args),
         Command::Send(args) => send(args),
-        Command::Demo => crate::demo::run().map(|()| Exit::Ok),
+        Command::Demo => crate::dev::demo::run().map(|()| Exit::Ok),
         Command::Outbox(command) => outbox(command),
         Command::Events(command) => events(command),
         Command::Replay { event_id, db } => {

@@ -9,12 +9,12 @@ use std::path::Path;
 use anyhow::Context;
 use rusqlite::{Connection, OptionalExtension};
 
-use crate::client::{Client, Reply};
 use crate::config::Config;
-use crate::sample::{invoice_event, subscription_event};
-use crate::server::RunningServer;
+use crate::dev::client::{Client, Reply};
+use crate::dev::stripe_samples::{invoice_event, subscription_event};
+use crate::http::server::RunningServer;
+use crate::source::Secret;
 use crate::unix_now;
-use crate::verify::Secret;
 
 const ACCOUNT: &str = "acct_demo";
 const CUSTOMER: &str = "cus_demo";
@@ -33,7 +33,7 @@ struct Row {
 pub fn run() -> anyhow::Result<()> {
     let dir = tempfile::tempdir().context("creating a temporary directory")?;
     let db = dir.path().join("demo.db");
-    let secret = Secret::new(crate::verify::standard::SigningKey::generate());
+    let secret = Secret::new(crate::source::standard::SigningKey::generate());
     let mut config = Config::new(db.clone(), vec![secret.clone()]);
     config.listen = SocketAddr::from(([127, 0, 0, 1], 0));
     let server = RunningServer::start(config)?;
@@ -222,5 +222,5 @@ fn print_table(rows: &[Row]) {
         })
         .collect();
     let headers = ["step", "replies", "credits", "ledger rows", "subscription"];
-    print!("{}", crate::table::render(&headers, &cells));
+    print!("{}", crate::cli::table::render(&headers, &cells));
 }

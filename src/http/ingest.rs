@@ -16,8 +16,8 @@ use http_body_util::{BodyExt, LengthLimitError, Limited};
 use serde_json::json;
 
 use crate::event::{self, ParseError};
+use crate::source::{stripe, Secret, VerifyError};
 use crate::unix_now;
-use crate::verify::{stripe, Secret, VerifyError};
 use crate::writer::{Outcome, StoreError, WriterHandle};
 
 /// What the request path needs, shared by all requests.

@@ -12,8 +12,8 @@ use anyhow::{bail, Context};
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 use serde_json::json;
 
+use crate::cli::table;
 use crate::retention::{self, Pruned};
-use crate::table;
 use crate::unix_now;
 use crate::writer::StoreError;
 
@@ -180,7 +180,7 @@ pub fn open_read(path: &Path) -> anyhow::Result<Connection> {
     }
     let conn = Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
         .with_context(|| format!("cannot open {}", path.display()))?;
-    conn.busy_timeout(crate::db::DEFAULT_BUSY_TIMEOUT)?;
+    conn.busy_timeout(crate::store::sqlite::DEFAULT_BUSY_TIMEOUT)?;
     Ok(conn)
 }
 

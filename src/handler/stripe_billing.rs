@@ -129,7 +129,7 @@ mod tests {
 
     fn db() -> Connection {
         let mut conn = Connection::open_in_memory().unwrap();
-        crate::db::migrate(&mut conn).unwrap();
+        crate::store::sqlite::migrate(&mut conn).unwrap();
         conn
     }
 

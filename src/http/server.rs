@@ -31,9 +31,10 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 
 use crate::config::Config;
-use crate::ingest::{self, Ingest};
+use crate::http::ingest::{self, Ingest};
 use crate::retention::Retention;
-use crate::{db, delivery, writer};
+use crate::store::sqlite as db;
+use crate::{delivery, writer};
 
 /// A request header block larger than this is refused with 431. Stripe's headers are well
 /// under 2 KB; 16 KiB leaves room for proxies that add their own.

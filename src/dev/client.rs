@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::verify::{stripe, Secret};
+use crate::source::{stripe, Secret};
 
 /// The request did not get an HTTP answer (refused, timed out, reset).
 #[derive(Debug, thiserror::Error)]

@@ -6,6 +6,8 @@
 //! Migrations are an append-only list keyed by `PRAGMA user_version`: entry `i` moves the
 //! schema from version `i` to `i + 1`. `schema.sql` is migration 1 and never changes.
 
+pub mod ledger;
+
 use std::path::Path;
 use std::time::Duration;
 
@@ -14,7 +16,7 @@ use r2d2_sqlite::SqliteConnectionManager;
 use rusqlite::{Connection, OpenFlags};
 
 /// Append-only. Never edit a released entry; add a new one.
-const MIGRATIONS: &[&str] = &[include_str!("../schema.sql")];
+const MIGRATIONS: &[&str] = &[include_str!("../../../schema.sql")];
 
 /// How long a writer waits for another process's write lock (an `sqlite3` shell, a CLI
 /// command) before it gives up with `SQLITE_BUSY`. Long enough to ride out a CLI command,

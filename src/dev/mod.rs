@@ -1,0 +1,3 @@
+pub mod client;
+pub mod demo;
+pub mod stripe_samples;
