@@ -20,7 +20,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
 use axum::Router;
 use clap::Parser;
-use hookledger::source::standard::{self, SigningKey};
+use hookledger::internals::SigningKey;
 
 #[derive(Parser)]
 struct Args {
@@ -48,13 +48,13 @@ async fn receive(State(app): State<Arc<App>>, headers: HeaderMap, body: Bytes) -
             .unwrap_or("")
             .to_string()
     };
-    let id = header(standard::ID_HEADER);
+    let id = header("webhook-id");
     let verified = app.key.verify(
         &id,
-        &header(standard::TIMESTAMP_HEADER),
-        &header(standard::SIGNATURE_HEADER),
+        &header("webhook-timestamp"),
+        &header("webhook-signature"),
         &body,
-        hookledger::unix_now(),
+        hookledger::internals::unix_now(),
         300,
     );
     if let Err(e) = verified {

@@ -1,112 +1,232 @@
-//! Settings for `serve`, their defaults (each with its reason) and validation.
+//! One configuration: every setting of `serve`, its default (each with its reason) and its
+//! validation. It deserializes (serde) with every field optional; the CLI's flags are an
+//! overlay on it (`cli/serve.rs`), and the parts borrow their section of it.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::bail;
+use serde::Deserialize;
 
-use crate::source::standard::SigningKey;
 use crate::source::Secret;
 
 /// Stripe's payloads are a few KB; 1 MiB leaves room for the largest real events while a
 /// hostile sender cannot make us buffer more than that per request.
-pub const DEFAULT_MAX_BODY: usize = 1024 * 1024;
+pub(crate) const DEFAULT_MAX_BODY: usize = 1024 * 1024;
 
 /// A client that has not sent its headers or body within this time is cut off, so slow
 /// senders cannot hold connections (Stripe itself times out after ~10 s).
-pub const DEFAULT_READ_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const DEFAULT_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Open connections beyond this are refused with a 503 at once. Each idle connection costs a
 /// few KB; the cap bounds memory and file descriptors under a flood.
-pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
+pub(crate) const DEFAULT_MAX_CONNECTIONS: usize = 1024;
 
-/// Credits granted per paid invoice (DESIGN §4).
-pub const DEFAULT_CREDITS_PER_INVOICE: i64 = 100;
+/// Where `serve` listens unless told otherwise: loopback, behind a TLS proxy.
+pub(crate) const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
+
+/// The database file unless told otherwise, in the working directory.
+pub(crate) const DEFAULT_DB: &str = "./hookledger.db";
+
+/// Default maximum jobs per transaction. Past a few hundred the batch's fsync is already
+/// amortised, and a bounded batch keeps the latency of its first job bounded.
+pub(crate) const DEFAULT_BATCH_MAX: usize = 256;
+
+/// Default queue depth: about two full batches. A deeper queue only adds latency under
+/// overload; the provider retries a 503 anyway.
+pub(crate) const DEFAULT_QUEUE_DEPTH: usize = 512;
+
+/// How long a write waits for another process's lock on the database before the request gets
+/// a 503: long enough to ride out a CLI command, short enough that the provider gets its
+/// answer long before its own timeout (Stripe: ~10 s).
+pub(crate) const DEFAULT_BUSY_TIMEOUT: Duration = crate::store::sqlite::DEFAULT_BUSY_TIMEOUT;
+
+/// Stripe's own SDKs default to 300 s; it bounds how long a captured request can be replayed.
+pub(crate) const DEFAULT_TOLERANCE_SECS: u64 = crate::source::stripe::DEFAULT_TOLERANCE_SECS;
+
+/// Credits granted per paid invoice by the `stripe-billing` handler.
+pub(crate) const DEFAULT_CREDITS_PER_INVOICE: i64 =
+    crate::handler::stripe_billing::DEFAULT_CREDITS_PER_INVOICE;
 
 /// Stripe lets people resend events up to 30 days old; the ledger must remember them that long.
-pub const DEFAULT_RETENTION_DAYS: u64 = 30;
+pub(crate) const DEFAULT_RETENTION_DAYS: u64 = 30;
 
 /// Stripe retries a failed delivery for 3 days; a ledger that forgets sooner would apply a
 /// retried event twice.
-pub const MIN_RETENTION_DAYS: u64 = 3;
+pub(crate) const MIN_RETENTION_DAYS: u64 = 3;
+
+/// Default timeout of one delivery request: an app that takes longer is treated as failed.
+pub(crate) const DEFAULT_FORWARD_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Everything `serve` needs. `Debug` shows no secret.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    pub http: HttpConfig,
+    pub storage: StorageConfig,
+    pub writer: WriterConfig,
+    pub stripe: StripeConfig,
+    /// Delivery of every processed event to the app; `None` without `--forward-to`.
+    pub forward: Option<ForwardConfig>,
+    pub retention: RetentionConfig,
+}
+
+/// The webhook listener and its limits.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HttpConfig {
+    pub listen: SocketAddr,
+    pub max_body: usize,
+    #[serde(with = "duration")]
+    pub read_timeout: Duration,
+    pub max_connections: usize,
+}
+
+/// The database.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StorageConfig {
+    pub db: PathBuf,
+    #[serde(with = "duration")]
+    pub busy_timeout: Duration,
+}
+
+/// The writer's batches and queue.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct WriterConfig {
+    /// Most events per transaction (1 = one fsync per event).
+    pub batch_max: usize,
+    /// Events waiting for the writer beyond this get a 503.
+    pub queue_depth: usize,
+}
+
+/// The `stripe` source (`POST /webhooks/stripe`) with the `stripe-billing` handler.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StripeConfig {
+    /// Any one may match (rotation).
+    pub secrets: Vec<Secret>,
+    /// Seconds a signature's timestamp may be old (or ahead); 0 turns the check off.
+    pub tolerance: u64,
+    pub credits_per_invoice: i64,
+}
 
 /// Where and how to forward processed events to the app.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct ForwardConfig {
     pub url: String,
-    pub key: SigningKey,
+    /// The Standard Webhooks signing secret (`whsec_<base64>`).
+    pub secret: Secret,
     /// Delays between attempts; after the last one a row is dead.
+    #[serde(default = "crate::outbox::default_schedule", with = "durations")]
     pub schedule: Vec<Duration>,
+    #[serde(default = "default_forward_timeout", with = "duration")]
     pub timeout: Duration,
 }
 
-/// Everything `serve` needs. `Debug` shows no secret.
-#[derive(Debug, Clone)]
-pub struct Config {
-    pub listen: SocketAddr,
-    pub db: PathBuf,
-    pub stripe_secrets: Vec<Secret>,
-    pub tolerance_secs: u64,
-    pub max_body: usize,
-    pub read_timeout: Duration,
-    pub max_connections: usize,
-    pub credits_per_invoice: i64,
-    pub batch_max: usize,
-    pub queue_depth: usize,
-    pub busy_timeout: Duration,
-    pub forward: Option<ForwardConfig>,
-    pub retention_days: u64,
+/// What the ledger remembers.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RetentionConfig {
+    /// Days the ledger remembers events (at least [`MIN_RETENTION_DAYS`]).
+    pub days: u64,
 }
 
-impl Config {
-    /// A config with every default, for `db` and `secrets`; the listener is chosen by the caller.
-    pub fn new(db: PathBuf, stripe_secrets: Vec<Secret>) -> Self {
-        Config {
-            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
-            db,
-            stripe_secrets,
-            tolerance_secs: crate::source::stripe::DEFAULT_TOLERANCE_SECS,
+impl Default for HttpConfig {
+    fn default() -> Self {
+        HttpConfig {
+            listen: DEFAULT_LISTEN.parse().expect("a valid address"),
             max_body: DEFAULT_MAX_BODY,
             read_timeout: DEFAULT_READ_TIMEOUT,
             max_connections: DEFAULT_MAX_CONNECTIONS,
-            credits_per_invoice: DEFAULT_CREDITS_PER_INVOICE,
-            batch_max: crate::writer::DEFAULT_BATCH_MAX,
-            queue_depth: crate::writer::DEFAULT_QUEUE_DEPTH,
-            busy_timeout: crate::store::sqlite::DEFAULT_BUSY_TIMEOUT,
-            forward: None,
-            retention_days: DEFAULT_RETENTION_DAYS,
         }
+    }
+}
+
+impl Default for StorageConfig {
+    fn default() -> Self {
+        StorageConfig {
+            db: PathBuf::from(DEFAULT_DB),
+            busy_timeout: DEFAULT_BUSY_TIMEOUT,
+        }
+    }
+}
+
+impl Default for WriterConfig {
+    fn default() -> Self {
+        WriterConfig {
+            batch_max: DEFAULT_BATCH_MAX,
+            queue_depth: DEFAULT_QUEUE_DEPTH,
+        }
+    }
+}
+
+impl Default for StripeConfig {
+    fn default() -> Self {
+        StripeConfig {
+            secrets: Vec::new(),
+            tolerance: DEFAULT_TOLERANCE_SECS,
+            credits_per_invoice: DEFAULT_CREDITS_PER_INVOICE,
+        }
+    }
+}
+
+impl Default for RetentionConfig {
+    fn default() -> Self {
+        RetentionConfig {
+            days: DEFAULT_RETENTION_DAYS,
+        }
+    }
+}
+
+fn default_forward_timeout() -> Duration {
+    DEFAULT_FORWARD_TIMEOUT
+}
+
+impl Config {
+    /// A config with every default, for `db` and the Stripe `secrets`.
+    pub fn new(db: PathBuf, stripe_secrets: Vec<Secret>) -> Self {
+        let mut config = Config::default();
+        config.storage.db = db;
+        config.stripe.secrets = stripe_secrets;
+        config
     }
 
     /// Refuses settings that cannot work, with a message that says what to change.
     pub fn validate(&self) -> anyhow::Result<()> {
-        if self.stripe_secrets.is_empty() {
+        if self.stripe.secrets.is_empty() {
             bail!(
                 "no Stripe signing secret: set STRIPE_WEBHOOK_SECRET=whsec_... (comma-separated \
                  during rotation) or pass --stripe-secret / --stripe-secret-file"
             );
         }
         if self
-            .stripe_secrets
+            .stripe
+            .secrets
             .iter()
             .any(|s| s.expose().trim().is_empty())
         {
             bail!("a Stripe signing secret is empty (check for a stray comma in STRIPE_WEBHOOK_SECRET)");
         }
-        if self.max_body == 0 {
+        if self.http.max_body == 0 {
             bail!("--max-body must be at least 1 byte");
         }
-        if self.batch_max == 0 || self.queue_depth == 0 || self.max_connections == 0 {
+        if self.writer.batch_max == 0
+            || self.writer.queue_depth == 0
+            || self.http.max_connections == 0
+        {
             bail!("--batch-max, --queue-depth and --max-connections must be at least 1");
         }
-        check_retention(self.retention_days)?;
+        check_retention(self.retention.days)?;
         Ok(())
     }
 }
 
 /// A retention shorter than the provider's retry window would let a retry apply twice.
-pub fn check_retention(days: u64) -> anyhow::Result<()> {
+pub(crate) fn check_retention(days: u64) -> anyhow::Result<()> {
     if days < MIN_RETENTION_DAYS {
         bail!(
             "retention of {days} day(s) is shorter than Stripe's retry window of \
@@ -118,7 +238,7 @@ pub fn check_retention(days: u64) -> anyhow::Result<()> {
 }
 
 /// Splits a comma-separated secret list (as in `STRIPE_WEBHOOK_SECRET=whsec_a,whsec_b`).
-pub fn parse_secret_list(list: &str) -> Vec<Secret> {
+pub(crate) fn parse_secret_list(list: &str) -> Vec<Secret> {
     list.split(',')
         .map(str::trim)
         .filter(|s| !s.is_empty())
@@ -127,7 +247,7 @@ pub fn parse_secret_list(list: &str) -> Vec<Secret> {
 }
 
 /// Parses `250ms`, `5s`, `2m`, `1h`, `3d` (a bare number is seconds).
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
+pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
     let split = text
         .find(|c: char| !c.is_ascii_digit())
@@ -149,6 +269,32 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         }
     };
     Ok(Duration::from_secs(n * unit_secs))
+}
+
+/// A duration in a config file, written as [`parse_duration`] reads it (`"5s"`).
+mod duration {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer};
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        let text = String::deserialize(d)?;
+        super::parse_duration(&text).map_err(serde::de::Error::custom)
+    }
+}
+
+/// A list of durations in a config file (`["5s", "1m"]`).
+mod durations {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer};
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Duration>, D::Error> {
+        Vec::<String>::deserialize(d)?
+            .iter()
+            .map(|text| super::parse_duration(text).map_err(serde::de::Error::custom))
+            .collect()
+    }
 }
 
 #[cfg(test)]
@@ -180,6 +326,25 @@ mod tests {
             !shown.contains("whsec_abc") && !shown.contains("whsec_def"),
             "{shown}"
         );
-        assert_eq!(config.stripe_secrets.len(), 2);
+        assert_eq!(config.stripe.secrets.len(), 2);
+    }
+
+    #[test]
+    fn deserializes_with_defaults_and_refuses_unknown_keys() {
+        let config: Config = serde_json::from_str(
+            r#"{"http": {"listen": "127.0.0.1:9000", "read_timeout": "3s"},
+                "stripe": {"secrets": ["whsec_a"]},
+                "forward": {"url": "http://127.0.0.1:3000/hooks", "secret": "whsec_b"}}"#,
+        )
+        .unwrap();
+        assert_eq!(config.http.listen.port(), 9000);
+        assert_eq!(config.http.read_timeout, Duration::from_secs(3));
+        assert_eq!(config.http.max_body, DEFAULT_MAX_BODY);
+        assert_eq!(config.stripe.tolerance, DEFAULT_TOLERANCE_SECS);
+        let forward = config.forward.unwrap();
+        assert_eq!(forward.schedule, crate::outbox::default_schedule());
+        assert_eq!(forward.timeout, DEFAULT_FORWARD_TIMEOUT);
+        let err = serde_json::from_str::<Config>(r#"{"http": {"port": 1}}"#).unwrap_err();
+        assert!(err.to_string().contains("unknown field `port`"), "{err}");
     }
 }

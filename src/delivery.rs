@@ -14,7 +14,8 @@
 //! # Failure modes
 //! - 2xx → done. 410 Gone → dead at once (the app says the endpoint is gone).
 //! - Any other status, a timeout, a refused connection → retried after the next delay of the
-//!   schedule, ±20 % jitter, later if the app's `Retry-After` asks (at most [`MAX_RETRY_AFTER`]).
+//!   schedule, ±20 % jitter, later if the app's `Retry-After` asks (at most
+//!   [`crate::outbox::MAX_RETRY_AFTER`]).
 //! - Schedule used up → dead, with `last_error`. `hookledger outbox retry` revives dead rows.
 //! - The database is unavailable → the worker logs, waits and polls again; nothing is lost
 //!   because nothing is marked before it happened.
@@ -26,81 +27,71 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::config::ForwardConfig;
-use crate::outbox::{self, Attempt, PendingRow};
+use crate::outbox::{next_delay, Attempt, PendingRow};
 use crate::source::standard::{self, SigningKey};
-use crate::store::sqlite::ReadPool;
+use crate::store::sqlite::{self, ReadPool};
+use crate::store::Write;
 use crate::unix_now;
 use crate::writer::WriterHandle;
-
-/// The default schedule: quick retries for blips, then hourly doubling for outages, then
-/// every 8 h until 3 days after the first attempt (as long as Stripe itself retries).
-pub fn default_schedule() -> Vec<Duration> {
-    let mut schedule: Vec<Duration> = [5, 30, 120, 600, 1800, 3600, 7200, 14_400, 28_800]
-        .into_iter()
-        .map(Duration::from_secs)
-        .collect();
-    let three_days = Duration::from_secs(3 * 86_400);
-    while schedule.iter().sum::<Duration>() + Duration::from_secs(28_800) <= three_days {
-        schedule.push(Duration::from_secs(28_800));
-    }
-    schedule
-}
-
-/// An app's `Retry-After` can push a retry later than the schedule, but not past this.
-pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
-
-/// Default timeout of one delivery request: an app that takes longer is treated as failed.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How long the worker sleeps when nothing is due and nobody wakes it (it also picks up rows
 /// revived by the CLI from another process).
 const IDLE_POLL: Duration = Duration::from_secs(1);
 
-/// Rows fetched per poll.
+/// Rows fetched per poll: one poll's worth of deliveries at a few per second, small enough
+/// that rows revived meanwhile (by the CLI) wait at most one round.
 const BATCH: usize = 32;
 
-/// The delay before attempt number `attempts + 1` (after `attempts` failures), or `None` when
-/// the schedule is used up. `retry_after` (from the app) can make it later, within bounds.
-pub fn next_delay(
-    schedule: &[Duration],
-    attempts: usize,
-    retry_after: Option<Duration>,
-) -> Option<Duration> {
-    let base = *schedule.get(attempts.checked_sub(1)?)?;
-    let jitter = 0.8 + fastrand::f64() * 0.4;
-    let delay = base.mul_f64(jitter);
-    Some(match retry_after {
-        Some(asked) => delay.max(asked.min(MAX_RETRY_AFTER)),
-        None => delay,
-    })
+/// Where and how the worker delivers: [`ForwardConfig`] with its secret decoded.
+pub(crate) struct Target {
+    url: String,
+    key: SigningKey,
+    schedule: Vec<Duration>,
+    timeout: Duration,
+}
+
+impl Target {
+    /// Decodes the forwarding secret; a bad one is refused here, at start-up.
+    pub(crate) fn new(config: &ForwardConfig) -> anyhow::Result<Target> {
+        let key = SigningKey::from_secret(config.secret.expose()).map_err(anyhow::Error::msg)?;
+        Ok(Target {
+            url: config.url.clone(),
+            key,
+            schedule: config.schedule.clone(),
+            timeout: config.timeout,
+        })
+    }
 }
 
 /// Handle to the running worker. `stop` lets it finish its current attempt and end.
-pub struct Worker {
+pub(crate) struct Worker {
+    /// Set by `stop`; the thread checks it between attempts and ends.
     stop: Arc<AtomicBool>,
+    /// The worker's own wake-up channel (shared with the writer's [`Waker`]): `stop` sends on
+    /// it so a sleeping worker sees the flag at once.
     wake: SyncSender<()>,
     thread: JoinHandle<()>,
 }
 
 /// Wakes the worker (after a commit that queued rows). Never blocks.
 #[derive(Clone)]
-pub struct Waker(SyncSender<()>);
+pub(crate) struct Waker(SyncSender<()>);
 
 impl Waker {
-    pub fn wake(&self) {
+    pub(crate) fn wake(&self) {
         let _ = self.0.try_send(());
     }
 }
 
 impl Worker {
     /// The waker to give the writer before the worker starts.
-    pub fn channel() -> (Waker, Receiver<()>) {
+    pub(crate) fn channel() -> (Waker, Receiver<()>) {
         let (tx, rx) = mpsc::sync_channel(1);
         (Waker(tx), rx)
     }
 
-    pub fn spawn(
-        config: ForwardConfig,
+    pub(crate) fn spawn(
+        config: Target,
         pool: ReadPool,
         writer: WriterHandle,
         waker: Waker,
@@ -119,7 +110,7 @@ impl Worker {
     }
 
     /// Asks the worker to stop after its current attempt and waits for it.
-    pub fn stop(self) {
+    pub(crate) fn stop(self) {
         self.stop.store(true, Ordering::SeqCst);
         let _ = self.wake.try_send(());
         if self.thread.join().is_err() {
@@ -129,7 +120,7 @@ impl Worker {
 }
 
 fn run(
-    config: &ForwardConfig,
+    config: &Target,
     pool: &ReadPool,
     writer: &WriterHandle,
     woken: &Receiver<()>,
@@ -157,13 +148,9 @@ fn run(
             if stop.load(Ordering::SeqCst) {
                 break;
             }
-            let attempt = attempt(&agent, config, &row);
-            let now = unix_now();
             let id = row.id;
-            let recorded = attempt.clone();
-            if let Err(e) =
-                writer.run_blocking(Box::new(move |tx| outbox::record(tx, id, &recorded, now)))
-            {
+            let attempt = attempt(&agent, config, &row);
+            if let Err(e) = writer.run_blocking(Write::Record { id, attempt }) {
                 // Not marked: the row stays pending and is attempted again (at least once),
                 // after a pause so a database that refuses writes is not met with a tight loop.
                 log::error!("outbox: cannot record attempt on row {id}: {e}");
@@ -176,7 +163,7 @@ fn run(
 }
 
 fn poll(pool: &ReadPool) -> anyhow::Result<Vec<PendingRow>> {
-    Ok(outbox::due(&*pool.get()?, unix_now(), BATCH)?)
+    Ok(sqlite::outbox::due(&*pool.get()?, unix_now(), BATCH)?)
 }
 
 /// How long to sleep until the next row is due (at most [`IDLE_POLL`]).
@@ -184,7 +171,7 @@ fn idle_wait(pool: &ReadPool) -> Duration {
     let next = pool
         .get()
         .ok()
-        .and_then(|conn| outbox::next_due_at(&conn).ok().flatten());
+        .and_then(|conn| sqlite::outbox::next_due_at(&conn).ok().flatten());
     match next {
         Some(at) => Duration::from_secs(at.saturating_sub(unix_now()).max(0) as u64)
             .clamp(Duration::from_millis(50), IDLE_POLL),
@@ -193,8 +180,10 @@ fn idle_wait(pool: &ReadPool) -> Duration {
 }
 
 /// One delivery attempt of `row`, classified.
-fn attempt(agent: &ureq::Agent, config: &ForwardConfig, row: &PendingRow) -> Attempt {
-    let attempts = usize::try_from(row.attempts).unwrap_or(usize::MAX) + 1;
+fn attempt(agent: &ureq::Agent, config: &Target, row: &PendingRow) -> Attempt {
+    let attempts = usize::try_from(row.attempts)
+        .unwrap_or(usize::MAX)
+        .saturating_add(1);
     let failed = |error: String, retry_after: Option<Duration>| match next_delay(
         &config.schedule,
         attempts,
@@ -308,41 +297,5 @@ mod tests {
         assert_eq!(parse_retry_after(&earlier, now), Some(Duration::ZERO));
         assert_eq!(parse_retry_after("soon", now), None);
         assert_eq!(parse_retry_after("-5", now), None);
-    }
-
-    #[test]
-    fn default_schedule_spans_three_days() {
-        let s = default_schedule();
-        assert_eq!(s[0], Duration::from_secs(5));
-        assert_eq!(s[8], Duration::from_secs(8 * 3600));
-        let total: Duration = s.iter().sum();
-        assert!(total <= Duration::from_secs(3 * 86_400), "{total:?}");
-        assert!(
-            total > Duration::from_secs(3 * 86_400 - 8 * 3600),
-            "{total:?}"
-        );
-    }
-
-    #[test]
-    fn delays_follow_the_schedule_with_jitter_and_bounded_retry_after() {
-        let s = [Duration::from_secs(10), Duration::from_secs(100)];
-        for _ in 0..100 {
-            let d = next_delay(&s, 1, None).unwrap();
-            assert!(
-                d >= Duration::from_secs(8) && d <= Duration::from_secs(12),
-                "{d:?}"
-            );
-        }
-        assert!(next_delay(&s, 2, None).unwrap() >= Duration::from_secs(80));
-        assert_eq!(next_delay(&s, 3, None), None, "schedule used up");
-        let asked = next_delay(&s, 1, Some(Duration::from_secs(600))).unwrap();
-        assert_eq!(asked, Duration::from_secs(600));
-        let capped = next_delay(&s, 1, Some(Duration::from_secs(999_999))).unwrap();
-        assert_eq!(capped, MAX_RETRY_AFTER);
-        let sooner = next_delay(&s, 1, Some(Duration::from_secs(1))).unwrap();
-        assert!(
-            sooner >= Duration::from_secs(8),
-            "never sooner than the schedule"
-        );
     }
 }

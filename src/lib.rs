@@ -2,35 +2,81 @@
 //! one SQLite file.
 //!
 //! The crate in the order a request travels:
-//! - [`http::server`]: HTTP lifecycle (bind, routes, limits, graceful shutdown);
-//! - [`http::ingest`]: THE request path: body → verify → parse → writer → response;
-//! - [`source`]: signature schemes (Stripe in, Standard Webhooks out);
-//! - [`event`]: verified bytes → typed event;
-//! - [`writer`]: the single writer thread and group commit;
-//! - [`store::sqlite::ledger`]: the claim (`INSERT OR IGNORE`);
-//! - [`handler::stripe_billing`]: guarded upserts of business state;
-//! - [`outbox`]: effects queued in the transaction; [`delivery`]: the worker that delivers
-//!   them to the app after commit;
-//! - [`retention`]: pruning what the provider can no longer resend;
-//! - [`store::sqlite`]: open, pragmas, migrations, read pool.
+//! - `http/server.rs`: the accept loop, limits and graceful shutdown; `http/ingest.rs`: THE
+//!   request path (source → body → verify → envelope → handlers prepare → writer → reply);
+//!   `http/error.rs`: the one table from an error to its status;
+//! - `source/`: who sends and how their requests are verified and read: one [`Scheme`] shape,
+//!   Stripe and Standard Webhooks behind it;
+//! - `event.rs`: the verified [`Event`], the same for every source;
+//! - `writer.rs`: the single writer thread, its queue, group commit and the replies after
+//!   COMMIT (no SQL, no provider);
+//! - `store/`: what the writer and the workers need from a database; `store/sqlite/`: the
+//!   transactions, the claim (`INSERT OR IGNORE`), the outbox and retention SQL, migrations,
+//!   the checkpointer;
+//! - `handler/`: the [`Handler`] trait, run inside the claim's transaction, and the
+//!   `stripe-billing` handler;
+//! - `outbox.rs`, `delivery.rs`: external calls queued in the transaction, delivered to the
+//!   app after commit; `retention.rs`: pruning what the provider can no longer resend.
 //!
-//! Around it: [`config`] (settings and defaults), [`cli`] (subcommands), [`dev`] (signing
-//! and sending events, as Stripe does, and the demo).
+//! Around it: `app.rs` ([`Hookledger`]: open, router, serve), `config.rs` ([`Config`], every
+//! default with its reason), `cli/` (the subcommands) and `dev/` (the demo, signing and
+//! sending events as a provider does, sample events).
+//!
+//! [`Scheme`]: crate::source
+//! [`Event`]: crate::Event
 
-pub mod bench;
-pub mod cli;
-pub mod config;
-pub mod delivery;
-pub mod dev;
-pub mod event;
-pub mod handler;
-pub mod http;
-pub mod loadgen;
-pub mod outbox;
-pub mod retention;
-pub mod source;
-pub mod store;
-pub mod writer;
+mod app;
+mod cli;
+mod config;
+mod delivery;
+mod dev;
+mod event;
+mod handler;
+mod http;
+mod outbox;
+mod retention;
+mod source;
+mod store;
+mod writer;
+
+pub use app::{Hookledger, RunningServer};
+pub use config::{
+    Config, ForwardConfig, HttpConfig, RetentionConfig, StorageConfig, StripeConfig, WriterConfig,
+};
+pub use event::{Event, JsonError, ParseError};
+pub use handler::{Handler, Prepared, Tx};
+pub use source::{Secret, VerifyError};
+pub use store::{Outcome, StoreError};
+
+/// The command line, for the `hookledger` binary.
+#[doc(hidden)]
+pub use cli::{run as run_cli, Cli, Command as CliCommand, Exit};
+
+/// Not a stable API: what the project's own tests, fuzz targets and tools (bench, load
+/// generator) reach inside the crate. Embedding apps use the items at the crate root.
+#[doc(hidden)]
+pub mod internals {
+    pub use crate::dev::client::{Client, Reply, TransportError};
+    pub use crate::dev::stripe_samples::{invoice_event, subscription_event};
+    pub use crate::source::standard::SigningKey;
+    pub use crate::source::Envelope;
+    pub use crate::unix_now;
+
+    /// Stripe's signature scheme: sign, parse and verify.
+    pub mod stripe {
+        pub use crate::source::stripe::{
+            compute, envelope, parse_header, sign, verify, SignatureHeader, DEFAULT_TOLERANCE_SECS,
+            HEADER,
+        };
+    }
+
+    pub use crate::writer::ceiling::writer_ceiling;
+
+    /// The Stripe billing handler's decoding, for the fuzz targets.
+    pub mod stripe_billing {
+        pub use crate::handler::stripe_billing::{decode, Change};
+    }
+}
 
 /// Seconds since the Unix epoch.
 pub fn unix_now() -> i64 {

@@ -4,13 +4,13 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use hookledger::cli::{self, Cli, Exit};
+use hookledger::{run_cli, Cli, CliCommand, Exit};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     // The demo prints its own table; its server's log shows only warnings and errors.
     let default_level = match cli.command {
-        cli::Command::Demo => "warn",
+        CliCommand::Demo => "warn",
         _ => "info",
     };
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(default_level))
@@ -28,7 +28,7 @@ fn main() -> ExitCode {
             )
         })
         .init();
-    match cli::run(cli) {
+    match run_cli(cli) {
         Ok(Exit::Ok) => ExitCode::SUCCESS,
         Ok(Exit::Failed) => ExitCode::from(1),
         Err(e) => {

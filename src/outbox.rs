@@ -1,66 +1,26 @@
-//! The outbox: external effects written in the event's transaction, delivered after commit.
+//! The outbox: external calls written in the event's transaction as rows with a unique
+//! `(kind, key)`, delivered after commit by the worker ([`crate::delivery`]). This module holds
+//! what is the same on every store: the row as the worker sees it, the result of an attempt,
+//! and the retry schedule (data, not code). The SQL is the store's.
 
-use rusqlite::{params, Connection};
+use std::time::Duration;
 
 /// Outbox kind for "POST this event to the app".
-pub const FORWARD: &str = "forward";
-
-/// Queues an effect inside the caller's transaction. `(kind, key)` is unique, so a replayed
-/// enqueue of the same effect adds nothing.
-pub fn enqueue(
-    tx: &Connection,
-    kind: &str,
-    key: &str,
-    payload: &[u8],
-    now: i64,
-) -> rusqlite::Result<bool> {
-    let inserted = tx
-        .prepare_cached(
-            "INSERT OR IGNORE INTO outbox (kind, key, payload, status, next_attempt_at, created_at)
-             VALUES (?1, ?2, ?3, 'pending', ?4, ?4)",
-        )?
-        .execute(params![kind, key, payload, now])?;
-    Ok(inserted == 1)
-}
+pub(crate) const FORWARD: &str = "forward";
 
 /// A pending row, as the worker reads it.
 #[derive(Debug, Clone)]
-pub struct PendingRow {
-    pub id: i64,
-    pub kind: String,
-    pub key: String,
-    pub payload: Vec<u8>,
-    pub attempts: i64,
-}
-
-/// Up to `limit` pending rows that are due at `now`, in id order.
-pub fn due(conn: &Connection, now: i64, limit: usize) -> rusqlite::Result<Vec<PendingRow>> {
-    conn.prepare_cached(
-        "SELECT id, kind, key, payload, attempts FROM outbox
-         WHERE status = 'pending' AND next_attempt_at <= ?1
-         ORDER BY id LIMIT ?2",
-    )?
-    .query_map(params![now, limit as i64], |r| {
-        Ok(PendingRow {
-            id: r.get(0)?,
-            kind: r.get(1)?,
-            key: r.get(2)?,
-            payload: r.get(3)?,
-            attempts: r.get(4)?,
-        })
-    })?
-    .collect()
-}
-
-/// When the next pending row is due, if any.
-pub fn next_due_at(conn: &Connection) -> rusqlite::Result<Option<i64>> {
-    conn.prepare_cached("SELECT min(next_attempt_at) FROM outbox WHERE status = 'pending'")?
-        .query_row([], |r| r.get(0))
+pub(crate) struct PendingRow {
+    pub(crate) id: i64,
+    pub(crate) kind: String,
+    pub(crate) key: String,
+    pub(crate) payload: Vec<u8>,
+    pub(crate) attempts: i64,
 }
 
 /// The result of one delivery attempt, written back by the writer.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Attempt {
+pub(crate) enum Attempt {
     Delivered,
     /// Try again at `at` (Unix seconds).
     Retry {
@@ -72,66 +32,76 @@ pub enum Attempt {
     },
 }
 
-/// Records an attempt on row `id`. Only a pending row changes (a concurrent `outbox retry`
-/// or prune wins).
-pub fn record(tx: &Connection, id: i64, attempt: &Attempt, now: i64) -> rusqlite::Result<u64> {
-    let changed = match attempt {
-        Attempt::Delivered => tx
-            .prepare_cached(
-                "UPDATE outbox SET status = 'done', attempts = attempts + 1, done_at = ?2,
-                     last_error = NULL
-                 WHERE id = ?1 AND status = 'pending'",
-            )?
-            .execute(params![id, now])?,
-        Attempt::Retry { at, error } => tx
-            .prepare_cached(
-                "UPDATE outbox SET attempts = attempts + 1, next_attempt_at = ?2, last_error = ?3
-                 WHERE id = ?1 AND status = 'pending'",
-            )?
-            .execute(params![id, at, error])?,
-        Attempt::Dead { error } => tx
-            .prepare_cached(
-                "UPDATE outbox SET status = 'dead', attempts = attempts + 1, last_error = ?2
-                 WHERE id = ?1 AND status = 'pending'",
-            )?
-            .execute(params![id, error])?,
-    };
-    Ok(changed as u64)
+/// The default schedule: quick retries for blips, then hourly doubling for outages, then
+/// every 8 h until 3 days after the first attempt (as long as Stripe itself retries).
+pub(crate) fn default_schedule() -> Vec<Duration> {
+    let mut schedule: Vec<Duration> = [5, 30, 120, 600, 1800, 3600, 7200, 14_400, 28_800]
+        .into_iter()
+        .map(Duration::from_secs)
+        .collect();
+    let three_days = Duration::from_secs(3 * 86_400);
+    while schedule.iter().sum::<Duration>() + Duration::from_secs(28_800) <= three_days {
+        schedule.push(Duration::from_secs(28_800));
+    }
+    schedule
 }
 
-/// Puts row `id` back to pending with a fresh schedule. Returns whether a row changed.
-pub fn retry(tx: &Connection, id: i64, now: i64) -> rusqlite::Result<bool> {
-    let changed = tx
-        .prepare_cached(
-            "UPDATE outbox SET status = 'pending', attempts = 0, next_attempt_at = ?2,
-                 done_at = NULL
-             WHERE id = ?1 AND status = 'dead'",
-        )?
-        .execute(params![id, now])?;
-    Ok(changed == 1)
+/// An app's `Retry-After` can push a retry later than the schedule, but not past this.
+pub(crate) const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
+
+/// The delay before attempt number `attempts + 1` (after `attempts` failures), or `None` when
+/// the schedule is used up. `retry_after` (from the app) can make it later, within bounds.
+pub(crate) fn next_delay(
+    schedule: &[Duration],
+    attempts: usize,
+    retry_after: Option<Duration>,
+) -> Option<Duration> {
+    let base = *schedule.get(attempts.checked_sub(1)?)?;
+    let jitter = 0.8 + fastrand::f64() * 0.4;
+    let delay = base.mul_f64(jitter);
+    Some(match retry_after {
+        Some(asked) => delay.max(asked.min(MAX_RETRY_AFTER)),
+        None => delay,
+    })
 }
 
-/// Puts every dead row back to pending with a fresh schedule. Returns how many.
-pub fn retry_all_dead(tx: &Connection, now: i64) -> rusqlite::Result<usize> {
-    tx.prepare_cached(
-        "UPDATE outbox SET status = 'pending', attempts = 0, next_attempt_at = ?1, done_at = NULL
-         WHERE status = 'dead'",
-    )?
-    .execute([now])
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-/// Queues a new forward of a stored event (a replay), or puts its existing row back to
-/// pending. Returns false if the event is not in the ledger.
-pub fn replay(tx: &Connection, event_id: &str, now: i64) -> rusqlite::Result<bool> {
-    let changed = tx
-        .prepare_cached(
-            "INSERT INTO outbox (kind, key, payload, status, next_attempt_at, created_at)
-             SELECT ?1, event_id, payload, 'pending', ?3, ?3 FROM webhook_events
-             WHERE event_id = ?2 AND payload IS NOT NULL
-             ON CONFLICT (kind, key) DO UPDATE SET
-                 status = 'pending', attempts = 0, next_attempt_at = ?3, done_at = NULL,
-                 payload = excluded.payload",
-        )?
-        .execute(params![FORWARD, event_id, now])?;
-    Ok(changed == 1)
+    #[test]
+    fn default_schedule_spans_three_days() {
+        let s = default_schedule();
+        assert_eq!(s[0], Duration::from_secs(5));
+        assert_eq!(s[8], Duration::from_secs(8 * 3600));
+        let total: Duration = s.iter().sum();
+        assert!(total <= Duration::from_secs(3 * 86_400), "{total:?}");
+        assert!(
+            total > Duration::from_secs(3 * 86_400 - 8 * 3600),
+            "{total:?}"
+        );
+    }
+
+    #[test]
+    fn delays_follow_the_schedule_with_jitter_and_bounded_retry_after() {
+        let s = [Duration::from_secs(10), Duration::from_secs(100)];
+        for _ in 0..100 {
+            let d = next_delay(&s, 1, None).unwrap();
+            assert!(
+                d >= Duration::from_secs(8) && d <= Duration::from_secs(12),
+                "{d:?}"
+            );
+        }
+        assert!(next_delay(&s, 2, None).unwrap() >= Duration::from_secs(80));
+        assert_eq!(next_delay(&s, 3, None), None, "schedule used up");
+        let asked = next_delay(&s, 1, Some(Duration::from_secs(600))).unwrap();
+        assert_eq!(asked, Duration::from_secs(600));
+        let capped = next_delay(&s, 1, Some(Duration::from_secs(999_999))).unwrap();
+        assert_eq!(capped, MAX_RETRY_AFTER);
+        let sooner = next_delay(&s, 1, Some(Duration::from_secs(1))).unwrap();
+        assert!(
+            sooner >= Duration::from_secs(8),
+            "never sooner than the schedule"
+        );
+    }
 }

@@ -14,46 +14,24 @@ use std::sync::mpsc::{self, RecvTimeoutError, SyncSender};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use rusqlite::{params, Connection};
-
-use crate::writer::{StoreError, WriterHandle};
+use crate::store::{StoreError, Write};
+use crate::writer::WriterHandle;
 
 /// Rows deleted per writer job: small enough that one job takes milliseconds.
-pub const BATCH_ROWS: i64 = 500;
+pub(crate) const BATCH_ROWS: i64 = 500;
 
 /// Delivered outbox rows are kept a week for `outbox list`, then deleted.
-pub const DONE_OUTBOX_KEEP: Duration = Duration::from_secs(7 * 86_400);
+pub(crate) const DONE_OUTBOX_KEEP: Duration = Duration::from_secs(7 * 86_400);
 
-/// How often the background job runs.
-pub const INTERVAL: Duration = Duration::from_secs(3600);
+/// How often the background job runs: the retention age is counted in days, so an hour late
+/// is nothing, and most runs find nothing to delete.
+pub(crate) const INTERVAL: Duration = Duration::from_secs(3600);
 
 /// What one prune deleted.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Pruned {
-    pub events: u64,
-    pub outbox: u64,
-}
-
-/// Deletes up to [`BATCH_ROWS`] ledger rows received before `cutoff`.
-pub fn delete_events_batch(tx: &Connection, cutoff: i64) -> rusqlite::Result<u64> {
-    let n = tx
-        .prepare_cached(
-            "DELETE FROM webhook_events WHERE rowid IN
-                 (SELECT rowid FROM webhook_events WHERE received_at < ?1 LIMIT ?2)",
-        )?
-        .execute(params![cutoff, BATCH_ROWS])?;
-    Ok(n as u64)
-}
-
-/// Deletes up to [`BATCH_ROWS`] done outbox rows delivered before `cutoff`.
-pub fn delete_outbox_batch(tx: &Connection, cutoff: i64) -> rusqlite::Result<u64> {
-    let n = tx
-        .prepare_cached(
-            "DELETE FROM outbox WHERE id IN
-                 (SELECT id FROM outbox WHERE status = 'done' AND done_at < ?1 LIMIT ?2)",
-        )?
-        .execute(params![cutoff, BATCH_ROWS])?;
-    Ok(n as u64)
+pub(crate) struct Pruned {
+    pub(crate) events: u64,
+    pub(crate) outbox: u64,
 }
 
 /// Runs `batch` until it deletes less than a full batch; returns the total.
@@ -69,35 +47,42 @@ fn drain(mut batch: impl FnMut() -> Result<u64, StoreError>) -> Result<u64, Stor
 }
 
 /// One prune as of `now`, each batch through `run` (the writer, or the CLI's connection).
-pub fn prune(
+pub(crate) fn prune(
     now: i64,
     retention_days: u64,
-    mut run: impl FnMut(
-        Box<dyn FnOnce(&Connection) -> rusqlite::Result<u64> + Send>,
-    ) -> Result<u64, StoreError>,
+    mut run: impl FnMut(Write) -> Result<u64, StoreError>,
 ) -> Result<Pruned, StoreError> {
     let event_cutoff = now - (retention_days * 86_400) as i64;
     let outbox_cutoff = now - DONE_OUTBOX_KEEP.as_secs() as i64;
-    let events = drain(|| run(Box::new(move |tx| delete_events_batch(tx, event_cutoff))))?;
-    let outbox = drain(|| run(Box::new(move |tx| delete_outbox_batch(tx, outbox_cutoff))))?;
+    let events = drain(|| {
+        run(Write::PruneEvents {
+            before: event_cutoff,
+        })
+    })?;
+    let outbox = drain(|| {
+        run(Write::PruneOutbox {
+            before: outbox_cutoff,
+        })
+    })?;
     Ok(Pruned { events, outbox })
 }
 
 /// The hourly background job. Dropping or calling `stop` ends it.
-pub struct Retention {
+pub(crate) struct Retention {
+    /// Never sent on: dropping it (in `stop`) wakes the thread, which then ends.
     stop: SyncSender<()>,
     thread: JoinHandle<()>,
 }
 
 impl Retention {
     /// Prunes once at start, then every [`INTERVAL`].
-    pub fn spawn(writer: WriterHandle, retention_days: u64) -> anyhow::Result<Retention> {
+    pub(crate) fn spawn(writer: WriterHandle, retention_days: u64) -> anyhow::Result<Retention> {
         let (stop, stopped) = mpsc::sync_channel::<()>(0);
         let thread = std::thread::Builder::new()
             .name("hookledger-retention".into())
             .spawn(move || loop {
-                match prune(crate::unix_now(), retention_days, |task| {
-                    writer.run_blocking(task)
+                match prune(crate::unix_now(), retention_days, |write| {
+                    writer.run_blocking(write)
                 }) {
                     Ok(p) if p.events + p.outbox > 0 => log::info!(
                         "retention: deleted {} ledger rows older than {retention_days} days and {} delivered outbox rows",
@@ -115,7 +100,7 @@ impl Retention {
         Ok(Retention { stop, thread })
     }
 
-    pub fn stop(self) {
+    pub(crate) fn stop(self) {
         drop(self.stop);
         if self.thread.join().is_err() {
             log::error!("retention thread panicked");

@@ -1,186 +1,121 @@
 //! The single writer: one thread owns the only write connection and applies every write.
 //!
 //! Request handlers (and the outbox worker, and retention) send [`Job`]s over a bounded queue.
-//! The thread takes every queued job (up to `batch_max`), and runs them in one
-//! `BEGIN IMMEDIATE` transaction with a SAVEPOINT per job and one COMMIT: group commit, one
-//! fsync for the whole batch. Because this is the only writer in the process, `BEGIN
-//! IMMEDIATE` never waits on another hookledger thread; it can only wait on another process
-//! (a CLI command, an `sqlite3` shell) and then for at most the busy timeout.
+//! The thread takes every queued job (up to `batch_max`), and runs them in one transaction of
+//! the [`Store`] with a savepoint per job and one commit: group commit, one fsync for the
+//! whole batch. The writer knows no SQL and no provider: what a job does is the store's
+//! ([`Store::apply`], [`Store::write`]).
+//!
+//! On SQLite this is the only writer in the process, so the transaction never waits on another
+//! hookledger thread; it can only wait on another process (a CLI command, an `sqlite3` shell)
+//! and then for at most the busy timeout.
 //!
 //! # Ordering
-//! Each job's reply is sent only after COMMIT returned, so a 200 always means "on disk".
+//! Each job's reply is sent only after the commit returned, so a 200 always means "on disk".
 //! Jobs in a batch run in queue order; two copies of one event in the same batch see each
 //! other's claim, so the second is a duplicate.
 //!
 //! # Failure modes
 //! - A job that fails (a constraint, a trigger's `RAISE(ABORT)`) is rolled back to its own
 //!   savepoint; the other jobs of the batch commit. The failed job gets an error (500).
-//! - If the transaction itself fails (BEGIN busy, COMMIT fails, SQLite rolled the whole
+//! - If the transaction itself fails (begin busy, commit fails, the database rolled the whole
 //!   transaction back after an I/O error or a full disk) every job of the batch gets the
 //!   error; nothing of the batch is on disk.
 //! - A full queue is refused at once (503 + Retry-After), never piled up.
 
 use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use rusqlite::{Connection, ErrorCode};
 use tokio::sync::oneshot;
 
-use crate::event::Event;
-use crate::handler::stripe_billing as state;
-use crate::handler::stripe_billing::Applied;
-use crate::store::sqlite::ledger;
-use crate::{outbox, unix_now};
-
-/// Default maximum jobs per transaction. Past a few hundred the batch's fsync is already
-/// amortised, and a bounded batch keeps the latency of its first job bounded.
-pub const DEFAULT_BATCH_MAX: usize = 256;
-
-/// Default queue depth: about two full batches. A deeper queue only adds latency under
-/// overload; the provider retries a 503 anyway.
-pub const DEFAULT_QUEUE_DEPTH: usize = 512;
-
-/// How often the checkpointer copies the WAL back into the database file.
-const CHECKPOINT_INTERVAL: Duration = Duration::from_millis(500);
-
-/// Why a write did not happen. Mapped to HTTP in `ingest::status`.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum StoreError {
-    #[error("the writer queue is full")]
-    QueueFull,
-    #[error("hookledger is shutting down")]
-    ShuttingDown,
-    #[error("the database is locked by another process: {0}")]
-    Busy(String),
-    #[error("the disk is full: {0}")]
-    DiskFull(String),
-    #[error("database error: {0}")]
-    Database(String),
-}
-
-impl From<rusqlite::Error> for StoreError {
-    fn from(e: rusqlite::Error) -> Self {
-        match e.sqlite_error_code() {
-            Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => {
-                StoreError::Busy(e.to_string())
-            }
-            Some(ErrorCode::DiskFull) => StoreError::DiskFull(e.to_string()),
-            _ => StoreError::Database(e.to_string()),
-        }
-    }
-}
-
-/// What happened to an event that was written.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
-    /// New: claimed, applied and (when forwarding) queued in the outbox.
-    Processed(Applied),
-    /// Its id was already in the ledger; nothing was written.
-    Duplicate,
-}
-
-/// A write run inside the batch transaction under its own savepoint. Returns a count for its
-/// caller (rows deleted, rows updated).
-pub type Task = Box<dyn FnOnce(&Connection) -> rusqlite::Result<u64> + Send>;
+use crate::config::WriterConfig;
+use crate::handler::Submission;
+use crate::store::{Outcome, Store, StoreError, Write};
+use crate::unix_now;
 
 /// One unit of work for the writer.
-pub enum Job {
-    /// A verified webhook event. `reply` receives the outcome after COMMIT.
+pub(crate) enum Job {
+    /// A verified event and its handlers. `reply` receives the outcome after COMMIT.
     Event {
-        event: Event,
+        submission: Submission,
         reply: oneshot::Sender<Result<Outcome, StoreError>>,
     },
-    /// Any other write (outbox results, retention, replays). `reply` after COMMIT.
-    Task {
-        run: Task,
+    /// Any other write (outbox results, retention, replays). `reply` receives the count of
+    /// rows it changed, after COMMIT.
+    Write {
+        write: Write,
         reply: oneshot::Sender<Result<u64, StoreError>>,
     },
-}
-
-/// Settings the writer applies to every event.
-#[derive(Debug, Clone)]
-pub struct WriterConfig {
-    pub batch_max: usize,
-    pub queue_depth: usize,
-    pub credits_per_invoice: i64,
-    /// Write a `forward` outbox row for every processed event.
-    pub forward: bool,
-    /// How long a transaction waits for another process's lock before it fails as busy.
-    pub busy_timeout: Duration,
 }
 
 /// The sending side of the writer's queue. Cloned by every producer; when the last clone is
 /// dropped the writer finishes the queued jobs and its thread ends.
 #[derive(Clone)]
-pub struct WriterHandle {
+pub(crate) struct WriterHandle {
     queue: SyncSender<Job>,
 }
 
 impl WriterHandle {
     /// Queues an event without waiting; a full queue is `QueueFull` at once.
-    pub fn try_submit(
+    pub(crate) fn try_submit(
         &self,
-        event: Event,
+        submission: Submission,
     ) -> Result<oneshot::Receiver<Result<Outcome, StoreError>>, StoreError> {
         let (reply, rx) = oneshot::channel();
-        match self.queue.try_send(Job::Event { event, reply }) {
+        match self.queue.try_send(Job::Event { submission, reply }) {
             Ok(()) => Ok(rx),
             Err(TrySendError::Full(_)) => Err(StoreError::QueueFull),
             Err(TrySendError::Disconnected(_)) => Err(StoreError::ShuttingDown),
         }
     }
 
-    /// Runs `task` in the writer and blocks until it committed. For background threads and
-    /// the CLI, never for the async request path.
-    pub fn run_blocking(&self, task: Task) -> Result<u64, StoreError> {
+    /// Runs `write` in the writer and blocks until it committed. For background threads,
+    /// never for the async request path.
+    pub(crate) fn run_blocking(&self, write: Write) -> Result<u64, StoreError> {
         let (reply, rx) = oneshot::channel();
         self.queue
-            .send(Job::Task { run: task, reply })
+            .send(Job::Write { write, reply })
             .map_err(|_| StoreError::ShuttingDown)?;
         rx.blocking_recv().map_err(|_| StoreError::ShuttingDown)?
     }
 }
 
-/// The running writer thread (and its WAL checkpointer). `join` waits until every job queued
-/// before the last handle was dropped has been committed and answered.
-pub struct Writer {
+/// The running writer thread. `join` waits until every job queued before the last handle was
+/// dropped has been committed and answered.
+pub(crate) struct Writer {
     thread: JoinHandle<()>,
 }
 
 impl Writer {
-    pub fn join(self) {
+    pub(crate) fn join(self) {
         if self.thread.join().is_err() {
             log::error!("writer thread panicked");
         }
     }
 }
 
-/// Starts the writer on `conn` (opened by `db::open_writer`). `on_commit` runs after every
-/// commit that queued outbox rows (it wakes the outbox worker).
-pub fn spawn(
-    conn: Connection,
+/// Starts the writer on `store`. `on_commit` runs after every commit that processed an event
+/// (it wakes the outbox worker).
+pub(crate) fn spawn<S: Store>(
+    store: S,
     config: WriterConfig,
     on_commit: Option<Box<dyn Fn() + Send>>,
-) -> anyhow::Result<(WriterHandle, Writer)> {
-    let checkpoints = Checkpointer::start(&conn, config.busy_timeout)?;
+) -> std::io::Result<(WriterHandle, Writer)> {
     let (queue, rx) = mpsc::sync_channel(config.queue_depth.max(1));
     let thread = std::thread::Builder::new()
         .name("hookledger-writer".into())
-        .spawn(move || {
-            run(conn, rx, &config, on_commit.as_deref());
-            drop(checkpoints);
-        })?;
+        .spawn(move || run(store, rx, config.batch_max, on_commit.as_deref()))?;
     Ok((WriterHandle { queue }, Writer { thread }))
 }
 
-fn run(
-    mut conn: Connection,
+fn run<S: Store>(
+    mut store: S,
     rx: Receiver<Job>,
-    config: &WriterConfig,
+    batch_max: usize,
     on_commit: Option<&(dyn Fn() + Send)>,
 ) {
-    let batch_max = config.batch_max.max(1);
+    let batch_max = batch_max.max(1);
     let mut batch = Vec::with_capacity(batch_max);
     while let Ok(first) = rx.recv() {
         batch.push(first);
@@ -190,8 +125,7 @@ fn run(
                 Err(_) => break,
             }
         }
-        let queued_outbox = run_batch(&mut conn, &mut batch, config);
-        if queued_outbox {
+        if run_batch(&mut store, &mut batch) {
             if let Some(wake) = on_commit {
                 wake();
             }
@@ -203,37 +137,34 @@ fn run(
 /// The result of one job before COMMIT decides whether it stands.
 enum Done {
     Event(Result<Outcome, StoreError>),
-    Task(Result<u64, StoreError>),
+    Write(Result<u64, StoreError>),
 }
 
-/// Runs one batch in one transaction and answers every job. Returns whether outbox rows
-/// were committed.
-fn run_batch(conn: &mut Connection, batch: &mut Vec<Job>, config: &WriterConfig) -> bool {
-    let started = Instant::now();
-    let result = apply_batch(conn, batch, config);
-    let (results, forward) = match result {
-        Ok(done) => {
-            let forward = config.forward
-                && done
-                    .iter()
-                    .any(|d| matches!(d, Done::Event(Ok(Outcome::Processed(_)))));
-            (done, forward)
+impl Done {
+    fn error(&self) -> Option<&StoreError> {
+        match self {
+            Done::Event(r) => r.as_ref().err(),
+            Done::Write(r) => r.as_ref().err(),
         }
+    }
+}
+
+/// Runs one batch in one transaction and answers every job. Returns whether an event was
+/// processed (so the outbox may have new rows).
+fn run_batch<S: Store>(store: &mut S, batch: &mut Vec<Job>) -> bool {
+    let started = Instant::now();
+    let results = match apply_batch(store, batch) {
+        Ok(done) => done,
         Err(e) => {
             log::error!("writer: batch of {} failed: {e}", batch.len());
-            if !conn.is_autocommit() {
-                if let Err(rollback) = conn.execute_batch("ROLLBACK") {
-                    log::error!("writer: rollback failed: {rollback}");
-                }
-            }
-            let failed = batch
+            store.rollback();
+            batch
                 .iter()
                 .map(|job| match job {
                     Job::Event { .. } => Done::Event(Err(e.clone())),
-                    Job::Task { .. } => Done::Task(Err(e.clone())),
+                    Job::Write { .. } => Done::Write(Err(e.clone())),
                 })
-                .collect();
-            (failed, false)
+                .collect()
         }
     };
     log::trace!(
@@ -241,234 +172,251 @@ fn run_batch(conn: &mut Connection, batch: &mut Vec<Job>, config: &WriterConfig)
         batch.len(),
         started.elapsed().as_micros()
     );
+    let processed = results
+        .iter()
+        .any(|d| matches!(d, Done::Event(Ok(Outcome::Processed))));
     for (job, done) in batch.drain(..).zip(results) {
         // A dropped receiver means the client went away; the write stands either way.
         match (job, done) {
             (Job::Event { reply, .. }, Done::Event(r)) => {
                 let _ = reply.send(r);
             }
-            (Job::Task { reply, .. }, Done::Task(r)) => {
+            (Job::Write { reply, .. }, Done::Write(r)) => {
                 let _ = reply.send(r);
             }
             _ => unreachable!("results are built in job order"),
         }
     }
-    forward
+    processed
 }
 
-/// BEGIN IMMEDIATE, one savepoint per job, COMMIT. An `Err` means the whole transaction is
-/// lost; per-job failures are inside the `Ok`.
-fn apply_batch(
-    conn: &mut Connection,
-    batch: &mut [Job],
-    config: &WriterConfig,
-) -> Result<Vec<Done>, StoreError> {
+/// Begin, one savepoint per job, commit. An `Err` means the whole transaction is lost;
+/// per-job failures are inside the `Ok`.
+fn apply_batch<S: Store>(store: &mut S, batch: &mut [Job]) -> Result<Vec<Done>, StoreError> {
     let now = unix_now();
-    conn.execute_batch("BEGIN IMMEDIATE")?;
+    store.begin()?;
     let mut results = Vec::with_capacity(batch.len());
     for job in batch.iter_mut() {
-        conn.prepare_cached("SAVEPOINT job")?.execute([])?;
+        store.savepoint()?;
         let done = match job {
-            Job::Event { event, .. } => Done::Event(apply_event(conn, event, now, config)),
-            Job::Task { run, .. } => {
-                // The task is consumed; a no-op is left in its place.
-                let run = std::mem::replace(run, Box::new(|_| Ok(0)));
-                Done::Task(run(conn).map_err(StoreError::from))
+            Job::Event { submission, .. } => {
+                // The submission is consumed; an empty one is left in its place.
+                Done::Event(store.apply(std::mem::take(submission), now))
             }
+            Job::Write { write, .. } => Done::Write(store.write(write, now)),
         };
-        let failed = match &done {
-            Done::Event(r) => r.as_ref().err(),
-            Done::Task(r) => r.as_ref().err(),
-        };
-        if let Some(e) = failed {
-            if conn.is_autocommit() {
-                // SQLite rolled back the whole transaction (I/O error, full disk, ...).
+        if let Some(e) = done.error() {
+            if store.transaction_lost() {
                 return Err(e.clone());
             }
-            conn.prepare_cached("ROLLBACK TO job")?.execute([])?;
         }
-        conn.prepare_cached("RELEASE job")?.execute([])?;
+        store.release(done.error().is_none())?;
         results.push(done);
     }
-    conn.execute_batch("COMMIT")?;
+    store.commit()?;
     Ok(results)
 }
 
-/// The claim, then the effects, then the outbox row: all or nothing under the savepoint.
-fn apply_event(
-    conn: &Connection,
-    event: &Event,
-    now: i64,
-    config: &WriterConfig,
-) -> Result<Outcome, StoreError> {
-    if !ledger::claim(conn, event, now)? {
-        return Ok(Outcome::Duplicate);
-    }
-    let applied = state::apply(
-        conn,
-        &event.id,
-        event.created,
-        &event.effect,
-        config.credits_per_invoice,
-    )?;
-    if config.forward {
-        outbox::enqueue(conn, outbox::FORWARD, &event.id, &event.body, now)?;
-    }
-    Ok(Outcome::Processed(applied))
-}
+/// The writer without HTTP, for the bench's ceiling: the real store, handler and batch loop.
+pub(crate) mod ceiling {
+    use std::collections::VecDeque;
+    use std::path::Path;
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
 
-/// Copies the WAL back into the database on its own connection and thread, off the commit
-/// path. A PASSIVE checkpoint never blocks the writer or readers; it does what it can and the
-/// next round does the rest. Dropping the value stops the thread after one last checkpoint.
-pub struct Checkpointer {
-    _stop: SyncSender<()>,
-}
+    use anyhow::Context;
 
-impl Checkpointer {
-    /// Turns off SQLite's automatic checkpoints on `writer` (they would run inside COMMIT)
-    /// and starts the background thread on the same file.
-    pub fn start(writer: &Connection, busy_timeout: Duration) -> anyhow::Result<Checkpointer> {
-        writer.pragma_update(None, "wal_autocheckpoint", 0)?;
-        // After a checkpoint resets the WAL, shrink its file back to this size.
-        writer.pragma_update(None, "journal_size_limit", 64 * 1024 * 1024)?;
-        let conn = Connection::open(writer.path().unwrap_or_default())?;
-        conn.busy_timeout(busy_timeout)?;
-        conn.pragma_update(None, "synchronous", "FULL")?;
-        let (stop, stopped) = mpsc::sync_channel::<()>(0);
-        std::thread::Builder::new()
-            .name("hookledger-checkpoint".into())
-            .spawn(move || loop {
-                let last = !matches!(
-                    stopped.recv_timeout(CHECKPOINT_INTERVAL),
-                    Err(mpsc::RecvTimeoutError::Timeout)
-                );
-                if let Err(e) = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())) {
-                    log::warn!("WAL checkpoint failed: {e}");
-                }
-                if last {
+    use crate::config::WriterConfig;
+    use crate::event::Event;
+    use crate::handler::stripe_billing::{StripeBilling, DEFAULT_CREDITS_PER_INVOICE};
+    use crate::handler::{Handler, Submission};
+    use crate::source::stripe;
+    use crate::store::sqlite::SqliteStore;
+
+    /// Submits every Stripe event of `bodies` to a writer on a fresh SQLite store at `db`,
+    /// keeping at most `in_flight` waiting (as `in_flight` HTTP connections would), and
+    /// returns the time from the first submission to the last reply. The events are decoded
+    /// before the clock starts: this measures the writer and the store only.
+    pub fn writer_ceiling(
+        db: &Path,
+        bodies: &[Vec<u8>],
+        in_flight: usize,
+    ) -> anyhow::Result<Duration> {
+        let store = SqliteStore::open(db, crate::config::DEFAULT_BUSY_TIMEOUT)?;
+        let billing: Arc<dyn Handler> = Arc::new(StripeBilling {
+            credits_per_invoice: DEFAULT_CREDITS_PER_INVOICE,
+        });
+        let source: Arc<str> = Arc::from("stripe");
+        let mut submissions = bodies
+            .iter()
+            .map(|body| {
+                let envelope = stripe::envelope(body)?;
+                let event = Event {
+                    source: source.clone(),
+                    id: envelope.id,
+                    kind: envelope.kind,
+                    created: envelope.created,
+                    body: bytes::Bytes::copy_from_slice(body),
+                };
+                let prepared = billing.prepare(&event)?;
+                Ok(Submission {
+                    event,
+                    handlers: vec![(billing.clone(), prepared)],
+                    forward: false,
+                })
+            })
+            .collect::<anyhow::Result<VecDeque<_>>>()?;
+        let config = WriterConfig {
+            queue_depth: in_flight.max(1),
+            ..WriterConfig::default()
+        };
+        let (handle, writer) = super::spawn(store, config, None)?;
+        let started = Instant::now();
+        let mut waiting = VecDeque::new();
+        while !submissions.is_empty() || !waiting.is_empty() {
+            while waiting.len() < in_flight.max(1) {
+                let Some(submission) = submissions.pop_front() else {
                     break;
-                }
-            })?;
-        Ok(Checkpointer { _stop: stop })
+                };
+                waiting.push_back(handle.try_submit(submission)?);
+            }
+            if let Some(reply) = waiting.pop_front() {
+                reply.blocking_recv().context("the writer stopped")??;
+            }
+        }
+        let elapsed = started.elapsed();
+        drop(handle);
+        writer.join();
+        Ok(elapsed)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dev::stripe_samples::invoice_event;
+    use crate::event::Event;
+    use crate::handler::{Handler, Prepared};
+    use crate::store::sqlite::{SqliteStore, Tx};
+    use std::sync::Arc;
 
-    fn config() -> WriterConfig {
-        WriterConfig {
-            batch_max: 16,
-            queue_depth: 16,
-            credits_per_invoice: 100,
-            forward: true,
-            busy_timeout: Duration::from_secs(1),
+    /// Records each event in `seen`; a trigger on `seen` can make it fail.
+    struct Record;
+
+    impl Handler for Record {
+        fn name(&self) -> &str {
+            "record"
+        }
+        fn handle(&self, tx: &Tx<'_>, event: &Event, _: Prepared) -> Result<(), StoreError> {
+            tx.execute("INSERT INTO seen (event_id) VALUES (?1)", [&event.id])?;
+            Ok(())
         }
     }
 
-    fn db() -> Connection {
-        let mut conn = Connection::open_in_memory().unwrap();
-        crate::store::sqlite::migrate(&mut conn).unwrap();
-        conn
+    fn store() -> SqliteStore {
+        let store = SqliteStore::open_in_memory().unwrap();
+        store
+            .connection()
+            .execute_batch("CREATE TABLE seen (event_id TEXT NOT NULL)")
+            .unwrap();
+        store
     }
 
-    fn event_job(id: &str, invoice: &str) -> (Job, oneshot::Receiver<Result<Outcome, StoreError>>) {
-        let body = invoice_event(id, "invoice.paid", 1, invoice, "cus_1", "acct_1");
-        let event = crate::event::parse_stripe(bytes::Bytes::from(body)).unwrap();
+    fn event_job(id: &str) -> (Job, oneshot::Receiver<Result<Outcome, StoreError>>) {
+        let event = Event {
+            source: "test".into(),
+            id: id.into(),
+            kind: "thing.happened".into(),
+            created: Some(1),
+            body: bytes::Bytes::from(format!(r#"{{"id":"{id}"}}"#)),
+        };
+        let submission = Submission {
+            event,
+            handlers: vec![(Arc::new(Record) as Arc<dyn Handler>, Prepared::none())],
+            forward: true,
+        };
         let (reply, rx) = oneshot::channel();
-        (Job::Event { event, reply }, rx)
+        (Job::Event { submission, reply }, rx)
     }
 
-    fn count(conn: &Connection, sql: &str) -> i64 {
-        conn.query_row(sql, [], |r| r.get(0)).unwrap()
+    fn count(store: &SqliteStore, sql: &str) -> i64 {
+        store.connection().query_row(sql, [], |r| r.get(0)).unwrap()
     }
 
     #[test]
     fn a_failing_event_rolls_back_only_itself() {
-        let mut conn = db();
-        conn.execute_batch(
-            "CREATE TRIGGER fail BEFORE INSERT ON invoice_payments
-             WHEN new.stripe_invoice_id = 'in_bad' BEGIN SELECT RAISE(ABORT, 'injected'); END;",
-        )
-        .unwrap();
-        let (jobs, replies): (Vec<_>, Vec<_>) = [
-            ("evt_1", "in_1"),
-            ("evt_bad", "in_bad"),
-            ("evt_2", "in_2"),
-            ("evt_1", "in_1"),
-        ]
-        .into_iter()
-        .map(|(id, invoice)| event_job(id, invoice))
-        .unzip();
+        let mut store = store();
+        store
+            .connection()
+            .execute_batch(
+                "CREATE TRIGGER fail BEFORE INSERT ON seen
+                 WHEN new.event_id = 'evt_bad' BEGIN SELECT RAISE(ABORT, 'injected'); END;",
+            )
+            .unwrap();
+        let (jobs, replies): (Vec<_>, Vec<_>) = ["evt_1", "evt_bad", "evt_2", "evt_1"]
+            .into_iter()
+            .map(event_job)
+            .unzip();
         let mut batch = jobs;
-        assert!(
-            run_batch(&mut conn, &mut batch, &config()),
-            "outbox rows were queued"
-        );
+        assert!(run_batch(&mut store, &mut batch), "events were processed");
         let outcomes: Vec<_> = replies
             .into_iter()
             .map(|rx| rx.blocking_recv().unwrap())
             .collect();
-        assert_eq!(outcomes[0], Ok(Outcome::Processed(Applied::Changed)));
+        assert_eq!(outcomes[0], Ok(Outcome::Processed));
         assert!(
             matches!(outcomes[1], Err(StoreError::Database(_))),
             "{:?}",
             outcomes[1]
         );
-        assert_eq!(outcomes[2], Ok(Outcome::Processed(Applied::Changed)));
+        assert_eq!(outcomes[2], Ok(Outcome::Processed));
         assert_eq!(
             outcomes[3],
             Ok(Outcome::Duplicate),
             "a copy in the same batch sees the claim"
         );
-        assert_eq!(count(&conn, "SELECT count(*) FROM webhook_events"), 2);
-        assert_eq!(count(&conn, "SELECT count(*) FROM outbox"), 2);
-        assert_eq!(count(&conn, "SELECT credits FROM accounts"), 200);
+        assert_eq!(count(&store, "SELECT count(*) FROM webhook_events"), 2);
+        assert_eq!(count(&store, "SELECT count(*) FROM outbox"), 2);
+        assert_eq!(count(&store, "SELECT count(*) FROM seen"), 2);
     }
 
     #[test]
     fn a_failed_commit_fails_the_whole_batch() {
-        let mut conn = db();
-        // A deferred foreign key is only checked at COMMIT: a task that violates it makes the
-        // COMMIT itself fail.
-        conn.execute_batch(
-            "CREATE TABLE parent (id INTEGER PRIMARY KEY);
-             CREATE TABLE child (parent_id INTEGER REFERENCES parent (id) DEFERRABLE INITIALLY DEFERRED);",
-        )
-        .unwrap();
-        let (good, good_rx) = event_job("evt_1", "in_1");
-        let (reply, task_rx) = oneshot::channel();
-        let violate: Task = Box::new(|tx| {
-            tx.execute("INSERT INTO child (parent_id) VALUES (42)", [])
-                .map(|n| n as u64)
-        });
-        let mut batch = vec![
-            good,
-            Job::Task {
-                run: violate,
-                reply,
-            },
-        ];
-        assert!(!run_batch(&mut conn, &mut batch, &config()));
+        let mut store = store();
+        // A deferred foreign key is only checked at COMMIT: an event whose handler violates
+        // it makes the COMMIT itself fail.
+        store
+            .connection()
+            .execute_batch(
+                "CREATE TABLE parent (id INTEGER PRIMARY KEY);
+                 CREATE TABLE child (parent_id INTEGER REFERENCES parent (id) DEFERRABLE INITIALLY DEFERRED);
+                 CREATE TRIGGER violate AFTER INSERT ON seen WHEN new.event_id = 'evt_fk'
+                 BEGIN INSERT INTO child (parent_id) VALUES (42); END;",
+            )
+            .unwrap();
+        let (good, good_rx) = event_job("evt_1");
+        let (bad, bad_rx) = event_job("evt_fk");
+        let (reply, write_rx) = oneshot::channel();
+        let revive = Job::Write {
+            write: Write::Revive { id: None },
+            reply,
+        };
+        let mut batch = vec![good, bad, revive];
+        assert!(!run_batch(&mut store, &mut batch));
         assert!(matches!(
             good_rx.blocking_recv().unwrap(),
             Err(StoreError::Database(_))
         ));
-        assert!(task_rx.blocking_recv().unwrap().is_err());
+        assert!(bad_rx.blocking_recv().unwrap().is_err());
+        assert!(write_rx.blocking_recv().unwrap().is_err());
         assert!(
-            conn.is_autocommit(),
+            store.connection().is_autocommit(),
             "the failed transaction was rolled back"
         );
-        assert_eq!(count(&conn, "SELECT count(*) FROM webhook_events"), 0);
-        assert_eq!(count(&conn, "SELECT count(*) FROM child"), 0);
+        assert_eq!(count(&store, "SELECT count(*) FROM webhook_events"), 0);
+        assert_eq!(count(&store, "SELECT count(*) FROM child"), 0);
         // The writer's connection is usable again.
-        let (again, again_rx) = event_job("evt_1", "in_1");
-        run_batch(&mut conn, &mut vec![again], &config());
-        assert_eq!(
-            again_rx.blocking_recv().unwrap(),
-            Ok(Outcome::Processed(Applied::Changed))
-        );
+        let (again, again_rx) = event_job("evt_1");
+        run_batch(&mut store, &mut vec![again]);
+        assert_eq!(again_rx.blocking_recv().unwrap(), Ok(Outcome::Processed));
     }
 }

@@ -12,8 +12,8 @@
 //! verify.
 #![no_main]
 
-use hookledger::source::stripe;
-use hookledger::source::{Secret, VerifyError};
+use hookledger::internals::stripe;
+use hookledger::{Secret, VerifyError};
 use hookledger_fuzz::{check_event, check_header, to_hex, MAX_SIGNATURES};
 use libfuzzer_sys::fuzz_target;
 

@@ -2,11 +2,12 @@
 //! input and panics (which libFuzzer reports as a crash) if a property that the request path
 //! relies on does not hold.
 
-use hookledger::event::{self, Effect, Event, ParseError};
-use hookledger::source::stripe::{self, SignatureHeader};
-use hookledger::source::VerifyError;
+use hookledger::internals::stripe::{self, SignatureHeader};
+use hookledger::internals::stripe_billing::{decode, Change};
+use hookledger::internals::Envelope;
+use hookledger::{ParseError, VerifyError};
 
-/// The cap `parse_header` puts on `v1` entries (`MAX_SIGNATURES` in `verify/stripe.rs`).
+/// The cap `parse_header` puts on `v1` entries (`MAX_SIGNATURES` in `source/stripe.rs`).
 pub const MAX_SIGNATURES: usize = 16;
 
 /// The longest `id` / `type` the parser accepts (`MAX_ID_LEN` in `event.rs`).
@@ -71,14 +72,15 @@ pub fn canonical_header(h: &SignatureHeader) -> String {
     out
 }
 
-/// Parses `body` as a Stripe event and checks what an `Ok` promises: a non-empty `id` and
-/// `type` of at most 255 bytes, the body kept byte for byte, and an effect that matches the
-/// type. Every error's log summary must quote nothing from the body.
-pub fn check_event(body: &[u8]) -> Result<Event, ParseError> {
-    let parsed = event::parse_stripe(bytes::Bytes::copy_from_slice(body));
+/// Reads `body` as the stripe source does (envelope) and as the billing handler does (its
+/// change), and checks what an `Ok` promises: a non-empty `id` and `type` of at most 255 bytes,
+/// an event time, and a change that matches the type. Every error's log summary must quote
+/// nothing from the body.
+pub fn check_event(body: &[u8]) -> Result<(Envelope, Option<Change>), ParseError> {
+    let parsed = stripe::envelope(body)
+        .and_then(|e| decode(&e.kind, body).map(|change| (e, change)));
     match &parsed {
-        Ok(e) => {
-            assert_eq!(e.source, "stripe");
+        Ok((e, change)) => {
             for (name, value) in [("id", &e.id), ("type", &e.kind)] {
                 assert!(
                     !value.is_empty() && value.len() <= MAX_ID_LEN,
@@ -86,8 +88,8 @@ pub fn check_event(body: &[u8]) -> Result<Event, ParseError> {
                     value.len()
                 );
             }
-            assert_eq!(&e.body[..], body, "the stored body differs from the input");
-            check_effect(e);
+            assert!(e.created.is_some(), "a Stripe event without `created`");
+            check_change(&e.kind, change.as_ref());
         }
         Err(err) => {
             // The Display text may quote the body (it goes back to the sender); the summary
@@ -99,8 +101,8 @@ pub fn check_event(body: &[u8]) -> Result<Event, ParseError> {
     parsed
 }
 
-fn check_effect(e: &Event) {
-    let rank = match e.kind.as_str() {
+fn check_change(kind: &str, change: Option<&Change>) {
+    let rank = match kind {
         "customer.subscription.created" => Some(0),
         "customer.subscription.updated"
         | "customer.subscription.paused"
@@ -108,28 +110,18 @@ fn check_effect(e: &Event) {
         "customer.subscription.deleted" => Some(2),
         _ => None,
     };
-    let invoice = matches!(
-        e.kind.as_str(),
-        "invoice.paid" | "invoice.payment_succeeded"
-    );
-    match &e.effect {
-        Effect::Subscription(change) => {
-            assert_eq!(
-                Some(change.rank),
-                rank,
-                "{} has rank {}",
-                e.kind,
-                change.rank
-            );
+    let invoice = matches!(kind, "invoice.paid" | "invoice.payment_succeeded");
+    match change {
+        Some(Change::Subscription(change)) => {
+            assert_eq!(Some(change.rank), rank, "{kind} has rank {}", change.rank);
             if let Some(account) = &change.account_id {
                 assert!(!account.is_empty(), "empty account_id kept");
             }
         }
-        Effect::InvoicePaid(_) => assert!(invoice, "{} parsed as an invoice payment", e.kind),
-        Effect::None => assert!(
+        Some(Change::InvoicePaid(_)) => assert!(invoice, "{kind} decoded as an invoice payment"),
+        None => assert!(
             rank.is_none() && !invoice,
-            "{} has no effect but should have one",
-            e.kind
+            "{kind} changes nothing but should"
         ),
     }
 }

@@ -9,10 +9,10 @@ use std::path::Path;
 use anyhow::Context;
 use rusqlite::{Connection, OptionalExtension};
 
+use crate::app::RunningServer;
 use crate::config::Config;
 use crate::dev::client::{Client, Reply};
 use crate::dev::stripe_samples::{invoice_event, subscription_event};
-use crate::http::server::RunningServer;
 use crate::source::Secret;
 use crate::unix_now;
 
@@ -30,12 +30,12 @@ struct Row {
 }
 
 /// Runs the demo and prints its table to stdout.
-pub fn run() -> anyhow::Result<()> {
+pub(crate) fn run() -> anyhow::Result<()> {
     let dir = tempfile::tempdir().context("creating a temporary directory")?;
     let db = dir.path().join("demo.db");
-    let secret = Secret::new(crate::source::standard::SigningKey::generate());
+    let secret = Secret::new(crate::source::standard::SigningKey::generate()?);
     let mut config = Config::new(db.clone(), vec![secret.clone()]);
-    config.listen = SocketAddr::from(([127, 0, 0, 1], 0));
+    config.http.listen = SocketAddr::from(([127, 0, 0, 1], 0));
     let server = RunningServer::start(config)?;
     let url = format!("http://{}/webhooks/stripe", server.addr);
     println!(

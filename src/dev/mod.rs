@@ -1,3 +1,3 @@
-pub mod client;
-pub mod demo;
-pub mod stripe_samples;
+pub(crate) mod client;
+pub(crate) mod demo;
+pub(crate) mod stripe_samples;

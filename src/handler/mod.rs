@@ -1,1 +1,72 @@
-pub mod stripe_billing;
+//! Handlers: the app's effects of an event, run inside the claim's transaction.
+//!
+//! A handler runs only for a new event (after its claim inserted the ledger row) and in the
+//! same transaction and savepoint: if it fails, the claim is rolled back with it, the sender
+//! gets a 500 and its retry starts clean. A handler gets a [`Tx`], which runs statements but
+//! cannot commit, roll back or touch savepoints: the writer owns the transaction.
+//!
+//! Work that does not need the database (decoding the body, rejecting a malformed object)
+//! belongs in [`Handler::prepare`]: it runs on the request path, in parallel and before the
+//! single writer, and its error is the sender's fault (400).
+
+pub(crate) mod stripe_billing;
+#[cfg(test)]
+mod stripe_billing_props;
+
+use std::any::Any;
+use std::sync::Arc;
+
+use crate::event::{Event, ParseError};
+pub use crate::store::sqlite::Tx;
+use crate::store::StoreError;
+
+/// The app's effects of an event, run inside the claim's transaction.
+pub trait Handler: Send + Sync + 'static {
+    /// A short name for log lines (`stripe-billing`).
+    fn name(&self) -> &str;
+
+    /// Checks and decodes what [`Handler::handle`] needs, on the request path. An error is
+    /// answered 400 and nothing is written.
+    fn prepare(&self, event: &Event) -> Result<Prepared, ParseError> {
+        let _ = event;
+        Ok(Prepared::none())
+    }
+
+    /// Applies the event inside the claim's transaction. An error rolls back the event (its
+    /// claim included): the sender gets a 500 or 503 and retries.
+    fn handle(&self, tx: &Tx<'_>, event: &Event, prepared: Prepared) -> Result<(), StoreError>;
+}
+
+/// What [`Handler::prepare`] decoded for [`Handler::handle`] (one value of the handler's own
+/// type, or nothing).
+pub struct Prepared(Option<Box<dyn Any + Send>>);
+
+impl Prepared {
+    pub fn new<T: Any + Send>(value: T) -> Self {
+        Prepared(Some(Box::new(value)))
+    }
+
+    pub fn none() -> Self {
+        Prepared(None)
+    }
+
+    /// The value, if it is a `T`.
+    pub fn take<T: Any>(self) -> Option<T> {
+        self.0?.downcast().ok().map(|b| *b)
+    }
+}
+
+/// An event on its way to the writer, with the handlers of its source and what each prepared.
+#[derive(Default)]
+pub(crate) struct Submission {
+    pub(crate) event: Event,
+    pub(crate) handlers: Vec<(Arc<dyn Handler>, Prepared)>,
+    /// Queue a `forward` outbox row when the event is new.
+    pub(crate) forward: bool,
+}
+
+impl Default for Prepared {
+    fn default() -> Self {
+        Prepared::none()
+    }
+}

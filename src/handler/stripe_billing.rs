@@ -1,47 +1,271 @@
-//! Guarded writes of the app's business state. Every function takes the writer's open
-//! transaction (or savepoint) and never commits.
+//! The `stripe-billing` handler: the seeds' billing rules for Stripe events, as one handler
+//! among others.
 //!
-//! Two guards, both in SQL:
-//! - snapshot state (subscriptions) keeps the row with the greatest `(created, rank)`, so an
-//!   event that arrives late never overwrites a newer one;
-//! - additive effects (credits) run only when `invoice_payments` gains a row, so a second event
-//!   for the same invoice (`invoice.paid` and `invoice.payment_succeeded`, or a resend under a
-//!   new id) adds nothing.
+//! - `customer.subscription.{created,updated,deleted,paused,resumed}` upsert a snapshot in
+//!   `subscriptions`, guarded by `(created, rank)`: an event that arrives late never
+//!   overwrites a newer one (rank: created 0 < updated/paused/resumed 1 < deleted 2, so at the
+//!   same second a deletion beats an update, which beats a creation). Two updates in the same
+//!   second keep the first; the tie is logged and counted.
+//! - `invoice.paid` and `invoice.payment_succeeded` both describe one payment: credits are
+//!   added (and `plan_until` moved to the later period end) only when `invoice_payments` gains
+//!   the invoice's row, so a second event for the same invoice adds nothing.
+//! - The account is `metadata.account_id` of the invoice, else of
+//!   `parent.subscription_details.metadata`, else the Stripe customer id.
+//!
+//! The body is decoded in [`Handler::prepare`], on the request path; only the guarded SQL runs
+//! in the writer.
 
-use rusqlite::{params, Connection, OptionalExtension};
+use rusqlite::{params, OptionalExtension};
+use serde::Deserialize;
 
-use crate::event::{Effect, InvoicePayment, SubscriptionChange};
+use crate::event::{Event, JsonError, ParseError};
+use crate::handler::{Handler, Prepared, Tx};
+use crate::store::StoreError;
 
-/// What applying an effect did, for the log line and counters.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Applied {
-    /// State changed.
-    Changed,
-    /// The guard kept newer (or already counted) state; nothing changed.
-    Stale,
-    /// A subscription event with the same `(created, rank)` as the stored one: the first wins.
-    Tie,
-    /// The event type changes no state.
-    Nothing,
+/// Credits granted per paid invoice unless configured otherwise.
+pub(crate) const DEFAULT_CREDITS_PER_INVOICE: i64 = 100;
+
+/// The handler, with the credits it grants per paid invoice.
+pub(crate) struct StripeBilling {
+    pub(crate) credits_per_invoice: i64,
 }
 
-/// Applies `effect` of event `event_id` (created at `created`) inside the caller's transaction.
-pub fn apply(
-    tx: &Connection,
+impl Handler for StripeBilling {
+    fn name(&self) -> &str {
+        "stripe-billing"
+    }
+
+    fn prepare(&self, event: &Event) -> Result<Prepared, ParseError> {
+        Ok(match decode(&event.kind, &event.body)? {
+            Some(change) => Prepared::new(change),
+            None => Prepared::none(),
+        })
+    }
+
+    fn handle(&self, tx: &Tx<'_>, event: &Event, prepared: Prepared) -> Result<(), StoreError> {
+        let Some(change) = prepared.take::<Change>() else {
+            return Ok(());
+        };
+        // Stripe events always carry `created`; the stripe scheme refuses a body without it.
+        let created = event.created.unwrap_or_default();
+        let applied = apply(tx, &event.id, created, &change, self.credits_per_invoice)?;
+        log::debug!("stripe-billing {} {}: {applied:?}", event.id, event.kind);
+        Ok(())
+    }
+}
+
+/// What an event changes, decided by its type and decoded on the request path. Other types
+/// change nothing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    /// A `customer.subscription.*` snapshot, guarded by `(created, rank)`.
+    Subscription(SubscriptionChange),
+    /// `invoice.paid` / `invoice.payment_succeeded`, guarded by the invoice id.
+    InvoicePaid(InvoicePayment),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SubscriptionChange {
+    pub id: String,
+    pub customer_id: String,
+    pub account_id: Option<String>,
+    pub status: String,
+    /// Orders events with the same `created` second: created 0 < updated 1 < deleted 2.
+    pub rank: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InvoicePayment {
+    pub invoice_id: String,
+    pub account_id: String,
+    pub amount_paid: i64,
+    /// The end of the period the payment covers: the latest line period end, else the
+    /// invoice's `period_end`.
+    pub period_end: Option<i64>,
+}
+
+/// Only `data.object` of the body is read; the envelope is the scheme's.
+#[derive(Deserialize)]
+struct Body<T> {
+    data: Option<Data<T>>,
+}
+
+#[derive(Deserialize)]
+struct Data<T> {
+    object: T,
+}
+
+#[derive(Deserialize)]
+struct Metadata {
+    account_id: Option<String>,
+}
+
+/// Stripe sends ids for related objects; an expanded object (`{"id": …}`) is accepted too.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum IdRef {
+    Id(String),
+    Object { id: String },
+}
+
+impl IdRef {
+    fn into_id(self) -> String {
+        match self {
+            IdRef::Id(id) | IdRef::Object { id } => id,
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct SubscriptionObject {
+    id: String,
+    customer: IdRef,
+    status: String,
+    metadata: Option<Metadata>,
+}
+
+#[derive(Deserialize)]
+struct InvoiceObject {
+    id: String,
+    customer: Option<IdRef>,
+    amount_paid: i64,
+    period_end: Option<i64>,
+    metadata: Option<Metadata>,
+    parent: Option<InvoiceParent>,
+    lines: Option<List<InvoiceLine>>,
+}
+
+#[derive(Deserialize)]
+struct InvoiceParent {
+    subscription_details: Option<SubscriptionDetails>,
+}
+
+#[derive(Deserialize)]
+struct SubscriptionDetails {
+    metadata: Option<Metadata>,
+}
+
+#[derive(Deserialize)]
+struct List<T> {
+    data: Vec<T>,
+}
+
+#[derive(Deserialize)]
+struct InvoiceLine {
+    period: Option<Period>,
+}
+
+#[derive(Deserialize)]
+struct Period {
+    end: Option<i64>,
+}
+
+/// The rank of a subscription event type, or `None` if the type is not one.
+fn subscription_rank(kind: &str) -> Option<i64> {
+    match kind {
+        "customer.subscription.created" => Some(0),
+        "customer.subscription.updated"
+        | "customer.subscription.paused"
+        | "customer.subscription.resumed" => Some(1),
+        "customer.subscription.deleted" => Some(2),
+        _ => None,
+    }
+}
+
+fn is_invoice_payment(kind: &str) -> bool {
+    matches!(kind, "invoice.paid" | "invoice.payment_succeeded")
+}
+
+fn non_empty_account(metadata: Option<Metadata>) -> Option<String> {
+    metadata
+        .and_then(|m| m.account_id)
+        .filter(|id| !id.is_empty())
+}
+
+/// Decodes what event `kind` changes from its verified `body`; `None` for types that change
+/// nothing.
+pub fn decode(kind: &str, body: &[u8]) -> Result<Option<Change>, ParseError> {
+    let object_error = |detail: JsonError| ParseError::Object {
+        kind: kind.to_string(),
+        detail,
+    };
+    fn object<T: serde::de::DeserializeOwned>(
+        body: &[u8],
+        error: impl Fn(JsonError) -> ParseError,
+    ) -> Result<T, ParseError> {
+        let Body::<T> { data } = serde_json::from_slice(body).map_err(|e| error(e.into()))?;
+        data.map(|d| d.object)
+            .ok_or_else(|| error(JsonError::other("missing field `data`")))
+    }
+    let change = if let Some(rank) = subscription_rank(kind) {
+        let object: SubscriptionObject = object(body, object_error)?;
+        Change::Subscription(SubscriptionChange {
+            id: object.id,
+            customer_id: object.customer.into_id(),
+            account_id: non_empty_account(object.metadata),
+            status: object.status,
+            rank,
+        })
+    } else if is_invoice_payment(kind) {
+        let object: InvoiceObject = object(body, object_error)?;
+        let period_end = object
+            .lines
+            .and_then(|lines| lines.data.into_iter().filter_map(|l| l.period?.end).max())
+            .or(object.period_end);
+        let account_id = non_empty_account(object.metadata)
+            .or_else(|| non_empty_account(object.parent?.subscription_details?.metadata))
+            .or_else(|| {
+                object
+                    .customer
+                    .map(IdRef::into_id)
+                    .filter(|id| !id.is_empty())
+            })
+            .ok_or_else(|| {
+                object_error(JsonError::other(
+                    "no metadata.account_id and no customer to credit",
+                ))
+            })?;
+        Change::InvoicePaid(InvoicePayment {
+            invoice_id: object.id,
+            account_id,
+            amount_paid: object.amount_paid,
+            period_end,
+        })
+    } else {
+        return Ok(None);
+    };
+    Ok(Some(change))
+}
+
+/// What applying a change did, for the log line and counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Applied {
+    /// State changed.
+    Changed,
+    /// The guard kept newer state; nothing changed.
+    Stale,
+    /// The invoice was already counted (by another event for it); nothing changed.
+    AlreadyCounted,
+    /// A subscription event with the same `(created, rank)` as the stored one: the first wins.
+    Tie,
+}
+
+/// Applies `change` of event `event_id` (created at `created`) inside the caller's transaction.
+pub(crate) fn apply(
+    tx: &Tx<'_>,
     event_id: &str,
     created: i64,
-    effect: &Effect,
+    change: &Change,
     credits_per_invoice: i64,
 ) -> rusqlite::Result<Applied> {
-    match effect {
-        Effect::Subscription(change) => upsert_subscription(tx, event_id, created, change),
-        Effect::InvoicePaid(payment) => record_payment(tx, event_id, payment, credits_per_invoice),
-        Effect::None => Ok(Applied::Nothing),
+    match change {
+        Change::Subscription(s) => upsert_subscription(tx, event_id, created, s),
+        Change::InvoicePaid(payment) => record_payment(tx, event_id, payment, credits_per_invoice),
     }
 }
 
 fn upsert_subscription(
-    tx: &Connection,
+    tx: &Tx<'_>,
     event_id: &str,
     created: i64,
     s: &SubscriptionChange,
@@ -86,7 +310,7 @@ fn upsert_subscription(
 }
 
 fn record_payment(
-    tx: &Connection,
+    tx: &Tx<'_>,
     event_id: &str,
     p: &InvoicePayment,
     credits_per_invoice: i64,
@@ -100,7 +324,7 @@ fn record_payment(
         )?
         .execute(params![p.invoice_id, p.account_id, p.amount_paid, event_id])?;
     if inserted == 0 {
-        return Ok(Applied::Stale);
+        return Ok(Applied::AlreadyCounted);
     }
     tx.prepare_cached(
         "INSERT INTO accounts (id, credits, plan_until) VALUES (?1, ?2, ?3)
@@ -114,7 +338,7 @@ fn record_payment(
     Ok(Applied::Changed)
 }
 
-fn bump_counter(tx: &Connection, name: &str) -> rusqlite::Result<()> {
+fn bump_counter(tx: &Tx<'_>, name: &str) -> rusqlite::Result<()> {
     tx.prepare_cached(
         "INSERT INTO counters (name, value) VALUES (?1, 1)
          ON CONFLICT (name) DO UPDATE SET value = value + 1",
@@ -124,17 +348,93 @@ fn bump_counter(tx: &Connection, name: &str) -> rusqlite::Result<()> {
 }
 
 #[cfg(test)]
+mod decode_tests {
+    use super::*;
+
+    /// What the handler decodes from a body; the type is read from the body as the stripe
+    /// scheme would.
+    fn parse(json: &str) -> Result<Option<Change>, ParseError> {
+        let kind = serde_json::from_str::<serde_json::Value>(json).unwrap()["type"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        decode(&kind, json.as_bytes())
+    }
+
+    #[test]
+    fn unknown_type_needs_no_data() {
+        let e = parse(r#"{"id":"evt_1","type":"thing.happened","created":7,"data":{"object":42}}"#);
+        assert_eq!(e, Ok(None));
+    }
+
+    #[test]
+    fn subscription_event_reads_snapshot() {
+        let e = parse(r#"{"id":"evt_1","type":"customer.subscription.deleted","created":7,
+            "data":{"object":{"id":"sub_1","customer":"cus_1","status":"canceled","metadata":{}}}}"#)
+        .unwrap();
+        assert_eq!(
+            e,
+            Some(Change::Subscription(SubscriptionChange {
+                id: "sub_1".into(),
+                customer_id: "cus_1".into(),
+                account_id: None,
+                status: "canceled".into(),
+                rank: 2
+            }))
+        );
+    }
+
+    #[test]
+    fn invoice_account_falls_back_to_parent_then_customer() {
+        let with_parent = r#"{"id":"evt_1","type":"invoice.paid","created":7,"data":{"object":{
+            "id":"in_1","customer":"cus_1","amount_paid":2000,"period_end":5,"metadata":{},
+            "parent":{"subscription_details":{"metadata":{"account_id":"acct_9"}}},
+            "lines":{"data":[{"period":{"end":100}},{"period":{"end":90}}]}}}}"#;
+        let Some(Change::InvoicePaid(p)) = parse(with_parent).unwrap() else {
+            panic!("not an invoice payment")
+        };
+        assert_eq!((p.account_id.as_str(), p.period_end), ("acct_9", Some(100)));
+
+        let bare = r#"{"id":"evt_1","type":"invoice.payment_succeeded","created":7,"data":{"object":{
+            "id":"in_1","customer":"cus_1","amount_paid":2000,"period_end":5}}}"#;
+        let Some(Change::InvoicePaid(p)) = parse(bare).unwrap() else {
+            panic!("not an invoice payment")
+        };
+        assert_eq!((p.account_id.as_str(), p.period_end), ("cus_1", Some(5)));
+    }
+
+    #[test]
+    fn invoice_with_empty_customer_and_no_account_is_rejected() {
+        let e = parse(
+            r#"{"id":"evt_1","type":"invoice.paid","created":7,"data":{"object":{
+            "id":"in_1","customer":"","amount_paid":1}}}"#,
+        );
+        assert!(matches!(e, Err(ParseError::Object { .. })), "{e:?}");
+    }
+
+    #[test]
+    fn known_type_with_wrong_object_is_rejected() {
+        let e = parse(
+            r#"{"id":"evt_1","type":"invoice.paid","created":7,"data":{"object":{"id":"in_1"}}}"#,
+        );
+        assert!(matches!(e, Err(ParseError::Object { .. })));
+        let e = parse(r#"{"id":"evt_1","type":"customer.subscription.updated","created":7}"#);
+        assert!(matches!(e, Err(ParseError::Object { .. })));
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
-    fn db() -> Connection {
-        let mut conn = Connection::open_in_memory().unwrap();
-        crate::store::sqlite::migrate(&mut conn).unwrap();
-        conn
+    use crate::store::sqlite::SqliteStore;
+
+    fn db() -> SqliteStore {
+        SqliteStore::open_in_memory().unwrap()
     }
 
-    fn sub(status: &str, rank: i64) -> Effect {
-        Effect::Subscription(SubscriptionChange {
+    fn sub(status: &str, rank: i64) -> Change {
+        Change::Subscription(SubscriptionChange {
             id: "sub_1".into(),
             customer_id: "cus_1".into(),
             account_id: Some("acct_1".into()),
@@ -143,22 +443,24 @@ mod tests {
         })
     }
 
-    fn status(conn: &Connection) -> (String, String) {
-        conn.query_row("SELECT status, event_id FROM subscriptions", [], |r| {
-            Ok((r.get(0)?, r.get(1)?))
-        })
-        .unwrap()
+    fn status(store: &SqliteStore) -> (String, String) {
+        store
+            .connection()
+            .query_row("SELECT status, event_id FROM subscriptions", [], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })
+            .unwrap()
     }
 
     #[test]
     fn older_subscription_event_is_stale() {
         let c = db();
         assert_eq!(
-            apply(&c, "e2", 110, &sub("canceled", 1), 100),
+            apply(&c.tx(), "e2", 110, &sub("canceled", 1), 100),
             Ok(Applied::Changed)
         );
         assert_eq!(
-            apply(&c, "e1", 100, &sub("active", 0), 100),
+            apply(&c.tx(), "e1", 100, &sub("active", 0), 100),
             Ok(Applied::Stale)
         );
         assert_eq!(status(&c), ("canceled".into(), "e2".into()));
@@ -168,26 +470,27 @@ mod tests {
     fn same_second_rank_decides_and_ties_keep_first() {
         let c = db();
         assert_eq!(
-            apply(&c, "del", 100, &sub("canceled", 2), 100),
+            apply(&c.tx(), "del", 100, &sub("canceled", 2), 100),
             Ok(Applied::Changed)
         );
         assert_eq!(
-            apply(&c, "upd", 100, &sub("active", 1), 100),
+            apply(&c.tx(), "upd", 100, &sub("active", 1), 100),
             Ok(Applied::Stale)
         );
         assert_eq!(status(&c), ("canceled".into(), "del".into()));
 
         let c = db();
         assert_eq!(
-            apply(&c, "u1", 100, &sub("past_due", 1), 100),
+            apply(&c.tx(), "u1", 100, &sub("past_due", 1), 100),
             Ok(Applied::Changed)
         );
         assert_eq!(
-            apply(&c, "u2", 100, &sub("active", 1), 100),
+            apply(&c.tx(), "u2", 100, &sub("active", 1), 100),
             Ok(Applied::Tie)
         );
         assert_eq!(status(&c), ("past_due".into(), "u1".into()));
         let ties: i64 = c
+            .connection()
             .query_row(
                 "SELECT value FROM counters WHERE name = 'subscription_ties'",
                 [],
@@ -201,7 +504,7 @@ mod tests {
     fn invoice_credits_once_and_plan_until_only_grows() {
         let c = db();
         let pay = |id: &str, end: Option<i64>| {
-            Effect::InvoicePaid(InvoicePayment {
+            Change::InvoicePaid(InvoicePayment {
                 invoice_id: id.into(),
                 account_id: "acct_1".into(),
                 amount_paid: 2000,
@@ -209,22 +512,23 @@ mod tests {
             })
         };
         assert_eq!(
-            apply(&c, "e1", 1, &pay("in_1", Some(500)), 100),
+            apply(&c.tx(), "e1", 1, &pay("in_1", Some(500)), 100),
             Ok(Applied::Changed)
         );
         assert_eq!(
-            apply(&c, "e2", 1, &pay("in_1", Some(900)), 100),
-            Ok(Applied::Stale)
+            apply(&c.tx(), "e2", 1, &pay("in_1", Some(900)), 100),
+            Ok(Applied::AlreadyCounted)
         );
         assert_eq!(
-            apply(&c, "e3", 1, &pay("in_2", Some(300)), 100),
+            apply(&c.tx(), "e3", 1, &pay("in_2", Some(300)), 100),
             Ok(Applied::Changed)
         );
         assert_eq!(
-            apply(&c, "e4", 1, &pay("in_3", None), 100),
+            apply(&c.tx(), "e4", 1, &pay("in_3", None), 100),
             Ok(Applied::Changed)
         );
         let (credits, until): (i64, Option<i64>) = c
+            .connection()
             .query_row("SELECT credits, plan_until FROM accounts", [], |r| {
                 Ok((r.get(0)?, r.get(1)?))
             })

@@ -1,2 +1,3 @@
-pub mod ingest;
-pub mod server;
+pub(crate) mod error;
+pub(crate) mod ingest;
+pub(crate) mod server;

@@ -1,5 +1,6 @@
 //! Standard Webhooks (standardwebhooks.com): how hookledger signs its deliveries to the app,
-//! so the app can verify them with the official `standardwebhooks` libraries.
+//! so the app can verify them with the official `standardwebhooks` libraries, and the scheme of
+//! the senders that sign the same way (Svix, Clerk, Resend, ...).
 //!
 //! Headers `webhook-id`, `webhook-timestamp`, `webhook-signature`; the signed content is
 //! `"{id}.{timestamp}.{body}"`; the key is the base64-decoded part of the secret after
@@ -10,11 +11,150 @@ use base64::Engine;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
-use super::{check_timestamp, VerifyError};
+use axum::http::HeaderMap;
+use serde::Deserialize;
 
-pub const ID_HEADER: &str = "webhook-id";
-pub const TIMESTAMP_HEADER: &str = "webhook-timestamp";
-pub const SIGNATURE_HEADER: &str = "webhook-signature";
+use super::{check_timestamp, header, Envelope, Scheme, VerifyError};
+use crate::event::{check_id, ParseError};
+
+pub(crate) const ID_HEADER: &str = "webhook-id";
+pub(crate) const TIMESTAMP_HEADER: &str = "webhook-timestamp";
+pub(crate) const SIGNATURE_HEADER: &str = "webhook-signature";
+
+/// The `standard` scheme for incoming webhooks: the sender's keys (any one may match, for
+/// rotation) and the tolerance of the signed timestamp in seconds (0 turns the check off).
+// Only the tests construct it until sources are named in a config file.
+#[cfg_attr(not(test), allow(dead_code))]
+pub(crate) struct Standard {
+    pub(crate) keys: Vec<SigningKey>,
+    pub(crate) tolerance: u64,
+}
+
+impl Scheme for Standard {
+    fn verify(&self, headers: &HeaderMap, body: &[u8], now: i64) -> Result<(), VerifyError> {
+        let text = |name: &'static str| -> Result<&str, VerifyError> {
+            let value = header(headers, name).ok_or(VerifyError::MissingHeader(name))?;
+            std::str::from_utf8(value).map_err(|_| VerifyError::MalformedHeader {
+                header: name,
+                reason: "not UTF-8",
+            })
+        };
+        let (id, timestamp, signature) = (
+            text(ID_HEADER)?,
+            text(TIMESTAMP_HEADER)?,
+            text(SIGNATURE_HEADER)?,
+        );
+        verify_any(
+            &self.keys,
+            id,
+            timestamp,
+            signature,
+            body,
+            now,
+            self.tolerance,
+        )
+    }
+
+    fn envelope(&self, headers: &HeaderMap, body: &[u8]) -> Result<Envelope, ParseError> {
+        #[derive(Deserialize)]
+        struct Body {
+            #[serde(rename = "type")]
+            kind: String,
+            timestamp: Option<serde_json::Value>,
+        }
+        let id = header(headers, ID_HEADER)
+            .and_then(|v| std::str::from_utf8(v).ok())
+            .unwrap_or_default();
+        check_id(ID_HEADER, id)?;
+        let body: Body = serde_json::from_slice(body).map_err(|e| ParseError::Envelope {
+            what: "a Standard Webhooks event",
+            hint: "it must be JSON with a string `type`",
+            detail: e.into(),
+        })?;
+        check_id("type", &body.kind)?;
+        Ok(Envelope {
+            id: id.to_string(),
+            kind: body.kind,
+            created: body.timestamp.as_ref().and_then(event_time),
+        })
+    }
+}
+
+#[cfg_attr(not(test), allow(dead_code))]
+/// The body's `timestamp`: an RFC 3339 string, or an integer of Unix seconds (milliseconds
+/// when above 10^11). Anything else is no event time.
+fn event_time(value: &serde_json::Value) -> Option<i64> {
+    match value {
+        serde_json::Value::Number(n) => {
+            let n = n.as_i64()?;
+            Some(if n > 100_000_000_000 { n / 1000 } else { n })
+        }
+        serde_json::Value::String(s) => parse_rfc3339(s),
+        _ => None,
+    }
+}
+
+/// `2026-11-30T07:18:39.123Z` or `...+01:00` → Unix seconds (fractions dropped).
+#[cfg_attr(not(test), allow(dead_code))]
+fn parse_rfc3339(text: &str) -> Option<i64> {
+    let b = text.as_bytes();
+    if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || !matches!(b[10], b'T' | b't' | b' ') {
+        return None;
+    }
+    let num = |range: std::ops::Range<usize>| -> Option<i64> {
+        let part = text.get(range)?;
+        part.bytes()
+            .all(|c| c.is_ascii_digit())
+            .then(|| part.parse().ok())?
+    };
+    let (year, month, day) = (num(0..4)?, num(5..7)?, num(8..10)?);
+    let (hour, minute, second) = (num(11..13)?, num(14..16)?, num(17..19)?);
+    if b[13] != b':' || b[16] != b':' || !(1..=12).contains(&month) || !(1..=31).contains(&day) {
+        return None;
+    }
+    if hour > 23 || minute > 59 || second > 60 {
+        return None;
+    }
+    let mut rest = &text[19..];
+    if let Some(fraction) = rest.strip_prefix('.') {
+        let digits = fraction.bytes().take_while(u8::is_ascii_digit).count();
+        if digits == 0 {
+            return None;
+        }
+        rest = &fraction[digits..];
+    }
+    let offset = match rest {
+        "Z" | "z" => 0,
+        _ => {
+            let sign = match rest.as_bytes().first()? {
+                b'+' => 1,
+                b'-' => -1,
+                _ => return None,
+            };
+            if rest.len() != 6 || rest.as_bytes()[3] != b':' {
+                return None;
+            }
+            sign * (num_in(rest, 1..3)? * 3600 + num_in(rest, 4..6)? * 60)
+        }
+    };
+    // Days from the civil date (Howard Hinnant's algorithm), proleptic Gregorian.
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (month + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    Some(days * 86_400 + hour * 3600 + minute * 60 + second - offset)
+}
+
+#[cfg_attr(not(test), allow(dead_code))]
+fn num_in(text: &str, range: std::ops::Range<usize>) -> Option<i64> {
+    let part = text.get(range)?;
+    part.bytes()
+        .all(|c| c.is_ascii_digit())
+        .then(|| part.parse().ok())?
+}
 
 /// A Standard Webhooks key, decoded from its `whsec_<base64>` form.
 #[derive(Clone)]
@@ -41,10 +181,11 @@ impl SigningKey {
         Ok(SigningKey(key))
     }
 
-    /// A fresh random key in `whsec_<base64>` form.
-    pub fn generate() -> String {
-        let key: Vec<u8> = (0..32).map(|_| fastrand::u8(..)).collect();
-        format!("whsec_{}", BASE64.encode(key))
+    /// A fresh random key in `whsec_<base64>` form, from the operating system's CSPRNG.
+    pub fn generate() -> std::io::Result<String> {
+        let mut key = [0u8; 32];
+        getrandom::fill(&mut key).map_err(std::io::Error::from)?;
+        Ok(format!("whsec_{}", BASE64.encode(key)))
     }
 
     fn mac(&self, msg_id: &str, timestamp: i64, body: &[u8]) -> [u8; 32] {
@@ -73,35 +214,61 @@ impl SigningKey {
         now: i64,
         tolerance: u64,
     ) -> Result<(), VerifyError> {
-        let timestamp: i64 =
-            timestamp
-                .trim()
-                .parse()
-                .map_err(|_| VerifyError::MalformedHeader {
-                    header: TIMESTAMP_HEADER,
-                    reason: "not a Unix timestamp",
-                })?;
-        let expected = self.mac(msg_id, timestamp, body);
-        let mut saw_v1 = false;
-        let mut matched = false;
-        for entry in signature.split(' ') {
-            let Some(encoded) = entry.strip_prefix("v1,") else {
-                continue;
-            };
-            saw_v1 = true;
-            if let Ok(candidate) = BASE64.decode(encoded) {
-                matched |= constant_time_eq::constant_time_eq(&candidate, &expected);
-            }
-        }
-        if !saw_v1 {
-            return Err(VerifyError::NoV1Signature(SIGNATURE_HEADER));
-        }
-        if !matched {
-            return Err(VerifyError::NoMatch);
-        }
-        check_timestamp(timestamp, now, tolerance)
+        verify_any(
+            std::slice::from_ref(self),
+            msg_id,
+            timestamp,
+            signature,
+            body,
+            now,
+            tolerance,
+        )
     }
 }
+
+/// Verifies a request: any `v1,` entry of `signature` may match any of `keys`, then the
+/// timestamp must be within `tolerance` of `now`.
+fn verify_any(
+    keys: &[SigningKey],
+    msg_id: &str,
+    timestamp: &str,
+    signature: &str,
+    body: &[u8],
+    now: i64,
+    tolerance: u64,
+) -> Result<(), VerifyError> {
+    let timestamp: i64 = timestamp
+        .trim()
+        .parse()
+        .map_err(|_| VerifyError::MalformedHeader {
+            header: TIMESTAMP_HEADER,
+            reason: "not a Unix timestamp",
+        })?;
+    let candidates: Vec<Vec<u8>> = signature
+        .split(' ')
+        .filter_map(|entry| entry.strip_prefix("v1,"))
+        .take(MAX_SIGNATURES)
+        .map(|encoded| BASE64.decode(encoded).unwrap_or_default())
+        .collect();
+    if candidates.is_empty() {
+        return Err(VerifyError::NoV1Signature(SIGNATURE_HEADER));
+    }
+    let matched = keys.iter().any(|key| {
+        let expected = key.mac(msg_id, timestamp, body);
+        // Every candidate is compared (no early exit on the first byte that differs).
+        candidates.iter().fold(false, |m, c| {
+            m | constant_time_eq::constant_time_eq(c, &expected)
+        })
+    });
+    if !matched {
+        return Err(VerifyError::NoMatch);
+    }
+    check_timestamp(timestamp, now, tolerance)
+}
+
+/// More `v1,` entries than a sender rotating its keys would send; the cap bounds the work a
+/// hostile header can cause.
+const MAX_SIGNATURES: usize = 16;
 
 #[cfg(test)]
 mod tests {
@@ -128,6 +295,68 @@ mod tests {
     fn rejects_bad_secret() {
         assert!(SigningKey::from_secret("whsec_not base64!").is_err());
         assert!(SigningKey::from_secret("whsec_c2hvcnQ=").is_err());
-        assert!(SigningKey::from_secret(&SigningKey::generate()).is_ok());
+        assert!(SigningKey::from_secret(&SigningKey::generate().unwrap()).is_ok());
+    }
+
+    #[test]
+    fn scheme_verifies_rotated_keys_and_reads_the_envelope() {
+        let old = SigningKey::from_secret("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").unwrap();
+        let new = SigningKey::from_secret(&SigningKey::generate().unwrap()).unwrap();
+        let body =
+            br#"{"type":"user.created","timestamp":"2022-11-03T20:26:10.344522Z","data":{}}"#;
+        let mut headers = HeaderMap::new();
+        headers.insert(ID_HEADER, "msg_1".parse().unwrap());
+        headers.insert(TIMESTAMP_HEADER, "1000".parse().unwrap());
+        let signature = format!("v1,bm90IGl0 {}", new.sign("msg_1", 1000, body));
+        headers.insert(SIGNATURE_HEADER, signature.parse().unwrap());
+        let scheme = Standard {
+            keys: vec![old.clone(), new],
+            tolerance: 300,
+        };
+        assert_eq!(scheme.verify(&headers, body, 1100), Ok(()));
+        assert!(matches!(
+            scheme.verify(&headers, body, 1400),
+            Err(VerifyError::TooOld { .. })
+        ));
+        let only_old = Standard {
+            keys: vec![old],
+            tolerance: 300,
+        };
+        assert_eq!(
+            only_old.verify(&headers, body, 1100),
+            Err(VerifyError::NoMatch)
+        );
+        headers.remove(ID_HEADER);
+        assert_eq!(
+            scheme.verify(&headers, body, 1100),
+            Err(VerifyError::MissingHeader(ID_HEADER))
+        );
+        headers.insert(ID_HEADER, "msg_1".parse().unwrap());
+        assert_eq!(
+            scheme.envelope(&headers, body),
+            Ok(Envelope {
+                id: "msg_1".into(),
+                kind: "user.created".into(),
+                created: Some(1_667_507_170)
+            })
+        );
+    }
+
+    #[test]
+    fn event_times_from_rfc3339_or_unix_seconds_or_milliseconds() {
+        use serde_json::json;
+        assert_eq!(event_time(&json!("1970-01-01T00:00:00Z")), Some(0));
+        assert_eq!(
+            event_time(&json!("2024-07-26T00:34:14+02:00")),
+            Some(1_721_946_854)
+        );
+        assert_eq!(event_time(&json!(1_721_954_054)), Some(1_721_954_054));
+        assert_eq!(
+            event_time(&json!(1_721_954_054_123_i64)),
+            Some(1_721_954_054)
+        );
+        assert_eq!(event_time(&json!("yesterday")), None);
+        assert_eq!(event_time(&json!("2024-13-01T00:00:00Z")), None);
+        assert_eq!(event_time(&json!(true)), None);
     }
 }

@@ -4,15 +4,70 @@
 //! included, not base64-decoded), the MAC is HMAC-SHA256 in lowercase hex. Any `v1` may
 //! match any configured secret (rotation); `v0` and unknown schemes are ignored.
 
+use std::borrow::Cow;
+
+use axum::http::HeaderMap;
 use hmac::{Hmac, Mac};
+use serde::Deserialize;
 use sha2::Sha256;
 
-use super::{check_timestamp, Secret, VerifyError};
+use super::{check_timestamp, header, Envelope, Scheme, Secret, VerifyError};
+use crate::event::{check_id, ParseError};
 
 pub const HEADER: &str = "Stripe-Signature";
 
 /// Stripe's own SDKs default to 300 s; it bounds how long a captured request can be replayed.
 pub const DEFAULT_TOLERANCE_SECS: u64 = 300;
+
+/// The `stripe` scheme: its secrets (any one may match, for rotation) and the tolerance of the
+/// signed timestamp in seconds (0 turns the check off).
+pub(crate) struct Stripe {
+    pub(crate) secrets: Vec<Secret>,
+    pub(crate) tolerance: u64,
+}
+
+impl Scheme for Stripe {
+    fn verify(&self, headers: &HeaderMap, body: &[u8], now: i64) -> Result<(), VerifyError> {
+        verify(
+            &self.secrets,
+            header(headers, HEADER),
+            body,
+            now,
+            self.tolerance,
+        )
+        .map(drop)
+    }
+
+    fn envelope(&self, _headers: &HeaderMap, body: &[u8]) -> Result<Envelope, ParseError> {
+        envelope(body)
+    }
+}
+
+/// The envelope every Stripe event has; `data` is the handlers' business.
+#[derive(Deserialize)]
+struct StripeEnvelope<'a> {
+    #[serde(borrow)]
+    id: Cow<'a, str>,
+    #[serde(rename = "type", borrow)]
+    kind: Cow<'a, str>,
+    created: i64,
+}
+
+/// Reads `id`, `type` and `created` of a verified Stripe event body.
+pub fn envelope(body: &[u8]) -> Result<Envelope, ParseError> {
+    let e: StripeEnvelope = serde_json::from_slice(body).map_err(|e| ParseError::Envelope {
+        what: "a Stripe event",
+        hint: "it must be JSON with a string `id`, a string `type` and an integer `created`",
+        detail: e.into(),
+    })?;
+    check_id("id", &e.id)?;
+    check_id("type", &e.kind)?;
+    Ok(Envelope {
+        id: e.id.into_owned(),
+        kind: e.kind.into_owned(),
+        created: Some(e.created),
+    })
+}
 
 /// More `v1` entries than any real header carries (Stripe sends one per active secret, at
 /// most a handful); the cap bounds the work a hostile header can cause.
@@ -213,6 +268,39 @@ mod tests {
         assert_eq!(
             verify(&secret(), Some(header.as_bytes()), &tampered, 1000, 300),
             Err(VerifyError::NoMatch)
+        );
+    }
+
+    #[test]
+    fn envelope_requires_id_type_created_and_ignores_data() {
+        for bad in [
+            "not json",
+            "[]",
+            r#"{"type":"x","created":1}"#,
+            r#"{"id":1,"type":"x","created":1}"#,
+            r#"{"id":"evt_1","created":1}"#,
+            r#"{"id":"evt_1","type":"x"}"#,
+            r#"{"id":"evt_1","type":"x","created":"1"}"#,
+            r#"{"id":"evt_1","type":"x","created":1.5}"#,
+        ] {
+            assert!(
+                matches!(envelope(bad.as_bytes()), Err(ParseError::Envelope { .. })),
+                "{bad}"
+            );
+        }
+        assert_eq!(
+            envelope(br#"{"id":"","type":"x","created":1}"#).unwrap_err(),
+            ParseError::BadId("id")
+        );
+        let e =
+            envelope(br#"{"id":"evt_1","type":"thing.happened","created":7,"data":{"object":42}}"#);
+        assert_eq!(
+            e,
+            Ok(Envelope {
+                id: "evt_1".into(),
+                kind: "thing.happened".into(),
+                created: Some(7)
+            })
         );
     }
 }

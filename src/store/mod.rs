@@ -1,1 +1,84 @@
-pub mod sqlite;
+//! The storage seam: what the writer, the outbox worker, retention and the CLI need from a
+//! database, and why a write did not happen.
+//!
+//! [`Store`] is the writer's side: one batch transaction, a savepoint per job, the claim and
+//! the handlers of an event ([`Store::apply`]), and the other writes ([`Write`]). Each backend
+//! is a module of its own (today [`sqlite`]); its SQL, its transaction control and the
+//! classification of its errors into [`StoreError`] stay inside it.
+
+pub(crate) mod sqlite;
+
+use crate::handler::Submission;
+use crate::outbox::Attempt;
+
+/// Why a write did not happen. Mapped to HTTP in `http::error`.
+///
+/// `Clone` because one failed transaction fails every job of its batch: the same error is
+/// answered to each of them. That is also why the backend's error is kept as its text.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    #[error("the writer queue is full")]
+    QueueFull,
+    #[error("hookledger is shutting down")]
+    ShuttingDown,
+    #[error("the database is locked by another process: {0}")]
+    Busy(String),
+    #[error("the disk is full: {0}")]
+    DiskFull(String),
+    #[error("database error: {0}")]
+    Database(String),
+}
+
+/// What happened to an event that was written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// New: claimed, its handlers ran, and (when forwarding) it is queued in the outbox.
+    Processed,
+    /// Its id was already in the ledger; nothing was written.
+    Duplicate,
+}
+
+/// A write other than an event, run by the writer as a job of its own.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Write {
+    /// The result of a delivery attempt on outbox row `id`; changes only a pending row.
+    Record { id: i64, attempt: Attempt },
+    /// Deletes a batch of ledger rows received before `before`.
+    PruneEvents { before: i64 },
+    /// Deletes a batch of delivered outbox rows delivered before `before`.
+    PruneOutbox { before: i64 },
+    /// Puts dead outbox row `id` back to pending (or, with `None`, every dead row).
+    Revive { id: Option<i64> },
+    /// Queues a new forward of a stored event, or puts its existing row back to pending.
+    Replay { event_id: String },
+}
+
+/// The writer's view of a database: one transaction per batch, a savepoint per job.
+///
+/// Every method runs on the writer's thread, in this order for a batch: [`begin`], then per
+/// job [`savepoint`], [`apply`] or [`write`], [`release`]; then [`commit`] (or [`rollback`]
+/// when the transaction failed).
+///
+/// [`begin`]: Store::begin
+/// [`savepoint`]: Store::savepoint
+/// [`apply`]: Store::apply
+/// [`write`]: Store::write
+/// [`release`]: Store::release
+/// [`commit`]: Store::commit
+/// [`rollback`]: Store::rollback
+pub(crate) trait Store: Send + 'static {
+    fn begin(&mut self) -> Result<(), StoreError>;
+    fn savepoint(&mut self) -> Result<(), StoreError>;
+    /// Ends the job's savepoint; `keep == false` first undoes the job's writes.
+    fn release(&mut self, keep: bool) -> Result<(), StoreError>;
+    /// Whether the database itself gave up the whole transaction (an I/O error, a full disk):
+    /// then no savepoint can be rolled back to, and the batch is lost.
+    fn transaction_lost(&self) -> bool;
+    fn commit(&mut self) -> Result<(), StoreError>;
+    /// Undoes the open transaction, if there is one.
+    fn rollback(&mut self);
+    /// The claim, then the event's handlers, then its outbox row.
+    fn apply(&mut self, submission: Submission, now: i64) -> Result<Outcome, StoreError>;
+    /// Returns a count for the caller: rows changed or deleted.
+    fn write(&mut self, write: &Write, now: i64) -> Result<u64, StoreError>;
+}

@@ -4,8 +4,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use hookledger::dev::client::Client;
-use hookledger::dev::stripe_samples::invoice_event;
+use hookledger::internals::invoice_event;
+use hookledger::internals::Client;
 
 use crate::util::*;
 

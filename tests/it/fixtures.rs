@@ -1,8 +1,9 @@
 //! The shared fixtures: every real-shaped Stripe event is accepted with its effect, and every
 //! signature vector gives its expected answer.
 
-use hookledger::source::standard::SigningKey;
-use hookledger::source::{stripe, Secret};
+use hookledger::internals::stripe;
+use hookledger::internals::SigningKey;
+use hookledger::Secret;
 
 use crate::util::*;
 
@@ -153,7 +154,7 @@ fn fixture_headers_from_signatures_json_verify_over_http() {
 }
 
 /// Runs one vector through the verifier with its injected clock.
-fn verify_case(case: &serde_json::Value) -> Result<i64, hookledger::source::VerifyError> {
+fn verify_case(case: &serde_json::Value) -> Result<i64, hookledger::VerifyError> {
     let secrets = vec![Secret::new(case["secret"].as_str().unwrap())];
     let header = case["header"].as_str().unwrap();
     let payload = case["payload"].as_str().unwrap();

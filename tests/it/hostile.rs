@@ -1,6 +1,6 @@
 //! Hostile HTTP: oversized declarations, huge headers, slow senders, connection floods. Each
 //! test checks the server stays alive and keeps serving normal events (liveness, with
-//! generous bounds; the latencies under attack are measured by `hookledger bench --hostile`,
+//! generous bounds; the latencies under attack are measured by `hookledger-bench run --hostile`,
 //! not asserted here).
 
 use std::io::{Read, Write};

@@ -1,3 +1,4 @@
+#![allow(unreachable_pub)] // one test binary: its modules share helpers with `pub`
 //! One integration test binary: the real `hookledger` over real HTTP on port 0, each test
 //! with its own temp directory and SQLite file.
 

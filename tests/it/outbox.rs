@@ -405,7 +405,7 @@ fn sigterm_during_a_stream_keeps_every_acknowledged_event_and_delivers_after_res
         for worker in 0..4 {
             let (url, acked, stop) = (&server_url, &acked, &stop);
             s.spawn(move || {
-                let client = hookledger::dev::client::Client::new(Duration::from_secs(5));
+                let client = hookledger::internals::Client::new(Duration::from_secs(5));
                 for i in 0.. {
                     if stop.load(Ordering::Relaxed) {
                         break;

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use hookledger::dev::stripe_samples::{invoice_event, subscription_event};
+use hookledger::internals::{invoice_event, subscription_event};
 
 use crate::util::*;
 
@@ -71,7 +71,7 @@ fn missing_and_invalid_signatures_are_rejected_and_write_nothing() {
     let before = snapshot(&server.db());
     let t = now();
     let wrong_secret =
-        hookledger::source::stripe::sign(&hookledger::source::Secret::new("whsec_other"), t, &body);
+        hookledger::internals::stripe::sign(&hookledger::Secret::new("whsec_other"), t, &body);
     let cases: Vec<(&str, Option<String>)> = vec![
         ("missing header", None),
         ("garbage", Some("bad_header".into())),
@@ -413,11 +413,8 @@ fn either_of_two_rotating_secrets_verifies() {
     let server = Server::start(&["--stripe-secret", "whsec_old,whsec_new"]);
     for (i, secret) in ["whsec_old", "whsec_new"].iter().enumerate() {
         let body = paid_invoice(&format!("evt_rot{i}"), &format!("in_rot{i}"));
-        let header = hookledger::source::stripe::sign(
-            &hookledger::source::Secret::new(*secret),
-            now(),
-            &body,
-        );
+        let header =
+            hookledger::internals::stripe::sign(&hookledger::Secret::new(*secret), now(), &body);
         let reply = server.post("/webhooks/stripe", &body, &[("Stripe-Signature", &header)]);
         assert_outcome(&reply, &format!("evt_rot{i}"), "processed");
     }

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use hookledger::dev::stripe_samples::invoice_event;
+use hookledger::internals::invoice_event;
 
 use crate::util::*;
 

@@ -8,8 +8,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use hookledger::dev::client::{Client, Reply};
-use hookledger::source::{stripe, Secret};
+use hookledger::internals::stripe;
+use hookledger::internals::{Client, Reply};
+use hookledger::Secret;
 use rusqlite::Connection;
 
 pub const SECRET: &str = "whsec_test_secret";
@@ -19,7 +20,7 @@ pub fn secret() -> Secret {
 }
 
 pub fn now() -> i64 {
-    hookledger::unix_now()
+    hookledger::internals::unix_now()
 }
 
 /// `tests/fixtures` in this repository (origin and licence in its README.md).
@@ -347,7 +348,7 @@ pub fn paid(id: &str) -> Vec<u8> {
 
 /// A signed-now `invoice.paid` with event id `event_id` for `invoice`, account `acct_1`.
 pub fn paid_invoice(event_id: &str, invoice: &str) -> Vec<u8> {
-    hookledger::dev::stripe_samples::invoice_event(
+    hookledger::internals::invoice_event(
         event_id,
         "invoice.paid",
         now(),

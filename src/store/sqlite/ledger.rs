@@ -11,7 +11,7 @@ use crate::event::Event;
 
 /// Claims `event`; true if it is new (and its effects must now be applied), false if the id
 /// was already in the ledger (a duplicate: nothing else may run).
-pub fn claim(tx: &Connection, event: &Event, received_at: i64) -> rusqlite::Result<bool> {
+pub(crate) fn claim(tx: &Connection, event: &Event, received_at: i64) -> rusqlite::Result<bool> {
     let inserted = tx
         .prepare_cached(
             "INSERT OR IGNORE INTO webhook_events

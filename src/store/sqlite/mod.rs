@@ -1,19 +1,38 @@
-//! Opening the SQLite file: pragmas, migrations and the read-only pool.
+//! The SQLite store: one file, one write connection owned by the writer thread, read-only
+//! connections for everyone else.
 //!
-//! The write connection is opened here but owned by the writer thread (`writer.rs`); every
-//! other reader (outbox polling, CLI listings) takes a read-only connection from the pool.
-//!
-//! Migrations are an append-only list keyed by `PRAGMA user_version`: entry `i` moves the
-//! schema from version `i` to `i + 1`. `schema.sql` is migration 1 and never changes.
+//! - Transactions: `BEGIN IMMEDIATE` per batch, `SAVEPOINT hookledger_job` per job (a name no handler uses by mistake), one `COMMIT` (WAL,
+//!   `synchronous=FULL`); SQLite's own rollback of a whole transaction (I/O error, full disk)
+//!   is seen by `is_autocommit()`.
+//! - Errors: busy and locked are [`StoreError::Busy`], a full disk [`StoreError::DiskFull`]
+//!   (both 503: retry later), anything else [`StoreError::Database`] (500).
+//! - Migrations are an append-only list keyed by `PRAGMA user_version`: entry `i` moves the
+//!   schema from version `i` to `i + 1`. `schema.sql` is migration 1 and never changes.
+//! - The SQL of the ledger, the outbox, retention and the listings is in the files beside this
+//!   one; the WAL is copied back by [`checkpoint`], off the commit path.
 
-pub mod ledger;
+pub(crate) mod admin;
+mod checkpoint;
+pub(crate) mod ledger;
+pub(crate) mod outbox;
+mod retention;
+mod tx;
 
 use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
 use r2d2_sqlite::SqliteConnectionManager;
-use rusqlite::{Connection, OpenFlags};
+use rusqlite::hooks::{AuthAction, Authorization};
+use rusqlite::{Connection, ErrorCode, OpenFlags};
+
+use crate::handler::Submission;
+use crate::outbox::FORWARD;
+use crate::store::{Outcome, Store, StoreError, Write};
+
+use checkpoint::Checkpointer;
+use tx::HandlerGuard;
+pub use tx::Tx;
 
 /// Append-only. Never edit a released entry; add a new one.
 const MIGRATIONS: &[&str] = &[include_str!("../../../schema.sql")];
@@ -21,19 +40,204 @@ const MIGRATIONS: &[&str] = &[include_str!("../../../schema.sql")];
 /// How long a writer waits for another process's write lock (an `sqlite3` shell, a CLI
 /// command) before it gives up with `SQLITE_BUSY`. Long enough to ride out a CLI command,
 /// short enough that the provider gets a 503 long before its own timeout (Stripe: ~10 s).
-pub const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
-pub type ReadPool = r2d2::Pool<SqliteConnectionManager>;
+/// Prepared statements kept per connection: every hot statement of the ledger, the handlers
+/// and the outbox, with room to spare.
+const STATEMENT_CACHE: usize = 64;
 
-/// Opens (creating if needed) the database for writing and brings its schema up to date.
-pub fn open_writer(path: &Path, busy_timeout: Duration) -> anyhow::Result<Connection> {
-    let mut conn = Connection::open(path)
-        .with_context(|| format!("cannot open database file {}", path.display()))?;
-    conn.busy_timeout(busy_timeout)?;
-    configure_writer(&conn)
-        .with_context(|| format!("cannot configure database file {}", path.display()))?;
-    migrate(&mut conn).with_context(|| format!("cannot migrate {}", path.display()))?;
-    Ok(conn)
+pub(crate) type ReadPool = r2d2::Pool<SqliteConnectionManager>;
+
+impl From<rusqlite::Error> for StoreError {
+    fn from(e: rusqlite::Error) -> Self {
+        match e.sqlite_error_code() {
+            Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => {
+                StoreError::Busy(e.to_string())
+            }
+            Some(ErrorCode::DiskFull) => StoreError::DiskFull(e.to_string()),
+            _ => StoreError::Database(e.to_string()),
+        }
+    }
+}
+
+/// The write connection, for the writer thread (and for one CLI command at a time).
+pub(crate) struct SqliteStore {
+    conn: Connection,
+    handler: HandlerGuard,
+    /// Stops with the store: the last checkpoint runs after the last commit.
+    _checkpoints: Option<Checkpointer>,
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) the database for writing, brings its schema up to date and
+    /// starts the WAL checkpointer: the writer's store.
+    pub(crate) fn open(path: &Path, busy_timeout: Duration) -> anyhow::Result<SqliteStore> {
+        let mut store = SqliteStore::open_for_cli(path, busy_timeout)?;
+        store._checkpoints = Some(
+            Checkpointer::start(&store.conn, busy_timeout)
+                .with_context(|| format!("cannot start checkpoints on {}", path.display()))?,
+        );
+        Ok(store)
+    }
+
+    /// Opens the database for one command's writes, with SQLite's own checkpoints.
+    fn open_for_cli(path: &Path, busy_timeout: Duration) -> anyhow::Result<SqliteStore> {
+        let mut conn = Connection::open(path)
+            .with_context(|| format!("cannot open database file {}", path.display()))?;
+        conn.busy_timeout(busy_timeout)?;
+        configure_writer(&conn)
+            .with_context(|| format!("cannot configure database file {}", path.display()))?;
+        migrate(&mut conn).with_context(|| format!("cannot migrate {}", path.display()))?;
+        Ok(SqliteStore::new(conn)?)
+    }
+
+    /// Opens an existing database for a CLI command, refusing to create a new empty one (a
+    /// typo in `--db` should be an error, not a fresh database that shows nothing).
+    pub(crate) fn open_existing(path: &Path) -> anyhow::Result<SqliteStore> {
+        if !path.exists() {
+            bail!(
+                "database file {} does not exist (start `hookledger serve --db {}` first, or pass the right --db)",
+                path.display(),
+                path.display()
+            );
+        }
+        SqliteStore::open_for_cli(path, DEFAULT_BUSY_TIMEOUT)
+    }
+
+    /// A migrated in-memory database, for unit tests.
+    #[cfg(test)]
+    pub(crate) fn open_in_memory() -> anyhow::Result<SqliteStore> {
+        let mut conn = Connection::open_in_memory()?;
+        migrate(&mut conn)?;
+        Ok(SqliteStore::new(conn)?)
+    }
+
+    fn new(conn: Connection) -> rusqlite::Result<SqliteStore> {
+        let handler = HandlerGuard::default();
+        let running = handler.clone();
+        conn.authorizer(Some(
+            move |ctx: rusqlite::hooks::AuthContext<'_>| match ctx.action {
+                AuthAction::Transaction { .. } | AuthAction::Savepoint { .. }
+                    if running.running() =>
+                {
+                    Authorization::Deny
+                }
+                _ => Authorization::Allow,
+            },
+        ))?;
+        Ok(SqliteStore {
+            conn,
+            handler,
+            _checkpoints: None,
+        })
+    }
+
+    /// Runs `write` in one short transaction of its own (a CLI command next to a running
+    /// `serve`: SQLite serialises it with the server's writer).
+    pub(crate) fn write_now(&mut self, write: &Write, now: i64) -> Result<u64, StoreError> {
+        self.begin()?;
+        match self.write(write, now) {
+            Ok(n) => {
+                self.commit()?;
+                Ok(n)
+            }
+            Err(e) => {
+                self.rollback();
+                Err(e)
+            }
+        }
+    }
+
+    /// The transaction as a handler sees it.
+    pub(crate) fn tx(&self) -> Tx<'_> {
+        Tx::new(&self.conn)
+    }
+
+    #[cfg(test)]
+    pub(crate) fn connection(&self) -> &Connection {
+        &self.conn
+    }
+}
+
+impl Store for SqliteStore {
+    fn begin(&mut self) -> Result<(), StoreError> {
+        Ok(self.conn.execute_batch("BEGIN IMMEDIATE")?)
+    }
+
+    fn savepoint(&mut self) -> Result<(), StoreError> {
+        self.conn
+            .prepare_cached("SAVEPOINT hookledger_job")?
+            .execute([])?;
+        Ok(())
+    }
+
+    fn release(&mut self, keep: bool) -> Result<(), StoreError> {
+        if !keep {
+            self.conn
+                .prepare_cached("ROLLBACK TO hookledger_job")?
+                .execute([])?;
+        }
+        self.conn
+            .prepare_cached("RELEASE hookledger_job")?
+            .execute([])?;
+        Ok(())
+    }
+
+    fn transaction_lost(&self) -> bool {
+        self.conn.is_autocommit()
+    }
+
+    fn commit(&mut self) -> Result<(), StoreError> {
+        Ok(self.conn.execute_batch("COMMIT")?)
+    }
+
+    fn rollback(&mut self) {
+        if !self.conn.is_autocommit() {
+            if let Err(e) = self.conn.execute_batch("ROLLBACK") {
+                log::error!("writer: rollback failed: {e}");
+            }
+        }
+    }
+
+    fn apply(&mut self, submission: Submission, now: i64) -> Result<Outcome, StoreError> {
+        let Submission {
+            event,
+            handlers,
+            forward,
+        } = submission;
+        if !ledger::claim(&self.conn, &event, now)? {
+            return Ok(Outcome::Duplicate);
+        }
+        for (handler, prepared) in handlers {
+            self.handler.set(true);
+            let result = handler.handle(&self.tx(), &event, prepared);
+            self.handler.set(false);
+            result?;
+            if self.conn.is_autocommit() {
+                return Err(StoreError::Database(format!(
+                    "handler {} ended the transaction",
+                    handler.name()
+                )));
+            }
+        }
+        if forward {
+            outbox::enqueue(&self.conn, FORWARD, &event.id, &event.body, now)?;
+        }
+        Ok(Outcome::Processed)
+    }
+
+    fn write(&mut self, write: &Write, now: i64) -> Result<u64, StoreError> {
+        let conn = &self.conn;
+        let n = match write {
+            Write::Record { id, attempt } => outbox::record(conn, *id, attempt, now)?,
+            Write::PruneEvents { before } => retention::delete_events_batch(conn, *before)?,
+            Write::PruneOutbox { before } => retention::delete_outbox_batch(conn, *before)?,
+            Write::Revive { id: Some(id) } => u64::from(outbox::retry(conn, *id, now)?),
+            Write::Revive { id: None } => outbox::retry_all_dead(conn, now)? as u64,
+            Write::Replay { event_id } => u64::from(outbox::replay(conn, event_id, now)?),
+        };
+        Ok(n)
+    }
 }
 
 fn configure_writer(conn: &Connection) -> rusqlite::Result<()> {
@@ -46,12 +250,12 @@ fn configure_writer(conn: &Connection) -> rusqlite::Result<()> {
     // also on power loss. NORMAL would lose the last commits in WAL mode.
     conn.pragma_update(None, "synchronous", "FULL")?;
     conn.pragma_update(None, "foreign_keys", "ON")?;
-    conn.set_prepared_statement_cache_capacity(64);
+    conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
     Ok(())
 }
 
 /// Brings the schema to the newest version, one transaction per migration.
-pub fn migrate(conn: &mut Connection) -> anyhow::Result<()> {
+fn migrate(conn: &mut Connection) -> anyhow::Result<()> {
     let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
     let version = usize::try_from(version).unwrap_or(usize::MAX);
     if version > MIGRATIONS.len() {
@@ -73,7 +277,7 @@ pub fn migrate(conn: &mut Connection) -> anyhow::Result<()> {
 }
 
 /// A pool of read-only connections. The database must already exist (open the writer first).
-pub fn read_pool(path: &Path, size: u32) -> anyhow::Result<ReadPool> {
+pub(crate) fn read_pool(path: &Path, size: u32) -> anyhow::Result<ReadPool> {
     let manager = SqliteConnectionManager::file(path)
         .with_flags(OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX)
         .with_init(|c| c.busy_timeout(DEFAULT_BUSY_TIMEOUT));
@@ -83,15 +287,48 @@ pub fn read_pool(path: &Path, size: u32) -> anyhow::Result<ReadPool> {
         .with_context(|| format!("cannot open read connections to {}", path.display()))
 }
 
-/// Opens an existing database for a CLI command, refusing to create a new empty one (a typo
-/// in `--db` should be an error, not a fresh database that shows nothing).
-pub fn open_existing(path: &Path) -> anyhow::Result<Connection> {
+/// Opens a read-only connection to an existing database (the CLI's listings).
+pub(crate) fn open_read(path: &Path) -> anyhow::Result<Connection> {
     if !path.exists() {
         bail!(
-            "database file {} does not exist (start `hookledger serve --db {}` first, or pass the right --db)",
-            path.display(),
+            "database file {} does not exist (pass --db, or start `hookledger serve` first)",
             path.display()
         );
     }
-    open_writer(path, DEFAULT_BUSY_TIMEOUT)
+    let conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY)
+        .with_context(|| format!("cannot open {}", path.display()))?;
+    conn.busy_timeout(DEFAULT_BUSY_TIMEOUT)?;
+    Ok(conn)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn migrating_twice_changes_nothing_and_a_newer_schema_is_refused() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        migrate(&mut conn).unwrap();
+        migrate(&mut conn).unwrap();
+        let version: i64 = conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(version, MIGRATIONS.len() as i64);
+        conn.pragma_update(None, "user_version", 99).unwrap();
+        let err = migrate(&mut conn).unwrap_err().to_string();
+        assert!(err.contains("newer than this hookledger knows"), "{err}");
+    }
+
+    #[test]
+    fn a_handler_cannot_end_the_batch_transaction() {
+        let store = SqliteStore::open_in_memory().unwrap();
+        store.conn.execute_batch("BEGIN IMMEDIATE").unwrap();
+        store.handler.set(true);
+        for sql in ["COMMIT", "ROLLBACK", "SAVEPOINT x", "RELEASE x", "BEGIN"] {
+            assert!(store.tx().execute(sql, []).is_err(), "{sql} was allowed");
+        }
+        store.handler.set(false);
+        assert!(!store.conn.is_autocommit(), "the transaction is still open");
+        store.conn.execute_batch("COMMIT").unwrap();
+    }
 }

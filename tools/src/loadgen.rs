@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 
-use crate::dev::stripe_samples::{invoice_event, subscription_event};
-use crate::source::{stripe, Secret};
+use hookledger::internals::{invoice_event, stripe, subscription_event};
+use hookledger::Secret;
 
 /// What to send.
 #[derive(Debug, Clone)]
@@ -38,7 +38,7 @@ pub struct Request {
 /// bodies of 1.5–2.5 KB; `resend_share` of them exact resends of an earlier event.
 pub fn prepare(workload: &Workload, secret: &Secret, host: &str) -> Vec<Request> {
     let mut rng = fastrand::Rng::with_seed(workload.seed);
-    let now = crate::unix_now();
+    let now = hookledger::unix_now();
     let mut originals: Vec<usize> = Vec::new();
     let mut requests: Vec<Request> = Vec::with_capacity(workload.requests);
     for i in 0..workload.requests {

@@ -4,28 +4,44 @@
 //! - duplicate deliveries through the real writer thread: every event id is recorded once and
 //!   every invoice is credited once.
 //!
-//! Event bodies are built with `hookledger::dev::stripe_samples` and go through the real parser, so the
-//! rank and the invoice id come from the event type and body, as in production.
+//! Event bodies are built with `dev::stripe_samples` and go through the real stripe envelope
+//! and the handler's decoding, so the rank and the invoice id come from the event type and
+//! body, as in production.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
-use hookledger::dev::stripe_samples as sample;
-use hookledger::event::{parse_stripe, Event};
-use hookledger::handler::stripe_billing as state;
-use hookledger::store::sqlite::{self as db, ledger};
-use hookledger::writer::{self, Outcome, WriterConfig};
 use proptest::prelude::*;
 use rusqlite::Connection;
+
+use crate::config::WriterConfig;
+use crate::dev::stripe_samples as sample;
+use crate::event::Event;
+use crate::handler::stripe_billing::{self as state, Change, StripeBilling};
+use crate::handler::{Handler, Submission};
+use crate::source::stripe;
+use crate::store::sqlite::{ledger, SqliteStore};
+use crate::store::{Outcome, Store};
+use crate::writer;
 
 const CREDITS_PER_INVOICE: i64 = 100;
 
 /// A Stripe-like `created` for every generated event, so the bodies look real.
 const BASE_CREATED: i64 = 1_721_953_934;
 
-fn parse(body: String) -> Event {
-    parse_stripe(bytes::Bytes::from(body)).expect("sample events parse")
+/// The event as the stripe source reads it, and what the billing handler decodes of it.
+fn parse(body: String) -> (Event, Option<Change>) {
+    let envelope = stripe::envelope(body.as_bytes()).expect("sample events parse");
+    let change = state::decode(&envelope.kind, body.as_bytes()).expect("sample events decode");
+    let event = Event {
+        source: "stripe".into(),
+        id: envelope.id,
+        kind: envelope.kind,
+        created: envelope.created,
+        body: body.into(),
+    };
+    (event, change)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -60,7 +76,7 @@ impl SubEvent {
         format!("evt_sub_{}_{}", self.created, self.rank)
     }
 
-    fn event(&self) -> Event {
+    fn event(&self) -> (Event, Option<Change>) {
         parse(sample::subscription_event(
             &self.id(),
             self.kind(),
@@ -119,45 +135,46 @@ type SubscriptionRow = (String, String, Option<String>, String, i64, i64, String
 /// Claims and applies `events` in order, each in its own transaction as the writer does, and
 /// returns the one `subscriptions` row.
 fn apply_in_order(events: &[SubEvent]) -> SubscriptionRow {
-    let mut conn = Connection::open_in_memory().unwrap();
-    db::migrate(&mut conn).unwrap();
+    let mut store = SqliteStore::open_in_memory().unwrap();
     for e in events {
-        let event = e.event();
-        let tx = conn.transaction().unwrap();
+        let (event, change) = e.event();
+        store.begin().unwrap();
         assert!(
-            ledger::claim(&tx, &event, 0).unwrap(),
+            ledger::claim(store.connection(), &event, 0).unwrap(),
             "{} is new",
             event.id
         );
         let applied = state::apply(
-            &tx,
+            &store.tx(),
             &event.id,
-            event.created,
-            &event.effect,
+            event.created.unwrap(),
+            &change.expect("a subscription change"),
             CREDITS_PER_INVOICE,
         )
         .unwrap();
         // Pairs are distinct, so the guard never sees a tie.
         assert_ne!(applied, state::Applied::Tie, "{}", event.id);
-        tx.commit().unwrap();
+        store.commit().unwrap();
     }
-    conn.query_row(
-        "SELECT id, customer_id, account_id, status, provider_updated_at, event_rank, event_id
+    store
+        .connection()
+        .query_row(
+            "SELECT id, customer_id, account_id, status, provider_updated_at, event_rank, event_id
          FROM subscriptions",
-        [],
-        |r| {
-            Ok((
-                r.get(0)?,
-                r.get(1)?,
-                r.get(2)?,
-                r.get(3)?,
-                r.get(4)?,
-                r.get(5)?,
-                r.get(6)?,
-            ))
-        },
-    )
-    .unwrap()
+            [],
+            |r| {
+                Ok((
+                    r.get(0)?,
+                    r.get(1)?,
+                    r.get(2)?,
+                    r.get(3)?,
+                    r.get(4)?,
+                    r.get(5)?,
+                    r.get(6)?,
+                ))
+            },
+        )
+        .unwrap()
 }
 
 proptest! {
@@ -264,16 +281,15 @@ proptest! {
     ) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("hookledger.db");
-        let busy_timeout = Duration::from_secs(5);
-        let conn = db::open_writer(&path, busy_timeout).unwrap();
+        let store = SqliteStore::open(&path, Duration::from_secs(5)).unwrap();
         let config = WriterConfig {
             batch_max,
             queue_depth: QUEUE_DEPTH,
-            credits_per_invoice: CREDITS_PER_INVOICE,
-            forward: false,
-            busy_timeout,
         };
-        let (handle, writer) = writer::spawn(conn, config, None).unwrap();
+        let (handle, writer) = writer::spawn(store, config, None).unwrap();
+        let billing: Arc<dyn Handler> = Arc::new(StripeBilling {
+            credits_per_invoice: CREDITS_PER_INVOICE,
+        });
 
         // Round-robin the deliveries over the threads; each thread submits all of its share
         // before waiting, so batches mix threads and duplicates.
@@ -284,12 +300,24 @@ proptest! {
                     deliveries.iter().skip(t).step_by(threads).copied().collect();
                 let handle = handle.clone();
                 let start = Arc::clone(&start);
+                let billing = billing.clone();
                 std::thread::spawn(move || {
-                    let events: Vec<Event> = mine.iter().map(|d| parse(d.body())).collect();
+                    let submissions: Vec<Submission> = mine
+                        .iter()
+                        .map(|d| {
+                            let (event, _) = parse(d.body());
+                            let prepared = billing.prepare(&event).expect("prepares");
+                            Submission {
+                                event,
+                                handlers: vec![(billing.clone(), prepared)],
+                                forward: false,
+                            }
+                        })
+                        .collect();
                     start.wait();
-                    let replies: Vec<_> = events
+                    let replies: Vec<_> = submissions
                         .into_iter()
-                        .map(|e| handle.try_submit(e).expect("queue has room"))
+                        .map(|s| handle.try_submit(s).expect("queue has room"))
                         .collect();
                     replies
                         .into_iter()
@@ -309,7 +337,7 @@ proptest! {
         let distinct_invoices: BTreeSet<u8> = deliveries.iter().map(|d| d.invoice).collect();
         let processed = outcomes
             .iter()
-            .filter(|o| matches!(o, Outcome::Processed(_)))
+            .filter(|o| matches!(o, Outcome::Processed))
             .count();
         prop_assert_eq!(processed, distinct_events.len());
         prop_assert_eq!(outcomes.len() - processed, deliveries.len() - distinct_events.len());

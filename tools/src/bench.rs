@@ -1,12 +1,15 @@
-//! `hookledger bench`: one command that measures, in one run and on one disk,
+//! `hookledger-bench run`: one command that measures, in one run and on one disk,
 //! (a) hookledger as shipped, (b) hookledger with one event per transaction
-//! (`--batch-max 1`), and (c) the raw SQLite ceiling: the same claim and upsert statements in
-//! batches in a tight loop, no HTTP; at C = 1, 16, 64 connections with 0 % and 20 % resends.
+//! (`--batch-max 1`), and (c) the raw SQLite ceiling: the store's own writer, handler and
+//! batch loop fed the same events in process, no HTTP; at C = 1, 16, 64 connections with
+//! 0 % and 20 % resends.
 //! Then peak memory at C = 256 and an overload run. It prints one table with a/b and a/c.
 //!
 //! Mode (b) is measured on a quarter of the requests (it is slow; the rate is what counts).
-//! (c) uses batches of C events: with C connections at most C events can be in flight, so
-//! that is the largest group commit hookledger itself could form.
+//! (c) keeps at most C events in flight: with C connections at most C events can wait for
+//! the writer, so that bounds the group commit hookledger itself could form.
+//!
+//! The server is the real `hookledger` binary (`--exe`), started as a child process.
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -16,11 +19,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 
-use crate::event;
-use crate::handler::stripe_billing as state;
+use hookledger::Secret;
+
 use crate::loadgen::{self, Report, Request, Workload};
-use crate::source::Secret;
-use crate::store::sqlite::{self as db, ledger};
+use crate::table;
 
 const SECRET: &str = "whsec_bench_secret";
 
@@ -127,7 +129,7 @@ pub fn run(config: &BenchConfig) -> anyhow::Result<()> {
     }
     print!(
         "{}",
-        crate::cli::table::render(
+        table::render(
             &[
                 "run",
                 "events/s",
@@ -142,7 +144,7 @@ pub fn run(config: &BenchConfig) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `hookledger bench --hostile`: latency of normal events while 200 connections send nothing
+/// `hookledger-bench run --hostile`: latency of normal events while 200 connections send nothing
 /// and 50 send a body one byte per second; memory and threads of the server meanwhile.
 pub fn hostile(config: &BenchConfig) -> anyhow::Result<()> {
     use std::io::Write;
@@ -227,7 +229,7 @@ pub fn hostile(config: &BenchConfig) -> anyhow::Result<()> {
     };
     print!(
         "{}",
-        crate::cli::table::render(
+        table::render(
             &[
                 "normal events",
                 "n",
@@ -280,8 +282,9 @@ fn serve_and_load(
     Ok((report, ledger, peak))
 }
 
-/// The raw SQLite ceiling for this workload: the writer's statements, batches of
-/// `connections` events, one transaction each, no HTTP, no threads.
+/// The raw SQLite ceiling for this workload: the store's own writer loop
+/// ([`hookledger::internals::writer_ceiling`]) on the same bodies the load generator sends,
+/// at most `connections` events in flight, no HTTP.
 fn sqlite_ceiling(
     config: &BenchConfig,
     secret: &Secret,
@@ -289,29 +292,14 @@ fn sqlite_ceiling(
     connections: usize,
 ) -> anyhow::Result<f64> {
     let dir = tempfile::tempdir_in(&config.dir)?;
-    let mut conn = db::open_writer(&dir.path().join("ceiling.db"), db::DEFAULT_BUSY_TIMEOUT)?;
-    // The same checkpoint arrangement as the writer, so the ceiling is not held down by
-    // checkpoints inside COMMIT.
-    let _checkpoints = crate::writer::Checkpointer::start(&conn, db::DEFAULT_BUSY_TIMEOUT)?;
     let requests = loadgen::prepare(workload, secret, "bench");
-    let events = requests
-        .iter()
-        .map(|r| event::parse_stripe(bytes::Bytes::copy_from_slice(body_of(r))))
-        .collect::<Result<Vec<_>, _>>()?;
-    let started = Instant::now();
-    for batch in events.chunks(connections) {
-        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-        let now = crate::unix_now();
-        for e in batch {
-            tx.execute_batch("SAVEPOINT job")?;
-            if ledger::claim(&tx, e, now)? {
-                state::apply(&tx, &e.id, e.created, &e.effect, 100)?;
-            }
-            tx.execute_batch("RELEASE job")?;
-        }
-        tx.commit()?;
-    }
-    Ok(events.len() as f64 / started.elapsed().as_secs_f64())
+    let bodies: Vec<Vec<u8>> = requests.iter().map(|r| body_of(r).to_vec()).collect();
+    let elapsed = hookledger::internals::writer_ceiling(
+        &dir.path().join("ceiling.db"),
+        &bodies,
+        connections,
+    )?;
+    Ok(bodies.len() as f64 / elapsed.as_secs_f64())
 }
 
 fn body_of(request: &Request) -> &[u8] {
@@ -353,7 +341,7 @@ fn print_rows(rows: &[Row]) {
         .collect();
     print!(
         "{}",
-        crate::cli::table::render(
+        table::render(
             &[
                 "C",
                 "resend",
@@ -383,10 +371,7 @@ fn print_ratios(rows: &[Row]) {
         ]);
     }
     println!();
-    print!(
-        "{}",
-        crate::cli::table::render(&["C", "resend", "a/b", "a/c"], &cells)
-    );
+    print!("{}", table::render(&["C", "resend", "a/b", "a/c"], &cells));
 }
 
 /// CPU, kernel, filesystem and fsync time of the disk under `dir`.

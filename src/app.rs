@@ -1,0 +1,192 @@
+//! [`Hookledger`]: the receiver opened and ready to serve, for the CLI and for embedding.
+//!
+//! Opening is synchronous and comes first: the config is checked, the database migrated, the
+//! writer and the background workers started and the routes built before anything listens, so
+//! a bad config or database is reported before a port is bound.
+//!
+//! # Shutdown ordering
+//! 1. the shutdown future resolves (SIGTERM/SIGINT, or `RunningServer::stop`);
+//! 2. the listener closes: no new connections;
+//! 3. requests in flight finish: their events commit and they get their answer;
+//! 4. background workers stop after their current step;
+//! 5. the writer's last handle is dropped, it drains its queue and its thread ends.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use anyhow::Context;
+use axum::Router;
+use tokio::net::TcpListener;
+
+use crate::config::Config;
+use crate::delivery;
+use crate::handler::stripe_billing::StripeBilling;
+use crate::http::ingest::Ingest;
+use crate::http::server;
+use crate::retention::Retention;
+use crate::source::{stripe, Source};
+use crate::store::sqlite::{self, SqliteStore};
+use crate::writer;
+
+/// hookledger opened and ready to serve: database migrated, writer running, routes built.
+pub struct Hookledger {
+    config: Config,
+    app: Router,
+    writer: writer::Writer,
+    /// Delivers outbox rows to the app; `None` without forwarding.
+    worker: Option<delivery::Worker>,
+    retention: Retention,
+}
+
+impl Hookledger {
+    /// Checks `config`, opens (and migrates) the database and starts the writer and the
+    /// background workers. Nothing listens yet.
+    pub fn open(config: Config) -> anyhow::Result<Hookledger> {
+        config.validate()?;
+        let target = config
+            .forward
+            .as_ref()
+            .map(delivery::Target::new)
+            .transpose()?;
+        let store = SqliteStore::open(&config.storage.db, config.storage.busy_timeout)?;
+        let (waker, woken) = delivery::Worker::channel();
+        let on_commit = waker.clone();
+        let (handle, writer) = writer::spawn(
+            store,
+            config.writer.clone(),
+            Some(Box::new(move || on_commit.wake())),
+        )
+        .context("cannot start the writer thread")?;
+        let worker = match target {
+            Some(target) => Some(delivery::Worker::spawn(
+                target,
+                sqlite::read_pool(&config.storage.db, 2)?,
+                handle.clone(),
+                waker,
+                woken,
+            )?),
+            None => None,
+        };
+        let retention = Retention::spawn(handle.clone(), config.retention.days)?;
+        let stripe = Source {
+            name: Arc::from("stripe"),
+            scheme: Box::new(stripe::Stripe {
+                secrets: config.stripe.secrets.clone(),
+                tolerance: config.stripe.tolerance,
+            }),
+            handlers: vec![Arc::new(StripeBilling {
+                credits_per_invoice: config.stripe.credits_per_invoice,
+            })],
+            forward: config.forward.is_some(),
+        };
+        let ingest = Arc::new(Ingest {
+            sources: HashMap::from([(stripe.name.clone(), stripe)]),
+            http: config.http.clone(),
+            writer: handle,
+        });
+        Ok(Hookledger {
+            app: server::router(ingest),
+            config,
+            writer,
+            worker,
+            retention,
+        })
+    }
+
+    /// The routes (`POST /webhooks/{source}`, `/healthz`), to mount in an app's own axum
+    /// server. The writer and the workers keep running until [`Hookledger::serve`] returns or
+    /// the `Hookledger` is dropped.
+    pub fn router(&self) -> Router {
+        self.app.clone()
+    }
+
+    /// Serves on an already bound listener until `shutdown` resolves, then shuts down in the
+    /// order described in the module doc. Tests and the demo bind port 0.
+    pub async fn serve(
+        self,
+        listener: TcpListener,
+        shutdown: impl Future<Output = ()>,
+    ) -> anyhow::Result<()> {
+        let Hookledger {
+            config,
+            app,
+            writer,
+            worker,
+            retention,
+        } = self;
+        server::serve(listener, app, &config.http, shutdown).await;
+        // The router is gone; the worker finishes its current attempt, retention its batch.
+        // Then the last writer handle is dropped: the writer commits its queue and ends.
+        tokio::task::spawn_blocking(move || {
+            if let Some(worker) = worker {
+                worker.stop();
+            }
+            retention.stop();
+            writer.join();
+        })
+        .await
+        .context("waiting for the writer")?;
+        log::info!("hookledger stopped");
+        Ok(())
+    }
+}
+
+/// A server running on its own runtime thread (for the demo and for embedding tests).
+pub struct RunningServer {
+    pub addr: SocketAddr,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<anyhow::Result<()>>>,
+}
+
+impl RunningServer {
+    /// Binds `config.listen` (port 0 picks a free port) and starts serving.
+    pub fn start(config: Config) -> anyhow::Result<RunningServer> {
+        let listen = config.http.listen;
+        let hookledger = Hookledger::open(config)?;
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()?;
+        let listener = runtime
+            .block_on(TcpListener::bind(listen))
+            .with_context(|| format!("cannot listen on {listen}"))?;
+        let addr = listener.local_addr()?;
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::Builder::new()
+            .name("hookledger-server".into())
+            .spawn(move || {
+                runtime.block_on(hookledger.serve(listener, async {
+                    let _ = stopped.await;
+                }))
+            })?;
+        Ok(RunningServer {
+            addr,
+            stop: Some(stop),
+            thread: Some(thread),
+        })
+    }
+
+    /// Shuts down gracefully and waits until everything acknowledged is committed.
+    pub fn stop(mut self) -> anyhow::Result<()> {
+        self.shutdown()
+    }
+
+    fn shutdown(&mut self) -> anyhow::Result<()> {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        match self.thread.take() {
+            Some(thread) => thread
+                .join()
+                .map_err(|_| anyhow::anyhow!("server thread panicked"))?,
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for RunningServer {
+    fn drop(&mut self) {
+        let _ = self.shutdown();
+    }
+}

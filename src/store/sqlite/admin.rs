@@ -1,0 +1,117 @@
+//! The listings behind `events list/show` and `outbox list`, on a read-only connection.
+
+use anyhow::{bail, Context};
+use rusqlite::{params, Connection, OptionalExtension};
+use serde_json::json;
+
+/// An outbox row for listing.
+#[derive(Debug, Clone, serde::Serialize)]
+pub(crate) struct OutboxRow {
+    pub(crate) id: i64,
+    pub(crate) kind: String,
+    pub(crate) key: String,
+    pub(crate) status: String,
+    pub(crate) attempts: i64,
+    pub(crate) next_attempt_at: i64,
+    pub(crate) last_error: Option<String>,
+    pub(crate) created_at: i64,
+    pub(crate) done_at: Option<i64>,
+}
+
+/// A ledger row for listing.
+#[derive(Debug, Clone, serde::Serialize)]
+pub(crate) struct EventRow {
+    pub(crate) event_id: String,
+    pub(crate) event_type: String,
+    pub(crate) source: String,
+    pub(crate) created: Option<i64>,
+    pub(crate) received_at: i64,
+    pub(crate) payload_bytes: i64,
+}
+
+pub(crate) fn outbox_list(
+    conn: &Connection,
+    status: Option<&str>,
+) -> anyhow::Result<Vec<OutboxRow>> {
+    if let Some(s) = status {
+        if !matches!(s, "pending" | "done" | "dead") {
+            bail!("--status must be pending, done or dead, not `{s}`");
+        }
+    }
+    let mut stmt = conn.prepare(
+        "SELECT id, kind, key, status, attempts, next_attempt_at, last_error, created_at, done_at
+         FROM outbox WHERE ?1 IS NULL OR status = ?1 ORDER BY id",
+    )?;
+    let rows = stmt
+        .query_map([status], |r| {
+            Ok(OutboxRow {
+                id: r.get(0)?,
+                kind: r.get(1)?,
+                key: r.get(2)?,
+                status: r.get(3)?,
+                attempts: r.get(4)?,
+                next_attempt_at: r.get(5)?,
+                last_error: r.get(6)?,
+                created_at: r.get(7)?,
+                done_at: r.get(8)?,
+            })
+        })?
+        .collect::<Result<_, _>>()?;
+    Ok(rows)
+}
+
+pub(crate) fn events_list(
+    conn: &Connection,
+    since: Option<i64>,
+    kind: Option<&str>,
+    limit: usize,
+) -> anyhow::Result<Vec<EventRow>> {
+    let mut stmt = conn.prepare(
+        "SELECT event_id, event_type, source, created, received_at, length(payload)
+         FROM webhook_events
+         WHERE (?1 IS NULL OR received_at >= ?1) AND (?2 IS NULL OR event_type = ?2)
+         ORDER BY received_at DESC, rowid DESC LIMIT ?3",
+    )?;
+    let rows = stmt
+        .query_map(params![since, kind, limit as i64], |r| {
+            Ok(EventRow {
+                event_id: r.get(0)?,
+                event_type: r.get(1)?,
+                source: r.get(2)?,
+                created: r.get(3)?,
+                received_at: r.get(4)?,
+                payload_bytes: r.get::<_, Option<i64>>(5)?.unwrap_or(0),
+            })
+        })?
+        .collect::<Result<_, _>>()?;
+    Ok(rows)
+}
+
+/// One event with its payload parsed for pretty-printing.
+pub(crate) fn event_show(conn: &Connection, id: &str) -> anyhow::Result<serde_json::Value> {
+    let shown = conn
+        .query_row(
+            "SELECT event_type, source, created, received_at, payload FROM webhook_events
+             WHERE event_id = ?1",
+            [id],
+            |r| {
+                let payload: Option<Vec<u8>> = r.get(4)?;
+                let payload = payload.map(|p| {
+                    serde_json::from_slice::<serde_json::Value>(&p)
+                        .unwrap_or_else(|_| json!(String::from_utf8_lossy(&p)))
+                });
+                Ok(json!({
+                    "event_id": id,
+                    "event_type": r.get::<_, String>(0)?,
+                    "source": r.get::<_, String>(1)?,
+                    "created": r.get::<_, Option<i64>>(2)?,
+                    "received_at": r.get::<_, i64>(3)?,
+                    "payload": payload,
+                }))
+            },
+        )
+        .optional()?;
+    shown.with_context(|| {
+        format!("no event {id} in the ledger (never received, or pruned after the retention age)")
+    })
+}

@@ -1,0 +1,118 @@
+//! The outbox's SQL: rows queued in the event's transaction, read by the worker, updated by
+//! the writer (attempts) and the CLI (retry, replay).
+
+use rusqlite::{params, Connection};
+
+use crate::outbox::{Attempt, PendingRow, FORWARD};
+
+/// Queues an effect inside the caller's transaction. `(kind, key)` is unique, so a replayed
+/// enqueue of the same effect adds nothing.
+pub(crate) fn enqueue(
+    tx: &Connection,
+    kind: &str,
+    key: &str,
+    payload: &[u8],
+    now: i64,
+) -> rusqlite::Result<bool> {
+    let inserted = tx
+        .prepare_cached(
+            "INSERT OR IGNORE INTO outbox (kind, key, payload, status, next_attempt_at, created_at)
+             VALUES (?1, ?2, ?3, 'pending', ?4, ?4)",
+        )?
+        .execute(params![kind, key, payload, now])?;
+    Ok(inserted == 1)
+}
+
+/// Up to `limit` pending rows that are due at `now`, in id order.
+pub(crate) fn due(conn: &Connection, now: i64, limit: usize) -> rusqlite::Result<Vec<PendingRow>> {
+    conn.prepare_cached(
+        "SELECT id, kind, key, payload, attempts FROM outbox
+         WHERE status = 'pending' AND next_attempt_at <= ?1
+         ORDER BY id LIMIT ?2",
+    )?
+    .query_map(params![now, limit as i64], |r| {
+        Ok(PendingRow {
+            id: r.get(0)?,
+            kind: r.get(1)?,
+            key: r.get(2)?,
+            payload: r.get(3)?,
+            attempts: r.get(4)?,
+        })
+    })?
+    .collect()
+}
+
+/// When the next pending row is due, if any.
+pub(crate) fn next_due_at(conn: &Connection) -> rusqlite::Result<Option<i64>> {
+    conn.prepare_cached("SELECT min(next_attempt_at) FROM outbox WHERE status = 'pending'")?
+        .query_row([], |r| r.get(0))
+}
+
+/// Records an attempt on row `id`. Only a pending row changes (a concurrent `outbox retry`
+/// or prune wins).
+pub(crate) fn record(
+    tx: &Connection,
+    id: i64,
+    attempt: &Attempt,
+    now: i64,
+) -> rusqlite::Result<u64> {
+    let changed = match attempt {
+        Attempt::Delivered => tx
+            .prepare_cached(
+                "UPDATE outbox SET status = 'done', attempts = attempts + 1, done_at = ?2,
+                     last_error = NULL
+                 WHERE id = ?1 AND status = 'pending'",
+            )?
+            .execute(params![id, now])?,
+        Attempt::Retry { at, error } => tx
+            .prepare_cached(
+                "UPDATE outbox SET attempts = attempts + 1, next_attempt_at = ?2, last_error = ?3
+                 WHERE id = ?1 AND status = 'pending'",
+            )?
+            .execute(params![id, at, error])?,
+        Attempt::Dead { error } => tx
+            .prepare_cached(
+                "UPDATE outbox SET status = 'dead', attempts = attempts + 1, last_error = ?2
+                 WHERE id = ?1 AND status = 'pending'",
+            )?
+            .execute(params![id, error])?,
+    };
+    Ok(changed as u64)
+}
+
+/// Puts row `id` back to pending with a fresh schedule. Returns whether a row changed.
+pub(crate) fn retry(tx: &Connection, id: i64, now: i64) -> rusqlite::Result<bool> {
+    let changed = tx
+        .prepare_cached(
+            "UPDATE outbox SET status = 'pending', attempts = 0, next_attempt_at = ?2,
+                 done_at = NULL
+             WHERE id = ?1 AND status = 'dead'",
+        )?
+        .execute(params![id, now])?;
+    Ok(changed == 1)
+}
+
+/// Puts every dead row back to pending with a fresh schedule. Returns how many.
+pub(crate) fn retry_all_dead(tx: &Connection, now: i64) -> rusqlite::Result<usize> {
+    tx.prepare_cached(
+        "UPDATE outbox SET status = 'pending', attempts = 0, next_attempt_at = ?1, done_at = NULL
+         WHERE status = 'dead'",
+    )?
+    .execute([now])
+}
+
+/// Queues a new forward of a stored event (a replay), or puts its existing row back to
+/// pending. Returns false if the event is not in the ledger.
+pub(crate) fn replay(tx: &Connection, event_id: &str, now: i64) -> rusqlite::Result<bool> {
+    let changed = tx
+        .prepare_cached(
+            "INSERT INTO outbox (kind, key, payload, status, next_attempt_at, created_at)
+             SELECT ?1, event_id, payload, 'pending', ?3, ?3 FROM webhook_events
+             WHERE event_id = ?2 AND payload IS NOT NULL
+             ON CONFLICT (kind, key) DO UPDATE SET
+                 status = 'pending', attempts = 0, next_attempt_at = ?3, done_at = NULL,
+                 payload = excluded.payload",
+        )?
+        .execute(params![FORWARD, event_id, now])?;
+    Ok(changed == 1)
+}

@@ -1,0 +1,160 @@
+//! `hookledger-bench`: the benchmark and the load generator for hookledger. They drive the
+//! real `hookledger` binary over HTTP (the bench starts it as a child process), so what they
+//! measure is what ships. Exit code: 0 ok, 1 the ledger check lost events, 2 could not run.
+
+mod bench;
+mod loadgen;
+mod table;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand};
+use hookledger::Secret;
+
+#[derive(Debug, Parser)]
+#[command(name = "hookledger-bench", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Measure shipped vs one-event-per-transaction vs the raw SQLite ceiling, in one run.
+    Run(RunArgs),
+    /// Send pre-signed realistic events to a running hookledger and report throughput and
+    /// latency; with --db, check the ledger holds exactly the events that got a 200.
+    Loadgen(LoadgenArgs),
+}
+
+#[derive(Debug, Args)]
+struct RunArgs {
+    /// Requests per measurement at C >= 16 (a fifth at C = 1).
+    #[arg(long, default_value_t = 60_000)]
+    requests: usize,
+    /// Where the databases go: the disk being measured.
+    #[arg(long, default_value = "./target/bench")]
+    dir: PathBuf,
+    /// The `hookledger` binary to run as the server [default: `hookledger` next to this
+    /// binary, e.g. target/release/hookledger].
+    #[arg(long)]
+    exe: Option<PathBuf>,
+    /// Instead: latency of normal events under 200 idle and 50 slow-body connections.
+    #[arg(long)]
+    hostile: bool,
+}
+
+#[derive(Debug, Args)]
+struct LoadgenArgs {
+    /// The server's address.
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    addr: SocketAddr,
+    /// Requests in total (new events plus resends).
+    #[arg(long, default_value_t = 20_000)]
+    requests: usize,
+    /// Keep-alive connections sending at once.
+    #[arg(long, short = 'c', default_value_t = 64)]
+    connections: usize,
+    /// Share of requests that resend an earlier event, 0.0 to 1.0.
+    #[arg(long, default_value_t = 0.2)]
+    resend: f64,
+    /// The server's signing secret (comma-separated during rotation: the first one signs).
+    #[arg(long, env = "STRIPE_WEBHOOK_SECRET", hide_env_values = true)]
+    secret: String,
+    /// The server's database file, for the ledger check.
+    #[arg(long)]
+    db: Option<PathBuf>,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+}
+
+fn main() -> ExitCode {
+    let result = match Cli::parse().command {
+        Command::Run(args) => run(args),
+        Command::Loadgen(args) => loadgen(args),
+    };
+    match result {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn run(args: RunArgs) -> anyhow::Result<bool> {
+    let exe = match args.exe {
+        Some(exe) => exe,
+        None => std::env::current_exe()
+            .context("finding this binary")?
+            .with_file_name("hookledger"),
+    };
+    anyhow::ensure!(
+        exe.is_file(),
+        "no hookledger binary at {} (build it with `cargo build --release -p hookledger`, or pass --exe)",
+        exe.display()
+    );
+    let config = bench::BenchConfig {
+        requests: args.requests,
+        dir: args.dir,
+        exe,
+    };
+    if args.hostile {
+        bench::hostile(&config)?;
+    } else {
+        bench::run(&config)?;
+    }
+    Ok(true)
+}
+
+/// Returns false when the ledger check finds acknowledged events missing.
+fn loadgen(args: LoadgenArgs) -> anyhow::Result<bool> {
+    let secret = args
+        .secret
+        .split(',')
+        .map(str::trim)
+        .find(|s| !s.is_empty())
+        .map(Secret::new)
+        .context("no signing secret")?;
+    let workload = loadgen::Workload {
+        requests: args.requests,
+        resend_share: args.resend.clamp(0.0, 1.0),
+        seed: args.seed,
+    };
+    let requests = loadgen::prepare(&workload, &secret, &args.addr.to_string());
+    let report = loadgen::run(args.addr, &requests, args.connections);
+    let ms = |p: f64| format!("{:.2}", report.percentile(p).as_secs_f64() * 1000.0);
+    println!(
+        "{} requests over {} connections in {:.2} s: {:.0} events/s",
+        report.requests(),
+        args.connections,
+        report.elapsed.as_secs_f64(),
+        report.per_second()
+    );
+    println!(
+        "latency ms: p50 {} p90 {} p99 {} max {}",
+        ms(50.0),
+        ms(90.0),
+        ms(99.0),
+        ms(100.0)
+    );
+    println!(
+        "statuses: {}; processed {}, duplicate {}",
+        report.status_summary(),
+        report.processed,
+        report.duplicates
+    );
+    let Some(db) = args.db else {
+        return Ok(true);
+    };
+    let check = loadgen::check_ledger(&db, &report)?;
+    println!(
+        "ledger: {} events; {} acknowledged; lost {}; in the ledger without a 200: {}",
+        check.in_ledger, check.acknowledged, check.lost, check.unacknowledged
+    );
+    Ok(check.lost == 0)
+}

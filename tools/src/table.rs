@@ -1,0 +1,36 @@
+//! Aligned text tables for the bench and the load generator (a copy of the CLI's).
+
+/// Formats `rows` under `headers`, each column padded to its widest cell.
+pub fn render(headers: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let mut line = |cells: &mut dyn Iterator<Item = &str>| {
+        let padded: Vec<String> = cells
+            .zip(&widths)
+            .map(|(c, w)| format!("{c}{}", " ".repeat(w - c.chars().count())))
+            .collect();
+        out.push_str(padded.join("  ").trim_end());
+        out.push('\n');
+    };
+    line(&mut headers.iter().copied());
+    let rules: Vec<String> = widths.iter().map(|w| "-".repeat(*w)).collect();
+    line(&mut rules.iter().map(String::as_str));
+    for row in rows {
+        line(&mut row.iter().map(String::as_str));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn pads_columns() {
+        let out = super::render(&["a", "bb"], &[vec!["xyz".into(), "1".into()]]);
+        assert_eq!(out, "a    bb\n---  --\nxyz  1\n");
+    }
+}
