@@ -72,6 +72,11 @@ pub mod internals {
 
     pub use crate::writer::ceiling::writer_ceiling;
 
+    /// Aligned text tables, as the CLI prints them.
+    pub mod table {
+        pub use crate::cli::table::render;
+    }
+
     /// The Stripe billing handler's decoding, for the fuzz targets.
     pub mod stripe_billing {
         pub use crate::handler::stripe_billing::{decode, Change};

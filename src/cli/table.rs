@@ -1,7 +1,7 @@
-//! Aligned text tables for the CLI and the demo.
+//! Aligned text tables for the CLI, the demo and the bench.
 
 /// Formats `rows` under `headers`, each column padded to its widest cell.
-pub(crate) fn render(headers: &[&str], rows: &[Vec<String>]) -> String {
+pub fn render(headers: &[&str], rows: &[Vec<String>]) -> String {
     let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
     for row in rows {
         for (w, cell) in widths.iter_mut().zip(row) {

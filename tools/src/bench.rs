@@ -22,7 +22,7 @@ use anyhow::{bail, Context};
 use hookledger::Secret;
 
 use crate::loadgen::{self, Report, Request, Workload};
-use crate::table;
+use hookledger::internals::table;
 
 const SECRET: &str = "whsec_bench_secret";
 

@@ -4,7 +4,6 @@
 
 mod bench;
 mod loadgen;
-mod table;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
