@@ -36,9 +36,10 @@ use crate::unix_now;
 
 /// One unit of work for the writer.
 pub(crate) enum Job {
-    /// A verified event and its handlers. `reply` receives the outcome after COMMIT.
+    /// A verified event and its handlers (`None` once the writer has taken it). `reply`
+    /// receives the outcome after COMMIT.
     Event {
-        submission: Submission,
+        submission: Option<Submission>,
         reply: oneshot::Sender<Result<Outcome, StoreError>>,
     },
     /// Any other write (outbox results, retention, replays). `reply` receives the count of
@@ -63,7 +64,11 @@ impl WriterHandle {
         submission: Submission,
     ) -> Result<oneshot::Receiver<Result<Outcome, StoreError>>, StoreError> {
         let (reply, rx) = oneshot::channel();
-        match self.queue.try_send(Job::Event { submission, reply }) {
+        let job = Job::Event {
+            submission: Some(submission),
+            reply,
+        };
+        match self.queue.try_send(job) {
             Ok(()) => Ok(rx),
             Err(TrySendError::Full(_)) => Err(StoreError::QueueFull),
             Err(TrySendError::Disconnected(_)) => Err(StoreError::ShuttingDown),
@@ -199,10 +204,10 @@ fn apply_batch<S: Store>(store: &mut S, batch: &mut [Job]) -> Result<Vec<Done>, 
     for job in batch.iter_mut() {
         store.savepoint()?;
         let done = match job {
-            Job::Event { submission, .. } => {
-                // The submission is consumed; an empty one is left in its place.
-                Done::Event(store.apply(std::mem::take(submission), now))
-            }
+            Job::Event { submission, .. } => Done::Event(match submission.take() {
+                Some(submission) => store.apply(submission, now),
+                None => unreachable!("each job runs once"),
+            }),
             Job::Write { write, .. } => Done::Write(store.write(write, now)),
         };
         if let Some(e) = done.error() {
@@ -335,7 +340,13 @@ mod tests {
             forward: true,
         };
         let (reply, rx) = oneshot::channel();
-        (Job::Event { submission, reply }, rx)
+        (
+            Job::Event {
+                submission: Some(submission),
+                reply,
+            },
+            rx,
+        )
     }
 
     fn count(store: &SqliteStore, sql: &str) -> i64 {

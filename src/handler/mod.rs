@@ -57,16 +57,9 @@ impl Prepared {
 }
 
 /// An event on its way to the writer, with the handlers of its source and what each prepared.
-#[derive(Default)]
 pub(crate) struct Submission {
     pub(crate) event: Event,
     pub(crate) handlers: Vec<(Arc<dyn Handler>, Prepared)>,
     /// Queue a `forward` outbox row when the event is new.
     pub(crate) forward: bool,
-}
-
-impl Default for Prepared {
-    fn default() -> Self {
-        Prepared::none()
-    }
 }
