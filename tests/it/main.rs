@@ -4,6 +4,7 @@
 
 mod util;
 
+mod billing;
 mod crash;
 mod faults;
 mod fixtures;

@@ -8,8 +8,6 @@ use hmac::Mac;
 
 use crate::util::*;
 
-/// The secret of the Standard Webhooks vector `standard-webhooks-sign-function-works`.
-const FORWARD_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 const WAIT: Duration = Duration::from_secs(20);
 
 fn forwarding(app: &FakeApp, schedule: &str) -> Vec<String> {
@@ -22,29 +20,6 @@ fn forwarding(app: &FakeApp, schedule: &str) -> Vec<String> {
         schedule,
         "--forward-timeout",
         "2s",
-    ]
-    .map(str::to_string)
-    .to_vec()
-}
-
-/// An app that is down (its port refuses connections) and the serve arguments to forward to
-/// it: many short retries, so no row runs out of schedule before the app is back.
-fn down_app() -> (std::net::SocketAddr, Vec<String>) {
-    let parked = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = parked.local_addr().unwrap();
-    drop(parked);
-    (addr, down_app_args(&format!("http://{addr}/hooks")))
-}
-
-fn down_app_args(url: &str) -> Vec<String> {
-    let schedule = vec!["1s"; 60].join(",");
-    [
-        "--forward-to",
-        url,
-        "--forward-secret",
-        FORWARD_SECRET,
-        "--forward-schedule",
-        &schedule,
     ]
     .map(str::to_string)
     .to_vec()

@@ -516,3 +516,28 @@ pub fn outbox_row(conn: &Connection, key: &str) -> Option<(String, i64, Option<S
     .optional()
     .unwrap()
 }
+
+/// The secret of the Standard Webhooks vector `standard-webhooks-sign-function-works`.
+pub const FORWARD_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+/// An app that is down (its port refuses connections) and the serve arguments to forward to
+/// it: many short retries, so no row runs out of schedule before the app is back.
+pub fn down_app() -> (std::net::SocketAddr, Vec<String>) {
+    let parked = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = parked.local_addr().unwrap();
+    drop(parked);
+    (addr, down_app_args(&format!("http://{addr}/hooks")))
+}
+
+pub fn down_app_args(url: &str) -> Vec<String> {
+    let schedule = vec!["1s"; 60].join(",");
+    [
+        "--forward-to",
+        url,
+        "--forward-secret",
+        FORWARD_SECRET,
+        "--forward-schedule",
+        &schedule,
+    ]
+    .map(str::to_string)
+    .to_vec()
+}
