@@ -1,6 +1,8 @@
 //! The Stripe billing handler over HTTP: credits once per paid invoice, and subscription
 //! snapshots guarded by event time.
 
+use std::time::Duration;
+
 use hookledger::internals::{invoice_event, subscription_event};
 
 use crate::util::*;
@@ -127,4 +129,53 @@ fn two_updates_in_the_same_second_keep_the_first_and_count_the_tie() {
         ),
         1
     );
+}
+
+/// SIGKILL while paid invoices and their second reports (`invoice.payment_succeeded`) stream
+/// in: after the restart each invoice with a claimed event has one payment row and its credits
+/// once, however the kill fell between the two reports.
+#[test]
+fn sigkill_during_a_stream_grants_once_per_paid_invoice() {
+    let mut server = Server::start(&[]);
+    let url = server.url();
+    let next = |worker: u64, i: usize| {
+        let id = format!("evt_b{worker}_{i}");
+        let kind = if i % 2 == 0 {
+            "invoice.paid"
+        } else {
+            "invoice.payment_succeeded"
+        };
+        let invoice = format!("in_b{worker}_{}", i / 2);
+        let body = invoice_event(&id, kind, now(), &invoice, "cus_b", "acct_b");
+        (id, body.into_bytes())
+    };
+    let streamed = stream_until(&url, 4, next, &[], |acked| {
+        wait_for(Duration::from_secs(30), || (acked() >= 200).then_some(()))
+            .expect("events were not acknowledged");
+        server.kill();
+    });
+
+    let restarted = Server::start_in(&server.dir, &[]);
+    let db = restarted.db();
+    assert!(missing_from_ledger(&db, &streamed.acked).is_empty());
+    // The invoice each claimed event names: evt_b{w}_{i} reports in_b{w}_{i / 2}.
+    let invoice_of = |id: &str| {
+        let (worker, i) = id.trim_start_matches("evt_b").split_once('_').unwrap();
+        format!("in_b{worker}_{}", i.parse::<usize>().unwrap() / 2)
+    };
+    let claimed: std::collections::BTreeSet<String> =
+        strings(&db, "SELECT event_id FROM webhook_events")
+            .iter()
+            .map(|id| invoice_of(id))
+            .collect();
+    let paid: std::collections::BTreeSet<String> =
+        strings(&db, "SELECT stripe_invoice_id FROM invoice_payments")
+            .into_iter()
+            .collect();
+    assert_eq!(paid, claimed, "one payment row per invoice with a claim");
+    assert_eq!(
+        count(&db, "SELECT count(*) FROM invoice_payments") as usize,
+        claimed.len()
+    );
+    assert_eq!(credits(&db, "acct_b"), 100 * claimed.len() as i64);
 }

@@ -26,7 +26,7 @@ fn forwarding(app: &FakeApp, schedule: &str) -> Vec<String> {
 }
 
 fn start(dir: Option<&std::path::Path>, args: &[String]) -> Server {
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let args = strs(args);
     match dir {
         Some(dir) => Server::start_in(dir, &args),
         None => Server::start(&args),
@@ -367,52 +367,29 @@ fn retention_deletes_only_old_rows_and_refuses_one_day() {
 
 #[test]
 fn sigterm_during_a_stream_keeps_every_acknowledged_event_and_delivers_after_restart() {
-    use std::sync::atomic::{AtomicBool, Ordering};
-    use std::sync::Mutex;
-
     // The app is down during the stream, so everything stays pending through the shutdown.
     let (app_addr, args) = down_app();
     let mut server = start(None, &args);
     let server_url = server.url();
-    let acked = Mutex::new(Vec::new());
-    let stop = AtomicBool::new(false);
-    let code = std::thread::scope(|s| {
-        for worker in 0..4 {
-            let (url, acked, stop) = (&server_url, &acked, &stop);
-            s.spawn(move || {
-                let client = hookledger::internals::Client::new(Duration::from_secs(5));
-                for i in 0.. {
-                    if stop.load(Ordering::Relaxed) {
-                        break;
-                    }
-                    let id = format!("evt_t{worker}_{i}");
-                    match client.send(url, &paid(&id), &secret(), now()) {
-                        Ok(r) if r.status == 200 => acked.lock().unwrap().push(id),
-                        Ok(r) => assert_eq!(r.status, 503, "{}", r.body),
-                        Err(_) => break,
-                    }
-                }
-            });
-        }
-        wait_for(WAIT, || (acked.lock().unwrap().len() >= 100).then_some(())).unwrap();
-        let code = server.terminate();
-        stop.store(true, Ordering::Relaxed);
-        code
+    let streamed = stream_until(&server_url, 4, paid_numbered("evt_t"), &[503], |acked| {
+        wait_for(WAIT, || (acked() >= 100).then_some(())).unwrap();
+        server.terminate()
     });
-    assert_eq!(code, Some(0), "graceful shutdown exits 0: {}", server.log());
-    let acked = acked.into_inner().unwrap();
+    assert_eq!(
+        streamed.stopped,
+        Some(0),
+        "graceful shutdown exits 0: {}",
+        server.log()
+    );
+    let acked = streamed.acked;
 
     let app = FakeApp::serve(std::net::TcpListener::bind(app_addr).unwrap(), &[]);
     let restarted = start(Some(&server.dir), &args);
     let db = restarted.db();
     let lost = missing_from_ledger(&db, &acked);
     assert!(lost.is_empty(), "acknowledged but lost: {lost:?}");
+    assert_one_outbox_row_per_claim(&db);
     let rows = ledger_count(&db) as usize;
-    assert_eq!(
-        count(&db, "SELECT count(*) FROM outbox") as usize,
-        rows,
-        "one outbox row per event"
-    );
     let delivered = app.wait_delivered(rows, Duration::from_secs(60));
     let mut ids: Vec<&str> = delivered
         .iter()

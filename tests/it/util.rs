@@ -313,6 +313,11 @@ pub fn prerequisite(available: bool, require_var: &str, what: &str) -> bool {
     available
 }
 
+/// Owned arguments as the `&[&str]` that [`Server::start`] takes.
+pub fn strs(args: &[String]) -> Vec<&str> {
+    args.iter().map(String::as_str).collect()
+}
+
 pub fn count(conn: &Connection, sql: &str) -> i64 {
     conn.query_row(sql, [], |r| r.get(0)).unwrap()
 }
@@ -519,6 +524,7 @@ pub fn outbox_row(conn: &Connection, key: &str) -> Option<(String, i64, Option<S
 
 /// The secret of the Standard Webhooks vector `standard-webhooks-sign-function-works`.
 pub const FORWARD_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+
 /// An app that is down (its port refuses connections) and the serve arguments to forward to
 /// it: many short retries, so no row runs out of schedule before the app is back.
 pub fn down_app() -> (std::net::SocketAddr, Vec<String>) {
@@ -540,4 +546,86 @@ pub fn down_app_args(url: &str) -> Vec<String> {
     ]
     .map(str::to_string)
     .to_vec()
+}
+
+/// The pipeline's own witness that effects commit with their claims: with forwarding on, each
+/// ledger row has exactly one `forward` outbox row keyed by its event id, and no row is
+/// without its claim.
+pub fn assert_one_outbox_row_per_claim(conn: &Connection) {
+    let claims = ledger_count(conn);
+    let rows = count(conn, "SELECT count(*) FROM outbox WHERE kind = 'forward'");
+    let matched = count(
+        conn,
+        "SELECT count(*) FROM webhook_events e JOIN outbox o ON o.kind = 'forward' AND o.key = e.event_id",
+    );
+    assert_eq!(
+        (rows, matched),
+        (claims, claims),
+        "{claims} claims, {rows} outbox rows, {matched} matching"
+    );
+}
+
+/// What a stream of events left behind once the server was stopped.
+pub struct Streamed<T> {
+    /// The ids answered 200, in the order the answers came.
+    pub acked: Vec<String>,
+    /// Requests sent, answered or not.
+    pub sent: usize,
+    /// What `stop` returned.
+    pub stopped: T,
+}
+
+/// `next` for [`stream_until`]: sender `w` sends paid invoice events `{prefix}{w}_{i}`.
+pub fn paid_numbered(prefix: &str) -> impl Fn(u64, usize) -> (String, Vec<u8>) + Sync + '_ {
+    move |worker, i| {
+        let id = format!("{prefix}{worker}_{i}");
+        let body = paid(&id);
+        (id, body)
+    }
+}
+
+/// Sends events from `workers` threads until `stop` returns, then until each sender sees the
+/// server gone. Sender `w` sends `next(w, i)` as its `i`-th event; a 200 is recorded, a status
+/// in `tolerated` is let pass, any other answer fails the test. `stop` gets the number of
+/// events acknowledged so far and is meant to kill or terminate the server.
+pub fn stream_until<T>(
+    url: &str,
+    workers: u64,
+    next: impl Fn(u64, usize) -> (String, Vec<u8>) + Sync,
+    tolerated: &[u16],
+    stop: impl FnOnce(&dyn Fn() -> usize) -> T,
+) -> Streamed<T> {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    let acked = Mutex::new(Vec::new());
+    let sent = AtomicUsize::new(0);
+    let done = AtomicBool::new(false);
+    let stopped = std::thread::scope(|s| {
+        for worker in 0..workers {
+            let (acked, sent, done, next) = (&acked, &sent, &done, &next);
+            s.spawn(move || {
+                let client = Client::new(Duration::from_secs(5));
+                for i in 0.. {
+                    if done.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    let (id, body) = next(worker, i);
+                    sent.fetch_add(1, Ordering::Relaxed);
+                    match client.send(url, &body, &secret(), now()) {
+                        Ok(r) if r.status == 200 => acked.lock().unwrap().push(id),
+                        Ok(r) if tolerated.contains(&r.status) => {}
+                        Ok(r) => panic!("unexpected answer {} for {id}: {}", r.status, r.body),
+                        Err(_) => break, // the server is gone
+                    }
+                }
+            });
+        }
+        let stopped = stop(&|| acked.lock().unwrap().len());
+        done.store(true, Ordering::Relaxed);
+        stopped
+    });
+    Streamed {
+        acked: acked.into_inner().unwrap(),
+        sent: sent.into_inner(),
+        stopped,
+    }
 }
