@@ -67,9 +67,9 @@ pub struct ServeArgs {
     /// [default: 5s,30s,2m,10m,30m,1h,2h,4h,8h, then 8h up to 3 days]
     #[arg(long, value_delimiter = ',', value_parser = config::parse_duration)]
     forward_schedule: Vec<Duration>,
-    /// Timeout of one delivery request.
-    #[arg(long, value_parser = config::parse_duration, default_value = "10s")]
-    forward_timeout: Duration,
+    /// Timeout of one delivery request. [default: 10s]
+    #[arg(long, value_parser = config::parse_duration)]
+    forward_timeout: Option<Duration>,
     /// Days the ledger remembers events (at least 3, Stripe's retry window).
     #[arg(long, default_value_t = config::DEFAULT_RETENTION_DAYS)]
     retention_days: u64,
@@ -115,7 +115,9 @@ impl ServeArgs {
                 } else {
                     self.forward_schedule
                 },
-                timeout: self.forward_timeout,
+                timeout: self
+                    .forward_timeout
+                    .unwrap_or(config::DEFAULT_FORWARD_TIMEOUT),
             });
         }
         Ok(config)
