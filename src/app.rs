@@ -23,7 +23,7 @@ use tokio::net::TcpListener;
 use crate::config::Config;
 use crate::delivery;
 use crate::handler::stripe_billing::StripeBilling;
-use crate::http::ingest::Ingest;
+use crate::http::ingest::{BodyBudget, Ingest};
 use crate::http::server;
 use crate::retention::Retention;
 use crate::source::{stripe, Source};
@@ -84,6 +84,7 @@ impl Hookledger {
         let ingest = Arc::new(Ingest {
             sources: HashMap::from([(stripe.name.clone(), stripe)]),
             http: config.http.clone(),
+            budget: BodyBudget::new(config.http.body_budget),
             writer: handle,
         });
         Ok(Hookledger {

@@ -15,6 +15,11 @@ use crate::source::Secret;
 /// hostile sender cannot make us buffer more than that per request.
 pub(crate) const DEFAULT_MAX_BODY: usize = 1024 * 1024;
 
+/// Request bodies held in memory at once, across all requests: 32 bodies of the largest size,
+/// thousands of real Stripe events (a few KB each). Bounds memory under a flood of large
+/// bodies with forged signatures; over it a request gets a 503 before its body is read.
+pub(crate) const DEFAULT_BODY_BUDGET: usize = 32 * 1024 * 1024;
+
 /// A client that has not sent its headers or body within this time is cut off, so slow
 /// senders cannot hold connections (Stripe itself times out after ~10 s).
 pub(crate) const DEFAULT_READ_TIMEOUT: Duration = Duration::from_secs(10);
@@ -78,6 +83,8 @@ pub struct Config {
 pub struct HttpConfig {
     pub listen: SocketAddr,
     pub max_body: usize,
+    /// Bytes of request bodies held in memory at once (at least `max_body`).
+    pub body_budget: usize,
     #[serde(with = "duration")]
     pub read_timeout: Duration,
     pub max_connections: usize,
@@ -140,6 +147,7 @@ impl Default for HttpConfig {
         HttpConfig {
             listen: DEFAULT_LISTEN.parse().expect("a valid address"),
             max_body: DEFAULT_MAX_BODY,
+            body_budget: DEFAULT_BODY_BUDGET,
             read_timeout: DEFAULT_READ_TIMEOUT,
             max_connections: DEFAULT_MAX_CONNECTIONS,
         }
@@ -203,16 +211,24 @@ impl Config {
                  during rotation) or pass --stripe-secret / --stripe-secret-file"
             );
         }
-        if self
-            .stripe
-            .secrets
-            .iter()
-            .any(|s| s.expose().trim().is_empty())
-        {
-            bail!("a Stripe signing secret is empty (check for a stray comma in STRIPE_WEBHOOK_SECRET)");
+        for secret in &self.stripe.secrets {
+            check_secret(secret.expose()).map_err(|why| {
+                anyhow::anyhow!(
+                    "Stripe signing secret (STRIPE_WEBHOOK_SECRET, --stripe-secret or \
+                     --stripe-secret-file) refused: {why}"
+                )
+            })?;
         }
         if self.http.max_body == 0 {
             bail!("--max-body must be at least 1 byte");
+        }
+        if self.http.body_budget < self.http.max_body {
+            bail!(
+                "--max-body-in-flight ({}) must be at least --max-body ({}), or no body of the \
+                 largest size could ever be read",
+                self.http.body_budget,
+                self.http.max_body
+            );
         }
         if self.writer.batch_max == 0
             || self.writer.queue_depth == 0
@@ -221,6 +237,46 @@ impl Config {
             bail!("--batch-max, --queue-depth and --max-connections must be at least 1");
         }
         check_retention(self.retention.days)?;
+        if let Some(forward) = &self.forward {
+            forward.validate()?;
+        }
+        Ok(())
+    }
+}
+
+/// Longest delay between two delivery attempts: a longer one is a typo (`99999999999d`).
+pub(crate) const MAX_FORWARD_DELAY: Duration = Duration::from_secs(30 * 86_400);
+
+/// Longest timeout of one delivery request.
+pub(crate) const MAX_FORWARD_TIMEOUT: Duration = Duration::from_secs(3600);
+
+impl ForwardConfig {
+    /// Refuses a target that cannot be delivered to and settings that are typos, naming the
+    /// flag. The secret is checked where it is decoded ([`crate::delivery::Target`]).
+    fn validate(&self) -> anyhow::Result<()> {
+        let url = url::Url::parse(&self.url)
+            .map_err(|e| anyhow::anyhow!("--forward-to `{}` is not a URL: {e}", self.url))?;
+        if !matches!(url.scheme(), "http" | "https") || !url.has_host() {
+            bail!(
+                "--forward-to must be an http:// or https:// URL with a host (the app's webhook \
+                 endpoint), not `{}://…`",
+                url.scheme()
+            );
+        }
+        if self.schedule.is_empty() {
+            bail!("--forward-schedule needs at least one delay");
+        }
+        if let Some(long) = self.schedule.iter().find(|d| **d > MAX_FORWARD_DELAY) {
+            bail!(
+                "--forward-schedule: a delay of {long:?} is longer than the most allowed, 30 days"
+            );
+        }
+        if self.timeout.is_zero() || self.timeout > MAX_FORWARD_TIMEOUT {
+            bail!(
+                "--forward-timeout must be more than 0 and at most 1h, not {:?}",
+                self.timeout
+            );
+        }
         Ok(())
     }
 }
@@ -237,8 +293,47 @@ pub(crate) fn check_retention(days: u64) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Fewest characters a signing secret may have after its `whsec_` prefix. Stripe's have 32;
+/// fewer than 10 is a placeholder (`a`, `test`, `changeme`), and one captured request is enough
+/// to guess it offline.
+pub(crate) const MIN_SECRET_CHARS: usize = 10;
+
+/// Refuses a secret that cannot be real: empty after its `whsec_` prefix (what `whsec_$VAR`
+/// becomes when the variable is unset), or shorter than [`MIN_SECRET_CHARS`].
+pub(crate) fn check_secret(secret: &str) -> Result<(), String> {
+    let key = secret.strip_prefix("whsec_").unwrap_or(secret);
+    if key.trim().is_empty() {
+        return Err(format!(
+            "`{}` holds nothing after the prefix (an unset variable in `whsec_$VAR`, or a stray \
+             comma?)",
+            &secret[..secret.len() - key.len()]
+        ));
+    }
+    let chars = key.chars().count();
+    if chars < MIN_SECRET_CHARS {
+        return Err(format!(
+            "it has {chars} characters after `whsec_`; a real one has 32, and fewer than \
+             {MIN_SECRET_CHARS} is a placeholder that one captured request is enough to guess \
+             (copy the whole secret from the provider's dashboard)"
+        ));
+    }
+    Ok(())
+}
+
+/// The secrets of a secret file: one per line (or comma-separated), a UTF-8 byte order mark
+/// dropped, blank lines and `#` comment lines ignored.
+pub(crate) fn parse_secret_file(text: &str) -> Vec<Secret> {
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    text.lines()
+        .map(str::trim)
+        .filter(|line| !line.is_empty() && !line.starts_with('#'))
+        .flat_map(parse_secret_list)
+        .collect()
+}
+
 /// Splits a comma-separated secret list (as in `STRIPE_WEBHOOK_SECRET=whsec_a,whsec_b`).
 pub(crate) fn parse_secret_list(list: &str) -> Vec<Secret> {
+    let list = list.strip_prefix('\u{feff}').unwrap_or(list);
     list.split(',')
         .map(str::trim)
         .filter(|s| !s.is_empty())
@@ -268,7 +363,9 @@ pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
             ))
         }
     };
-    Ok(Duration::from_secs(n * unit_secs))
+    n.checked_mul(unit_secs)
+        .map(Duration::from_secs)
+        .ok_or_else(|| format!("`{text}` is far too long"))
 }
 
 /// A duration in a config file, written as [`parse_duration`] reads it (`"5s"`).
@@ -316,6 +413,36 @@ mod tests {
     fn retention_below_three_days_is_refused() {
         assert!(check_retention(2).is_err());
         assert!(check_retention(3).is_ok());
+    }
+
+    #[test]
+    fn secrets_empty_after_the_prefix_or_too_short_are_refused() {
+        assert!(check_secret("whsec_")
+            .unwrap_err()
+            .contains("nothing after"));
+        assert!(check_secret("whsec_   ").is_err());
+        assert!(check_secret("a").unwrap_err().contains("1 characters"));
+        assert!(check_secret("whsec_012345678").is_err());
+        assert!(check_secret("whsec_0123456789").is_ok());
+        assert!(check_secret("0123456789").is_ok());
+    }
+
+    #[test]
+    fn secret_files_skip_comments_blank_lines_and_a_bom() {
+        let text = "\u{feff}whsec_first_secret_0123456789\r\n\n# rotated 2024\n  \n  # old one below\nwhsec_second_secret_012345678,whsec_third_secret_0123456789\n";
+        let secrets: Vec<String> = parse_secret_file(text)
+            .iter()
+            .map(|s| s.expose().to_string())
+            .collect();
+        assert_eq!(
+            secrets,
+            [
+                "whsec_first_secret_0123456789",
+                "whsec_second_secret_012345678",
+                "whsec_third_secret_0123456789"
+            ]
+        );
+        assert_eq!(parse_secret_list("\u{feff}whsec_x")[0].expose(), "whsec_x");
     }
 
     #[test]

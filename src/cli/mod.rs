@@ -29,7 +29,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Receive webhooks on POST /webhooks/stripe.
-    Serve(serve::ServeArgs),
+    Serve(Box<serve::ServeArgs>),
     /// Sign a file's raw bytes as Stripe does and POST them (the local dev loop).
     Send(SendArgs),
     /// Show the pattern working: a failure, a retry, concurrent duplicates, out-of-order events.
@@ -137,7 +137,7 @@ pub enum Exit {
 
 pub fn run(cli: Cli) -> anyhow::Result<Exit> {
     match cli.command {
-        Command::Serve(args) => serve::run(args),
+        Command::Serve(args) => serve::run(*args),
         Command::Send(args) => send(args),
         Command::Demo => crate::dev::demo::run().map(|()| Exit::Ok),
         Command::Outbox(command) => outbox(command),

@@ -27,7 +27,7 @@ pub struct ServeArgs {
     stripe_secret: Option<String>,
     /// Read the signing secret(s) from a file (one per line or comma-separated), keeping them
     /// out of argv and the environment.
-    #[arg(long, conflicts_with = "stripe_secret")]
+    #[arg(long)]
     stripe_secret_file: Option<PathBuf>,
     /// Seconds a signature's timestamp may be old (or ahead); 0 turns the check off.
     #[arg(long, default_value_t = config::DEFAULT_TOLERANCE_SECS)]
@@ -35,6 +35,10 @@ pub struct ServeArgs {
     /// Largest accepted body in bytes.
     #[arg(long, default_value_t = config::DEFAULT_MAX_BODY)]
     max_body: usize,
+    /// Bytes of request bodies held in memory at once, across all requests; beyond it a
+    /// request gets a 503 before its body is read.
+    #[arg(long, default_value_t = config::DEFAULT_BODY_BUDGET)]
+    max_body_in_flight: usize,
     /// Seconds a client has to send its headers and its body.
     #[arg(long, default_value_t = config::DEFAULT_READ_TIMEOUT.as_secs())]
     read_timeout: u64,
@@ -61,7 +65,7 @@ pub struct ServeArgs {
     #[arg(long, env = "HOOKLEDGER_FORWARD_SECRET", hide_env_values = true)]
     forward_secret: Option<String>,
     /// Read the forwarding secret from a file instead.
-    #[arg(long, conflicts_with = "forward_secret")]
+    #[arg(long)]
     forward_secret_file: Option<PathBuf>,
     /// Delays between delivery attempts, comma-separated; after the last one a row is dead.
     /// [default: 5s,30s,2m,10m,30m,1h,2h,4h,8h, then 8h up to 3 days]
@@ -81,45 +85,81 @@ impl ServeArgs {
     fn overlay(self, mut config: Config) -> anyhow::Result<Config> {
         config.http.listen = self.listen;
         config.http.max_body = self.max_body;
+        config.http.body_budget = self.max_body_in_flight;
         config.http.read_timeout = Duration::from_secs(self.read_timeout.max(1));
         config.http.max_connections = self.max_connections;
         config.storage.db = self.db;
         config.storage.busy_timeout = Duration::from_millis(self.busy_timeout_ms);
         config.writer.batch_max = self.batch_max;
         config.writer.queue_depth = self.queue_depth;
-        config.stripe.secrets = match (&self.stripe_secret, &self.stripe_secret_file) {
-            (_, Some(file)) => read_secret_file(file)?,
-            (Some(list), None) => config::parse_secret_list(list),
-            (None, None) => Vec::new(),
+        config.stripe.secrets = match secret_source(
+            self.stripe_secret.as_deref(),
+            self.stripe_secret_file.as_deref(),
+            (
+                "--stripe-secret",
+                "STRIPE_WEBHOOK_SECRET",
+                "--stripe-secret-file",
+            ),
+        )? {
+            Some(SecretFrom::Value(list)) => config::parse_secret_list(list),
+            Some(SecretFrom::File(file)) => read_secret_file(file)?,
+            None => Vec::new(),
         };
         config.stripe.tolerance = self.tolerance;
         config.stripe.credits_per_invoice = self.credits_per_invoice;
         config.retention.days = self.retention_days;
-        if let Some(url) = self.forward_to {
-            let secret = match (&self.forward_secret, &self.forward_secret_file) {
-                (_, Some(file)) => std::fs::read_to_string(file)
-                    .with_context(|| format!("cannot read forward secret file {}", file.display()))?
-                    .trim()
-                    .to_string(),
-                (Some(secret), None) => secret.clone(),
-                (None, None) => bail!(
-                    "--forward-to needs a signing secret: --forward-secret, --forward-secret-file or \
-                     HOOKLEDGER_FORWARD_SECRET (make one with: hookledger gen-secret)"
+        let secret = secret_source(
+            self.forward_secret.as_deref(),
+            self.forward_secret_file.as_deref(),
+            (
+                "--forward-secret",
+                "HOOKLEDGER_FORWARD_SECRET",
+                "--forward-secret-file",
+            ),
+        )?;
+        let Some(url) = self.forward_to else {
+            // Forwarding settings without a target would be silently ignored.
+            let given = [
+                (
+                    "--forward-secret",
+                    self.forward_secret.is_some()
+                        && std::env::var_os("HOOKLEDGER_FORWARD_SECRET").is_none(),
                 ),
-            };
-            config.forward = Some(ForwardConfig {
-                url,
-                secret: Secret::new(secret),
-                schedule: if self.forward_schedule.is_empty() {
-                    crate::outbox::default_schedule()
-                } else {
-                    self.forward_schedule
-                },
-                timeout: self
-                    .forward_timeout
-                    .unwrap_or(config::DEFAULT_FORWARD_TIMEOUT),
-            });
-        }
+                ("--forward-secret-file", self.forward_secret_file.is_some()),
+                ("--forward-schedule", !self.forward_schedule.is_empty()),
+                ("--forward-timeout", self.forward_timeout.is_some()),
+            ];
+            if let Some((flag, _)) = given.iter().find(|(_, given)| *given) {
+                bail!("{flag} has no effect without --forward-to <url of the app>; add --forward-to, or drop {flag}");
+            }
+            return Ok(config);
+        };
+        let secret = match secret {
+            Some(SecretFrom::Value(secret)) => secret.trim().to_string(),
+            Some(SecretFrom::File(file)) => match read_secret_file(file)?.as_slice() {
+                [one] => one.expose().to_string(),
+                _ => bail!(
+                    "--forward-secret-file {} must hold exactly one secret",
+                    file.display()
+                ),
+            },
+            None => bail!(
+                "--forward-to needs a signing secret: --forward-secret, --forward-secret-file or \
+                 HOOKLEDGER_FORWARD_SECRET (make one with: hookledger gen-secret)"
+            ),
+        };
+        config.forward = Some(ForwardConfig {
+            url,
+            secret: Secret::new(secret),
+            schedule: if self.forward_schedule.is_empty() {
+                crate::outbox::default_schedule()
+            } else {
+                self.forward_schedule
+            },
+            timeout: self
+                .forward_timeout
+                .unwrap_or(config::DEFAULT_FORWARD_TIMEOUT),
+        });
         Ok(config)
     }
 }
@@ -171,10 +211,36 @@ fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
     })
 }
 
+/// Where a secret comes from: a flag's (or its environment variable's) value, or a file.
+enum SecretFrom<'a> {
+    Value(&'a str),
+    File(&'a Path),
+}
+
+/// The one source of a secret among a value flag (which may come from the environment
+/// variable `env`) and a file flag. Both at once is refused, naming the variable when it is
+/// the environment that set the value.
+fn secret_source<'a>(
+    value: Option<&'a str>,
+    file: Option<&'a Path>,
+    (flag, env, file_flag): (&str, &str, &str),
+) -> anyhow::Result<Option<SecretFrom<'a>>> {
+    match (value, file) {
+        (Some(_), Some(_)) if std::env::var_os(env).is_some() => bail!(
+            "{file_flag} cannot be used while {env} is set in the environment: unset {env}, or \
+             drop {file_flag}"
+        ),
+        (Some(_), Some(_)) => bail!("{file_flag} cannot be used together with {flag}; pick one"),
+        (Some(value), None) => Ok(Some(SecretFrom::Value(value))),
+        (None, Some(file)) => Ok(Some(SecretFrom::File(file))),
+        (None, None) => Ok(None),
+    }
+}
+
 fn read_secret_file(path: &Path) -> anyhow::Result<Vec<Secret>> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("cannot read secret file {}", path.display()))?;
-    let secrets = config::parse_secret_list(&text.replace(['\n', '\r'], ","));
+    let secrets = config::parse_secret_file(&text);
     if secrets.is_empty() {
         bail!("secret file {} holds no secret", path.display());
     }

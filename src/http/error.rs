@@ -26,6 +26,8 @@ pub(crate) enum IngestError {
     BodyTimeout(Duration),
     #[error("the body could not be read: {0}")]
     BodyRead(String),
+    #[error("too many request bodies are being received at once")]
+    BodyBudget,
     #[error(transparent)]
     Verify(#[from] VerifyError),
     #[error(transparent)]
@@ -89,10 +91,20 @@ impl Rejection {
                 Rejection::new(S::REQUEST_TIMEOUT, "body_timeout", text).close()
             }
             IngestError::BodyRead(_) => Rejection::new(S::BAD_REQUEST, "body_unreadable", text),
+            IngestError::BodyBudget => Rejection::new(
+                S::SERVICE_UNAVAILABLE,
+                "overloaded",
+                format!("too many request bodies in flight; nothing was read or stored, retry after {RETRY_AFTER_SECS} s"),
+            )
+            .retry()
+            .close(),
+            // Signature errors close the connection: most are found before the body is read.
             IngestError::Verify(VerifyError::TooOld { .. } | VerifyError::InFuture { .. }) => {
-                Rejection::new(S::BAD_REQUEST, "timestamp_out_of_tolerance", text)
+                Rejection::new(S::BAD_REQUEST, "timestamp_out_of_tolerance", text).close()
             }
-            IngestError::Verify(_) => Rejection::new(S::BAD_REQUEST, "invalid_signature", text),
+            IngestError::Verify(_) => {
+                Rejection::new(S::BAD_REQUEST, "invalid_signature", text).close()
+            }
             IngestError::Parse(_) => Rejection::new(S::BAD_REQUEST, "invalid_event", text),
             IngestError::Store(e) => Rejection::of_store(e),
         }

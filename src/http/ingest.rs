@@ -1,6 +1,6 @@
-//! THE request path, top to bottom: find the source → read the body (bounded) → verify the
-//! signature on the raw bytes → read the envelope → prepare the handlers → submit to the
-//! writer → answer after COMMIT.
+//! THE request path, top to bottom: find the source → check the signature headers → reserve
+//! room in the body budget → read the body (bounded) → verify the signature on the raw bytes →
+//! read the envelope → prepare the handlers → submit to the writer → answer after COMMIT.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -12,6 +12,7 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::config::HttpConfig;
 use crate::event::Event;
@@ -26,6 +27,7 @@ use crate::writer::WriterHandle;
 pub(crate) struct Ingest {
     pub(crate) sources: HashMap<Arc<str>, Source>,
     pub(crate) http: HttpConfig,
+    pub(crate) budget: BodyBudget,
     pub(crate) writer: WriterHandle,
 }
 
@@ -84,10 +86,16 @@ async fn receive(
 ) -> Result<(Event, Outcome), (Option<String>, IngestError)> {
     let (parts, body) = request.into_parts();
     let http = &ingest.http;
-    let body = read_body(body, &parts.headers, http.max_body, http.read_timeout)
-        .await
-        .map_err(|e| (None, e))?;
     let no_id = |e: IngestError| (None, e);
+    source
+        .scheme
+        .precheck(&parts.headers, unix_now())
+        .map_err(|e| no_id(e.into()))?;
+    let size = declared_size(&parts.headers, http.max_body).map_err(no_id)?;
+    let _room = ingest.budget.reserve(size).map_err(no_id)?;
+    let body = read_body(body, http.max_body, http.read_timeout)
+        .await
+        .map_err(no_id)?;
     source
         .scheme
         .verify(&parts.headers, &body, unix_now())
@@ -123,21 +131,48 @@ async fn receive(
     Ok((event, outcome))
 }
 
-/// Reads the whole body, refusing more than `limit` bytes: from `Content-Length` before any
-/// byte is read, and while reading a chunked body.
-async fn read_body(
-    body: Body,
-    headers: &HeaderMap,
-    limit: usize,
-    timeout: Duration,
-) -> Result<Bytes, IngestError> {
+/// The most bytes the body can have: its `Content-Length`, refused at once over `limit`; a
+/// body without one (chunked) may have up to `limit`.
+fn declared_size(headers: &HeaderMap, limit: usize) -> Result<usize, IngestError> {
     let declared = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|len| len > limit as u64) {
-        return Err(IngestError::TooLarge { limit });
+    match declared {
+        Some(len) if len > limit as u64 => Err(IngestError::TooLarge { limit }),
+        Some(len) => Ok(len as usize),
+        None => Ok(limit),
     }
+}
+
+/// The bytes of request bodies that may be held in memory at once, across all requests. A
+/// request reserves its body's size before reading it; when the budget is spent it is refused
+/// (503) without reading, so memory stays bounded however many senders stream bodies at once.
+pub(crate) struct BodyBudget {
+    /// One permit per KiB.
+    kib: Arc<Semaphore>,
+}
+
+impl BodyBudget {
+    pub(crate) fn new(bytes: usize) -> Self {
+        BodyBudget {
+            kib: Arc::new(Semaphore::new(bytes.div_ceil(1024))),
+        }
+    }
+
+    /// Room for `bytes` until the returned permit is dropped, or `BodyBudget` if there is none.
+    fn reserve(&self, bytes: usize) -> Result<OwnedSemaphorePermit, IngestError> {
+        let kib = u32::try_from(bytes.div_ceil(1024).max(1)).unwrap_or(u32::MAX);
+        self.kib
+            .clone()
+            .try_acquire_many_owned(kib)
+            .map_err(|_| IngestError::BodyBudget)
+    }
+}
+
+/// Reads the whole body, refusing more than `limit` bytes (a chunked body is cut off when it
+/// goes over) and a body that takes longer than `timeout`.
+async fn read_body(body: Body, limit: usize, timeout: Duration) -> Result<Bytes, IngestError> {
     match tokio::time::timeout(timeout, Limited::new(body, limit).collect()).await {
         Err(_) => Err(IngestError::BodyTimeout(timeout)),
         Ok(Ok(collected)) => Ok(collected.to_bytes()),

@@ -24,6 +24,7 @@ use tokio::sync::Semaphore;
 use crate::config::HttpConfig;
 use crate::http::error::Rejection;
 use crate::http::ingest::{self, Ingest};
+use crate::http::linger::Lingering;
 
 /// A request header block larger than this is refused with 431. Stripe's headers are well
 /// under 2 KB; 16 KiB leaves room for proxies that add their own.
@@ -89,8 +90,8 @@ pub(crate) async fn serve(
             continue;
         };
         let _ = stream.set_nodelay(true);
-        let connection =
-            graceful.watch(http.serve_connection(TokioIo::new(stream), service.clone()));
+        let stream = TokioIo::new(Lingering::new(stream));
+        let connection = graceful.watch(http.serve_connection(stream, service.clone()));
         tokio::spawn(async move {
             if let Err(e) = connection.await {
                 log::debug!("connection from {peer}: {e}");

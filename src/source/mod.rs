@@ -19,6 +19,12 @@ use crate::handler::Handler;
 
 /// One signature scheme with its secrets and settings.
 pub(crate) trait Scheme: Send + Sync + 'static {
+    /// Checks what can be checked before the body is read: the signature headers are present
+    /// and well formed, and a signed timestamp is within the tolerance of `now`. A request
+    /// that fails here is refused without reading its body, so a sender without the secret
+    /// cannot make hookledger hold its bodies in memory.
+    fn precheck(&self, headers: &HeaderMap, now: i64) -> Result<(), VerifyError>;
+
     /// Checks the request's signature over the exact `body` (and its timestamp, where the
     /// scheme signs one, against `now`). Nothing of the body is parsed before this passes.
     fn verify(&self, headers: &HeaderMap, body: &[u8], now: i64) -> Result<(), VerifyError>;
@@ -50,6 +56,10 @@ pub(crate) struct Source {
 fn header<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h [u8]> {
     headers.get(name).map(|v| v.as_bytes())
 }
+
+/// More signatures in one header than any sender rotating its secrets would send (one per
+/// active secret, a handful at most); the cap bounds the work a hostile header can cause.
+const MAX_SIGNATURES: usize = 16;
 
 /// A signing secret. Its `Debug` and `Display` never show the value, so a secret cannot
 /// reach a log line through a `{:?}` of a config struct.
@@ -95,6 +105,11 @@ pub enum VerifyError {
         "no v1 signature in the {0} header (only v1 is checked; v0 and other schemes are ignored)"
     )]
     NoV1Signature(&'static str),
+    #[error(
+        "the {header} header has more than {max} signatures; a sender signs once per active \
+         secret, so this is not a real delivery"
+    )]
+    TooManySignatures { header: &'static str, max: usize },
     #[error(
         "no signature matches: check the signing secret, and make sure the raw request body \
          reaches hookledger unchanged (no JSON re-encoding, no whitespace or charset changes by a proxy)"

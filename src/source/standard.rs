@@ -14,7 +14,7 @@ use sha2::Sha256;
 use axum::http::HeaderMap;
 use serde::Deserialize;
 
-use super::{check_timestamp, header, Envelope, Scheme, VerifyError};
+use super::{check_timestamp, header, Envelope, Scheme, VerifyError, MAX_SIGNATURES};
 use crate::event::{check_id, ParseError};
 
 pub(crate) const ID_HEADER: &str = "webhook-id";
@@ -31,19 +31,14 @@ pub(crate) struct Standard {
 }
 
 impl Scheme for Standard {
+    fn precheck(&self, headers: &HeaderMap, now: i64) -> Result<(), VerifyError> {
+        let (_, timestamp, signature) = signature_headers(headers)?;
+        let (timestamp, _) = parse_signed(timestamp, signature)?;
+        check_timestamp(timestamp, now, self.tolerance)
+    }
+
     fn verify(&self, headers: &HeaderMap, body: &[u8], now: i64) -> Result<(), VerifyError> {
-        let text = |name: &'static str| -> Result<&str, VerifyError> {
-            let value = header(headers, name).ok_or(VerifyError::MissingHeader(name))?;
-            std::str::from_utf8(value).map_err(|_| VerifyError::MalformedHeader {
-                header: name,
-                reason: "not UTF-8",
-            })
-        };
-        let (id, timestamp, signature) = (
-            text(ID_HEADER)?,
-            text(TIMESTAMP_HEADER)?,
-            text(SIGNATURE_HEADER)?,
-        );
+        let (id, timestamp, signature) = signature_headers(headers)?;
         verify_any(
             &self.keys,
             id,
@@ -78,6 +73,52 @@ impl Scheme for Standard {
             created: body.timestamp.as_ref().and_then(event_time),
         })
     }
+}
+
+/// The three signature headers as text: id, timestamp, signatures.
+#[cfg_attr(not(test), allow(dead_code))]
+fn signature_headers(headers: &HeaderMap) -> Result<(&str, &str, &str), VerifyError> {
+    let text = |name: &'static str| -> Result<&str, VerifyError> {
+        let value = header(headers, name).ok_or(VerifyError::MissingHeader(name))?;
+        std::str::from_utf8(value).map_err(|_| VerifyError::MalformedHeader {
+            header: name,
+            reason: "not UTF-8",
+        })
+    };
+    Ok((
+        text(ID_HEADER)?,
+        text(TIMESTAMP_HEADER)?,
+        text(SIGNATURE_HEADER)?,
+    ))
+}
+
+/// The signed timestamp and the decoded `v1,` signatures (at most [`MAX_SIGNATURES`]).
+fn parse_signed(timestamp: &str, signature: &str) -> Result<(i64, Vec<Vec<u8>>), VerifyError> {
+    let timestamp: i64 = timestamp
+        .trim()
+        .parse()
+        .map_err(|_| VerifyError::MalformedHeader {
+            header: TIMESTAMP_HEADER,
+            reason: "not a Unix timestamp",
+        })?;
+    let entries: Vec<&str> = signature
+        .split(' ')
+        .filter_map(|entry| entry.strip_prefix("v1,"))
+        .collect();
+    if entries.len() > MAX_SIGNATURES {
+        return Err(VerifyError::TooManySignatures {
+            header: SIGNATURE_HEADER,
+            max: MAX_SIGNATURES,
+        });
+    }
+    if entries.is_empty() {
+        return Err(VerifyError::NoV1Signature(SIGNATURE_HEADER));
+    }
+    let candidates = entries
+        .into_iter()
+        .map(|encoded| BASE64.decode(encoded).unwrap_or_default())
+        .collect();
+    Ok((timestamp, candidates))
 }
 
 #[cfg_attr(not(test), allow(dead_code))]
@@ -232,22 +273,7 @@ fn verify_any(
     now: i64,
     tolerance: u64,
 ) -> Result<(), VerifyError> {
-    let timestamp: i64 = timestamp
-        .trim()
-        .parse()
-        .map_err(|_| VerifyError::MalformedHeader {
-            header: TIMESTAMP_HEADER,
-            reason: "not a Unix timestamp",
-        })?;
-    let candidates: Vec<Vec<u8>> = signature
-        .split(' ')
-        .filter_map(|entry| entry.strip_prefix("v1,"))
-        .take(MAX_SIGNATURES)
-        .map(|encoded| BASE64.decode(encoded).unwrap_or_default())
-        .collect();
-    if candidates.is_empty() {
-        return Err(VerifyError::NoV1Signature(SIGNATURE_HEADER));
-    }
+    let (timestamp, candidates) = parse_signed(timestamp, signature)?;
     let matched = keys.iter().any(|key| {
         let expected = key.mac(msg_id, timestamp, body);
         // Every candidate is compared (no early exit on the first byte that differs).
@@ -260,10 +286,6 @@ fn verify_any(
     }
     check_timestamp(timestamp, now, tolerance)
 }
-
-/// More `v1,` entries than a sender rotating its keys would send; the cap bounds the work a
-/// hostile header can cause.
-const MAX_SIGNATURES: usize = 16;
 
 #[cfg(test)]
 mod tests {
@@ -326,7 +348,22 @@ mod tests {
             scheme.verify(&headers, body, 1100),
             Err(VerifyError::MissingHeader(ID_HEADER))
         );
+        assert_eq!(
+            scheme.precheck(&headers, 1100),
+            Err(VerifyError::MissingHeader(ID_HEADER))
+        );
         headers.insert(ID_HEADER, "msg_1".parse().unwrap());
+        assert_eq!(scheme.precheck(&headers, 1100), Ok(()));
+        assert!(matches!(
+            scheme.precheck(&headers, 1400),
+            Err(VerifyError::TooOld { .. })
+        ));
+        let crowded = format!("{signature}{}", " v1,AAAA".repeat(MAX_SIGNATURES));
+        headers.insert(SIGNATURE_HEADER, crowded.parse().unwrap());
+        assert!(matches!(
+            scheme.precheck(&headers, 1100),
+            Err(VerifyError::TooManySignatures { .. })
+        ));
         assert_eq!(
             scheme.envelope(&headers, body),
             Ok(Envelope {

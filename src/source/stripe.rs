@@ -11,7 +11,7 @@ use hmac::{Hmac, Mac};
 use serde::Deserialize;
 use sha2::Sha256;
 
-use super::{check_timestamp, header, Envelope, Scheme, Secret, VerifyError};
+use super::{check_timestamp, header, Envelope, Scheme, Secret, VerifyError, MAX_SIGNATURES};
 use crate::event::{check_id, ParseError};
 
 pub const HEADER: &str = "Stripe-Signature";
@@ -27,6 +27,11 @@ pub(crate) struct Stripe {
 }
 
 impl Scheme for Stripe {
+    fn precheck(&self, headers: &HeaderMap, now: i64) -> Result<(), VerifyError> {
+        let value = header(headers, HEADER).ok_or(VerifyError::MissingHeader(HEADER))?;
+        check_timestamp(parse_header(value)?.timestamp, now, self.tolerance)
+    }
+
     fn verify(&self, headers: &HeaderMap, body: &[u8], now: i64) -> Result<(), VerifyError> {
         verify(
             &self.secrets,
@@ -69,10 +74,6 @@ pub fn envelope(body: &[u8]) -> Result<Envelope, ParseError> {
     })
 }
 
-/// More `v1` entries than any real header carries (Stripe sends one per active secret, at
-/// most a handful); the cap bounds the work a hostile header can cause.
-const MAX_SIGNATURES: usize = 16;
-
 /// The parsed header: timestamp and the decoded `v1` signatures.
 #[derive(Debug, PartialEq, Eq)]
 pub struct SignatureHeader {
@@ -81,7 +82,7 @@ pub struct SignatureHeader {
 }
 
 /// Parses a `Stripe-Signature` value. A `v1` that is not 64 hex digits cannot match anything
-/// and is skipped, as Stripe's SDKs do.
+/// and is skipped, as Stripe's SDKs do; more than [`MAX_SIGNATURES`] `v1` entries is refused.
 pub fn parse_header(value: &[u8]) -> Result<SignatureHeader, VerifyError> {
     let malformed = |reason| VerifyError::MalformedHeader {
         header: HEADER,
@@ -90,6 +91,7 @@ pub fn parse_header(value: &[u8]) -> Result<SignatureHeader, VerifyError> {
     let value = std::str::from_utf8(value).map_err(|_| malformed("not UTF-8"))?;
     let mut timestamp = None;
     let mut v1 = Vec::new();
+    let mut v1_entries = 0;
     for item in value.split(',') {
         let Some((key, val)) = item.trim().split_once('=') else {
             continue;
@@ -104,7 +106,14 @@ pub fn parse_header(value: &[u8]) -> Result<SignatureHeader, VerifyError> {
                     .map_err(|_| malformed("t= is not a Unix timestamp"))?;
                 timestamp = Some(t);
             }
-            "v1" if v1.len() < MAX_SIGNATURES => {
+            "v1" => {
+                if v1_entries == MAX_SIGNATURES {
+                    return Err(VerifyError::TooManySignatures {
+                        header: HEADER,
+                        max: MAX_SIGNATURES,
+                    });
+                }
+                v1_entries += 1;
                 let mut sig = [0u8; 32];
                 if hex::decode_to_slice(val, &mut sig).is_ok() {
                     v1.push(sig);
@@ -214,6 +223,55 @@ mod tests {
             parse_header(b"t=1,v1=nothex"),
             Err(VerifyError::NoV1Signature(HEADER))
         );
+    }
+
+    #[test]
+    fn a_header_with_more_v1_entries_than_the_cap_is_refused_by_name() {
+        let at_cap = format!("t=1{}", ",v1=00".repeat(MAX_SIGNATURES));
+        assert_eq!(
+            parse_header(at_cap.as_bytes()),
+            Err(VerifyError::NoV1Signature(HEADER))
+        );
+        let over = format!("{at_cap},v1={}", "ab".repeat(32));
+        assert_eq!(
+            parse_header(over.as_bytes()),
+            Err(VerifyError::TooManySignatures {
+                header: HEADER,
+                max: MAX_SIGNATURES
+            })
+        );
+    }
+
+    #[test]
+    fn precheck_refuses_a_missing_malformed_or_stale_header_without_a_body() {
+        let scheme = Stripe {
+            secrets: secret(),
+            tolerance: 300,
+        };
+        let mut headers = HeaderMap::new();
+        assert_eq!(
+            scheme.precheck(&headers, 1000),
+            Err(VerifyError::MissingHeader(HEADER))
+        );
+        headers.insert(HEADER, "t=oops,v1=00".parse().unwrap());
+        assert!(matches!(
+            scheme.precheck(&headers, 1000),
+            Err(VerifyError::MalformedHeader { .. })
+        ));
+        // A forged but fresh header passes: only the body can show it is forged.
+        headers.insert(
+            HEADER,
+            format!("t=1000,v1={}", "ab".repeat(32)).parse().unwrap(),
+        );
+        assert_eq!(scheme.precheck(&headers, 1000), Ok(()));
+        assert!(matches!(
+            scheme.precheck(&headers, 1301),
+            Err(VerifyError::TooOld { .. })
+        ));
+        assert!(matches!(
+            scheme.precheck(&headers, 699),
+            Err(VerifyError::InFuture { .. })
+        ));
     }
 
     #[test]

@@ -13,11 +13,12 @@ use crate::util::*;
 fn huge_content_length_is_413_without_reading_and_the_process_lives() {
     let server = Server::start(&[]);
     let mut stream = TcpStream::connect(server.addr).unwrap();
-    stream
-        .write_all(
-            b"POST /webhooks/stripe HTTP/1.1\r\nHost: x\r\nContent-Length: 100000000000\r\n\r\nabc",
-        )
-        .unwrap();
+    let request = format!(
+        "POST /webhooks/stripe HTTP/1.1\r\nHost: x\r\nStripe-Signature: {}\r\n\
+         Content-Length: 100000000000\r\n\r\nabc",
+        forged_signature()
+    );
+    stream.write_all(request.as_bytes()).unwrap();
     stream
         .set_read_timeout(Some(Duration::from_secs(5)))
         .unwrap();
@@ -62,8 +63,12 @@ fn slow_senders_are_cut_off_by_the_read_timeout() {
         .unwrap();
     // A body that trickles: 408 after the timeout.
     let mut body = TcpStream::connect(server.addr).unwrap();
-    body.write_all(b"POST /webhooks/stripe HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{")
-        .unwrap();
+    let request = format!(
+        "POST /webhooks/stripe HTTP/1.1\r\nHost: x\r\nStripe-Signature: {}\r\n\
+         Content-Length: 1000\r\n\r\n{{",
+        forged_signature()
+    );
+    body.write_all(request.as_bytes()).unwrap();
     // An idle connection that sends nothing at all.
     let mut idle = TcpStream::connect(server.addr).unwrap();
 
@@ -121,10 +126,7 @@ fn idle_and_trickling_connections_do_not_block_normal_events() {
     let mut slow: Vec<TcpStream> = (0..50)
         .map(|_| {
             let mut s = TcpStream::connect(server.addr).unwrap();
-            s.write_all(
-                b"POST /webhooks/stripe HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n",
-            )
-            .unwrap();
+            s.write_all(&head(Some(&forged_signature()), 100)).unwrap();
             s
         })
         .collect();
@@ -145,4 +147,113 @@ fn idle_and_trickling_connections_do_not_block_normal_events() {
     );
     assert_eq!(ledger_count(&server.db()), 20);
     idle.clear();
+}
+
+/// A request head for `POST /webhooks/stripe` declaring a body of `len` bytes, with a
+/// `Stripe-Signature` if one is given.
+fn head(signature: Option<&str>, len: usize) -> Vec<u8> {
+    let signature = signature
+        .map(|s| format!("Stripe-Signature: {s}\r\n"))
+        .unwrap_or_default();
+    format!("POST /webhooks/stripe HTTP/1.1\r\nHost: x\r\n{signature}Content-Length: {len}\r\n\r\n")
+        .into_bytes()
+}
+
+/// Sends `head` and a first slice of the body it declares, and returns the answer that comes
+/// within `wait` (empty if none), with the connection, still open.
+fn start_request(server: &Server, head: &[u8], wait: Duration) -> (String, TcpStream) {
+    let mut stream = TcpStream::connect(server.addr).unwrap();
+    stream.write_all(head).unwrap();
+    let _ = stream.write_all(&[b'x'; 100]);
+    stream.set_read_timeout(Some(wait)).unwrap();
+    let mut answer = vec![0; 2048];
+    let n = stream.read(&mut answer).unwrap_or(0);
+    (String::from_utf8_lossy(&answer[..n]).into_owned(), stream)
+}
+
+/// Senders without the secret cannot make the server hold their bodies: a missing, malformed
+/// or stale signature header is answered at once, before the (unfinished) body is read.
+#[test]
+fn a_missing_or_stale_signature_is_refused_before_the_body_is_read() {
+    let server = Server::start(&[]);
+    let stale = format!("t={},v1={}", now() - 3600, "ab".repeat(32));
+    for (signature, kind) in [
+        (None, "invalid_signature"),
+        (Some("t=yesterday"), "invalid_signature"),
+        (Some(stale.as_str()), "timestamp_out_of_tolerance"),
+    ] {
+        // The body is never finished; the read timeout (10 s) is longer than the wait.
+        let (answer, _open) =
+            start_request(&server, &head(signature, 1_000_000), Duration::from_secs(5));
+        assert!(
+            answer.starts_with("HTTP/1.1 400"),
+            "{signature:?}: {answer:?}"
+        );
+        assert!(answer.contains(kind), "{answer}");
+        assert!(answer.contains("connection: close"), "{answer}");
+    }
+    assert_eq!(ledger_count(&server.db()), 0);
+    assert_outcome(
+        &server.send(&paid("evt_after_early")),
+        "evt_after_early",
+        "processed",
+    );
+}
+
+/// With a forged but fresh header the body must be read to find the forgery; the bodies being
+/// read at once are bounded by --max-body-in-flight, and beyond it a request gets a 503 with
+/// Retry-After before its body is read. The room comes back when the senders go.
+#[test]
+fn bodies_over_the_in_flight_budget_get_503_without_being_read() {
+    let server = Server::start(&["--max-body", "4096", "--max-body-in-flight", "8192"]);
+    let forged = forged_signature();
+    // Two unfinished 4 KiB bodies take the whole budget.
+    let holders: Vec<TcpStream> = (0..2)
+        .map(|_| {
+            let (answer, stream) = start_request(
+                &server,
+                &head(Some(&forged), 4096),
+                Duration::from_millis(300),
+            );
+            assert_eq!(answer, "", "a holder was answered");
+            stream
+        })
+        .collect();
+    let (answer, _third) =
+        start_request(&server, &head(Some(&forged), 4096), Duration::from_secs(5));
+    assert!(answer.starts_with("HTTP/1.1 503"), "{answer:?}");
+    assert!(answer.contains("\"error\":\"overloaded\""), "{answer}");
+    assert!(answer.contains("retry-after: 1"), "{answer}");
+    assert!(answer.contains("connection: close"), "{answer}");
+    drop(holders);
+    let reply = wait_for(Duration::from_secs(5), || {
+        let reply = server.send(&paid("evt_after_budget"));
+        (reply.status == 200).then_some(reply)
+    })
+    .expect("the budget is given back when the senders go");
+    assert_outcome(&reply, "evt_after_budget", "processed");
+    assert_eq!(ledger_count(&server.db()), 1);
+}
+
+#[test]
+fn a_max_body_in_flight_below_max_body_stops_start_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("x.db");
+    let (code, _, err) = cli(&[
+        "serve",
+        "--stripe-secret",
+        SECRET,
+        "--max-body",
+        "4096",
+        "--max-body-in-flight",
+        "1024",
+        "--db",
+        db.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--max-body-in-flight"), "{err}");
+    assert!(
+        !db.exists(),
+        "nothing is created before the config is valid"
+    );
 }

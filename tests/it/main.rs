@@ -12,3 +12,4 @@ mod hostile;
 mod outbox;
 mod receiver;
 mod secrets;
+mod startup;

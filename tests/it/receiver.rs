@@ -148,17 +148,22 @@ fn body_over_limit_is_413_by_content_length_and_while_chunked() {
     let server = Server::start(&["--max-body", "2048"]);
     let before = snapshot(&server.db());
     // Declared too large: refused before the body is read (none is sent at all).
-    let answer = server.raw(
-        b"POST /webhooks/stripe HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
-          Stripe-Signature: t=1,v1=00\r\nContent-Length: 100000000000\r\n\r\n",
-        Duration::from_secs(5),
+    let request = format!(
+        "POST /webhooks/stripe HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+         Stripe-Signature: {}\r\nContent-Length: 100000000000\r\n\r\n",
+        forged_signature()
     );
+    let answer = server.raw(request.as_bytes(), Duration::from_secs(5));
     assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
     assert!(answer.contains("\"error\":\"body_too_large\""), "{answer}");
     // Chunked without a length: cut off once past the limit.
     let chunk = "a".repeat(1000);
-    let mut request =
-        b"POST /webhooks/stripe HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+    let mut request = format!(
+        "POST /webhooks/stripe HTTP/1.1\r\nHost: x\r\nStripe-Signature: {}\r\n\
+         Transfer-Encoding: chunked\r\n\r\n",
+        forged_signature()
+    )
+    .into_bytes();
     for _ in 0..5 {
         request.extend_from_slice(format!("{:x}\r\n{chunk}\r\n", chunk.len()).as_bytes());
     }
@@ -244,7 +249,10 @@ fn failure_mid_apply_is_500_with_no_ledger_row_and_the_retry_applies() {
         0
     );
     assert_eq!(credits(&db, "acct_1"), 100);
-    assert!(server.log().contains("injected"), "the detail is logged");
+    wait_for(Duration::from_secs(5), || {
+        server.log().contains("injected").then_some(())
+    })
+    .expect("the detail is logged");
 
     db.execute_batch("DROP TRIGGER fail_credit").unwrap();
     assert_outcome(&server.send(&body), "evt_fail", "processed");
@@ -284,8 +292,11 @@ fn ten_parallel_copies_give_one_ledger_row_and_one_grant() {
 
 #[test]
 fn either_of_two_rotating_secrets_verifies() {
-    let server = Server::start(&["--stripe-secret", "whsec_old,whsec_new"]);
-    for (i, secret) in ["whsec_old", "whsec_new"].iter().enumerate() {
+    let server = Server::start(&["--stripe-secret", "whsec_old_secret_1,whsec_new_secret_2"]);
+    for (i, secret) in ["whsec_old_secret_1", "whsec_new_secret_2"]
+        .iter()
+        .enumerate()
+    {
         let body = paid_invoice(&format!("evt_rot{i}"), &format!("in_rot{i}"));
         let header =
             hookledger::internals::stripe::sign(&hookledger::Secret::new(*secret), now(), &body);

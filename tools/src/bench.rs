@@ -191,9 +191,8 @@ pub fn hostile(config: &BenchConfig) -> anyhow::Result<()> {
         let mut slow: Vec<TcpStream> = Vec::new();
         for _ in 0..50 {
             let mut s = TcpStream::connect(server.addr)?;
-            s.write_all(
-                b"POST /webhooks/stripe HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n",
-            )?;
+            // A fresh, well-formed (forged) header: the server reads the body, one byte a second.
+            s.write_all(&attack_head(Some(&forged_signature()), 1000))?;
             slow.push(s);
         }
         let stop = &stop;
@@ -251,7 +250,123 @@ pub fn hostile(config: &BenchConfig) -> anyhow::Result<()> {
             ]
         )
     );
+
+    let mut rows = Vec::new();
+    for (name, header) in [
+        ("no Stripe-Signature", None),
+        ("forged fresh Stripe-Signature", Some(forged_signature())),
+    ] {
+        let db = dir.path().join(format!("memory-{}.db", rows.len()));
+        rows.push(memory_attack(config, &db, name, header.as_deref())?);
+    }
+    print!(
+        "{}",
+        table::render(
+            &[
+                "1000 connections x 1 MiB body, unfinished",
+                "answers",
+                "peak RSS",
+                "RSS after they close",
+                "valid event after"
+            ],
+            &rows
+        )
+    );
     Ok(())
+}
+
+/// Bodies each attacking connection sends (and never finishes).
+const ATTACK_BODY: usize = 1024 * 1024;
+
+/// The request head of an attacking connection: `Content-Length` of `len`, and a
+/// `Stripe-Signature` if one is given.
+fn attack_head(signature: Option<&str>, len: usize) -> Vec<u8> {
+    let signature = signature
+        .map(|s| format!("Stripe-Signature: {s}\r\n"))
+        .unwrap_or_default();
+    format!("POST /webhooks/stripe HTTP/1.1\r\nHost: x\r\n{signature}Content-Length: {len}\r\n\r\n")
+        .into_bytes()
+}
+
+/// A `Stripe-Signature` that is fresh and well formed but matches nothing.
+fn forged_signature() -> String {
+    format!(
+        "t={},v1={}",
+        hookledger::internals::unix_now(),
+        "ab".repeat(32)
+    )
+}
+
+/// One client opens 1000 connections, each sending a head that declares a 1 MiB body and then
+/// 1 MiB minus one byte of it, and holds them open; then closes them all and sends one valid
+/// event. Reports the server's answers to the attack, its peak and final RSS, and the status
+/// of the valid event.
+fn memory_attack(
+    config: &BenchConfig,
+    db: &Path,
+    name: &str,
+    signature: Option<&str>,
+) -> anyhow::Result<Vec<String>> {
+    use std::io::{Read, Write};
+    use std::net::TcpStream;
+
+    let mut server = Server::start(&config.exe, db, &[])?;
+    let chunk = vec![b'x'; 64 * 1024];
+    let mut held = Vec::new();
+    let mut answers = std::collections::BTreeMap::<String, usize>::new();
+    for _ in 0..1000 {
+        let mut s = TcpStream::connect(server.addr)?;
+        s.set_write_timeout(Some(Duration::from_millis(200)))?;
+        if s.write_all(&attack_head(signature, ATTACK_BODY)).is_ok() {
+            // All but the last byte, so the body never finishes.
+            let mut left = ATTACK_BODY - 1;
+            while left > 0 {
+                let n = left.min(chunk.len());
+                if s.write_all(&chunk[..n]).is_err() {
+                    break; // refused (the server closed) or its buffers are full
+                }
+                left -= n;
+            }
+        }
+        held.push(s);
+    }
+    for s in &mut held {
+        s.set_read_timeout(Some(Duration::from_millis(5)))?;
+        let mut head = [0u8; 12];
+        let answer = match s.read(&mut head) {
+            Ok(n) if n >= 12 => String::from_utf8_lossy(&head[9..12]).into_owned(),
+            _ => "none".to_string(),
+        };
+        *answers.entry(answer).or_default() += 1;
+    }
+    let peak = server.peak_rss_kib();
+    drop(held);
+    std::thread::sleep(Duration::from_millis(500));
+    let (after, _) = server.rss_and_threads();
+    let workload = Workload {
+        requests: 1,
+        resend_share: 0.0,
+        seed: 11,
+    };
+    let valid = loadgen::prepare(&workload, &Secret::new(SECRET), &server.addr.to_string());
+    let report = loadgen::run(server.addr, &valid, 1);
+    server.stop()?;
+    let mb = |kb: Option<u64>| {
+        kb.map(|kb| format!("{:.1} MB", kb as f64 / 1024.0))
+            .unwrap_or_default()
+    };
+    let answers = answers
+        .iter()
+        .map(|(status, n)| format!("{n}x {status}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    Ok(vec![
+        name.to_string(),
+        answers,
+        mb(peak),
+        mb(after),
+        report.status_summary(),
+    ])
 }
 
 /// Starts a fresh server, sends the workload, checks the ledger. Returns the report, the

@@ -41,7 +41,8 @@ struct RunArgs {
     /// binary, e.g. target/release/hookledger].
     #[arg(long)]
     exe: Option<PathBuf>,
-    /// Instead: latency of normal events under 200 idle and 50 slow-body connections.
+    /// Instead: latency of normal events under 200 idle and 50 slow-body connections, and the
+    /// server's memory while 1000 connections send 1 MiB bodies they never finish.
     #[arg(long)]
     hostile: bool,
 }

@@ -1,0 +1,188 @@
+//! Start-up refusals: a config that cannot work stops `serve` with exit code 2 and a message
+//! naming what to fix, before anything is bound or created.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use crate::util::*;
+
+/// Runs `serve` on a fresh database path with `args` and `env` (and no other
+/// `STRIPE_WEBHOOK_SECRET`), expecting a refusal: returns stderr after checking exit code 2
+/// and that no database was created.
+fn refused(args: &[&str], env: &[(&str, &str)]) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("never.db");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_hookledger"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--db"])
+        .arg(&db)
+        .args(args)
+        .env_remove("STRIPE_WEBHOOK_SECRET")
+        .env_remove("HOOKLEDGER_FORWARD_SECRET")
+        .envs(env.iter().copied())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // A server that starts instead of refusing is stopped, and the test fails.
+    let status = wait_for(Duration::from_secs(10), || child.try_wait().unwrap());
+    if status.is_none() {
+        let _ = child.kill();
+    }
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert_eq!(
+        status.and_then(|s| s.code()),
+        Some(2),
+        "{args:?} {env:?}: {stderr}"
+    );
+    assert!(!db.exists(), "{args:?}: the database was created");
+    stderr
+}
+
+#[test]
+fn secrets_empty_after_the_prefix_or_too_short_stop_start_up() {
+    for (secret, reason) in [
+        ("whsec_", "nothing after the prefix"),
+        ("whsec_ ", "nothing after the prefix"),
+        ("a", "1 characters"),
+        ("whsec_short", "5 characters"),
+        ("whsec_test_secret,whsec_", "nothing after the prefix"),
+    ] {
+        let err = refused(&[], &[("STRIPE_WEBHOOK_SECRET", secret)]);
+        assert!(
+            err.contains("STRIPE_WEBHOOK_SECRET") && err.contains(reason),
+            "{secret:?}: {err}"
+        );
+        assert!(
+            !err.contains(secret) || secret.len() <= 6,
+            "the secret is echoed: {err}"
+        );
+    }
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> String {
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path.to_str().unwrap().to_string()
+}
+
+#[test]
+fn comment_and_blank_lines_of_a_secret_file_are_not_keys_and_a_bom_is_dropped() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = write(
+        dir.path(),
+        "secrets",
+        &format!("\u{feff}{SECRET}\r\n\n# rotated 2024\n   \n  # whsec_commented_out_one\n"),
+    );
+    let server = Server::start(&["--stripe-secret-file", &file]);
+    // The first line, after its byte order mark, is the key.
+    assert_outcome(&server.send(&paid("evt_bom")), "evt_bom", "processed");
+    for comment in [
+        "# rotated 2024",
+        "# whsec_commented_out_one",
+        "\u{feff}whsec_test_secret",
+    ] {
+        let body = paid("evt_comment");
+        let header =
+            hookledger::internals::stripe::sign(&hookledger::Secret::new(comment), now(), &body);
+        let reply = server.post("/webhooks/stripe", &body, &[("Stripe-Signature", &header)]);
+        assert_error(&reply, 400, "invalid_signature");
+    }
+    assert_eq!(
+        strings(&server.db(), "SELECT event_id FROM webhook_events"),
+        ["evt_bom"]
+    );
+
+    let only_comments = write(dir.path(), "comments", "# nothing here yet\n\n");
+    let err = refused(&["--stripe-secret-file", &only_comments], &[]);
+    assert!(err.contains("holds no secret"), "{err}");
+}
+
+#[test]
+fn a_secret_file_beside_the_environment_variable_names_the_variable() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = write(dir.path(), "secret", SECRET);
+    let err = refused(
+        &["--stripe-secret-file", &file],
+        &[("STRIPE_WEBHOOK_SECRET", SECRET)],
+    );
+    assert!(
+        err.contains("STRIPE_WEBHOOK_SECRET is set in the environment"),
+        "{err}"
+    );
+    let err = refused(
+        &["--stripe-secret-file", &file, "--stripe-secret", SECRET],
+        &[],
+    );
+    assert!(err.contains("--stripe-secret"), "{err}");
+    assert!(!err.contains("environment"), "{err}");
+}
+
+#[test]
+fn forwarding_settings_that_cannot_work_stop_start_up_naming_the_flag() {
+    let with_secret = |extra: &[&str]| {
+        let mut args = vec![
+            "--stripe-secret",
+            SECRET,
+            "--forward-secret",
+            FORWARD_SECRET,
+        ];
+        args.extend_from_slice(extra);
+        refused(&args, &[])
+    };
+    for (args, expected) in [
+        (
+            &["--forward-to", "not a url"][..],
+            "--forward-to `not a url` is not a URL",
+        ),
+        (
+            &["--forward-to", "ftp://example.com/hooks"],
+            "http:// or https://",
+        ),
+        (
+            &[
+                "--forward-to",
+                "http://127.0.0.1:9/h",
+                "--forward-timeout",
+                "0s",
+            ],
+            "--forward-timeout",
+        ),
+        (
+            &[
+                "--forward-to",
+                "http://127.0.0.1:9/h",
+                "--forward-schedule",
+                "5s,99999999999d",
+            ],
+            "--forward-schedule",
+        ),
+        (
+            &[
+                "--forward-to",
+                "http://127.0.0.1:9/h",
+                "--forward-schedule",
+                "5s,999999999999999999d",
+            ],
+            "far too long",
+        ),
+    ] {
+        let err = with_secret(args);
+        assert!(err.contains(expected), "{args:?}: {err}");
+    }
+    // Forwarding settings without --forward-to would be ignored without a word.
+    for flag in [
+        &["--forward-secret", FORWARD_SECRET][..],
+        &["--forward-timeout", "5s"],
+        &["--forward-schedule", "5s"],
+    ] {
+        let mut args = vec!["--stripe-secret", SECRET];
+        args.extend_from_slice(flag);
+        let err = refused(&args, &[]);
+        assert!(
+            err.contains(flag[0]) && err.contains("without --forward-to"),
+            "{flag:?}: {err}"
+        );
+    }
+}
