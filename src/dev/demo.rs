@@ -31,8 +31,8 @@ struct Row {
 
 /// Runs the demo and prints its table to stdout.
 pub(crate) fn run() -> anyhow::Result<()> {
-    let dir = tempfile::tempdir().context("creating a temporary directory")?;
-    let db = dir.path().join("demo.db");
+    let dir = DemoDir::create()?;
+    let db = dir.0.join("demo.db");
     let secret = Secret::new(crate::source::standard::SigningKey::generate()?);
     let mut config = Config::new(db.clone(), vec![secret.clone()]);
     config.http.listen = SocketAddr::from(([127, 0, 0, 1], 0));
@@ -223,4 +223,22 @@ fn print_table(rows: &[Row]) {
         .collect();
     let headers = ["step", "replies", "credits", "ledger rows", "subscription"];
     print!("{}", crate::cli::table::render(&headers, &cells));
+}
+
+/// The demo's own directory under the system's temp directory, removed when the demo ends.
+struct DemoDir(std::path::PathBuf);
+
+impl DemoDir {
+    fn create() -> anyhow::Result<DemoDir> {
+        let path = std::env::temp_dir().join(format!("hookledger-demo-{}", std::process::id()));
+        std::fs::create_dir_all(&path)
+            .with_context(|| format!("creating the demo directory {}", path.display()))?;
+        Ok(DemoDir(path))
+    }
+}
+
+impl Drop for DemoDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
