@@ -38,6 +38,8 @@ pub struct Hookledger {
     /// Delivers outbox rows to the app; `None` without forwarding.
     worker: Option<delivery::Worker>,
     retention: Retention,
+    /// No second server on this database while this one lives.
+    lock: sqlite::ServeLock,
 }
 
 impl Hookledger {
@@ -50,6 +52,7 @@ impl Hookledger {
             .as_ref()
             .map(delivery::Target::new)
             .transpose()?;
+        let lock = sqlite::lock_for_serve(&config.storage.db)?;
         let store = SqliteStore::open(&config.storage.db, config.storage.busy_timeout)?;
         let (waker, woken) = delivery::Worker::channel();
         let on_commit = waker.clone();
@@ -93,6 +96,7 @@ impl Hookledger {
             writer,
             worker,
             retention,
+            lock,
         })
     }
 
@@ -116,6 +120,7 @@ impl Hookledger {
             writer,
             worker,
             retention,
+            lock,
         } = self;
         server::serve(listener, app, &config.http, shutdown).await;
         // The router is gone; the worker finishes its current attempt, retention its batch.
@@ -126,6 +131,7 @@ impl Hookledger {
             }
             retention.stop();
             writer.join();
+            drop(lock);
         })
         .await
         .context("waiting for the writer")?;

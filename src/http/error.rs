@@ -131,6 +131,9 @@ impl Rejection {
             StoreError::DiskFull(_) => {
                 Rejection::new(S::SERVICE_UNAVAILABLE, "disk_full", unavailable).retry()
             }
+            StoreError::ReadOnly(_) => {
+                Rejection::new(S::SERVICE_UNAVAILABLE, "database_read_only", unavailable).retry()
+            }
             StoreError::Database(_) => Rejection::new(
                 S::INTERNAL_SERVER_ERROR,
                 "internal",
@@ -233,6 +236,7 @@ mod tests {
             StoreError::ShuttingDown,
             StoreError::Busy("b".into()),
             StoreError::DiskFull("d".into()),
+            StoreError::ReadOnly("r".into()),
         ] {
             let r = store(e);
             assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE);

@@ -25,6 +25,8 @@ pub enum StoreError {
     Busy(String),
     #[error("the disk is full: {0}")]
     DiskFull(String),
+    #[error("the database cannot be written (read-only file or file system): {0}")]
+    ReadOnly(String),
     #[error("database error: {0}")]
     Database(String),
 }

@@ -186,3 +186,96 @@ fn forwarding_settings_that_cannot_work_stop_start_up_naming_the_flag() {
         );
     }
 }
+
+#[test]
+fn a_second_serve_on_the_same_database_is_refused_and_cli_commands_still_work() {
+    let first = Server::start(&[]);
+    let (_, args) = down_app();
+    let mut second = Command::new(env!("CARGO_BIN_EXE_hookledger"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--db"])
+        .arg(first.dir.join("hookledger.db"))
+        .args(&args)
+        .env("STRIPE_WEBHOOK_SECRET", SECRET)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let status = wait_for(Duration::from_secs(10), || second.try_wait().unwrap());
+    if status.is_none() {
+        let _ = second.kill();
+    }
+    let output = second.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(status.and_then(|s| s.code()), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("another hookledger serve is using this database"),
+        "{stderr}"
+    );
+    // The first one is undisturbed, and commands on the database still run beside it.
+    assert_outcome(&first.send(&paid("evt_first")), "evt_first", "processed");
+    let db = first.db_path();
+    let (code, out, err) = cli(&["events", "list", "--db", db.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("evt_first"), "{out}");
+    let (code, _, err) = cli(&["replay", "evt_first", "--db", db.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+}
+
+#[test]
+fn a_second_serve_may_start_once_the_first_has_stopped() {
+    let mut first = Server::start(&[]);
+    assert_eq!(first.terminate(), Some(0));
+    let second = Server::start_in(&first.dir, &[]);
+    assert_outcome(&second.send(&paid("evt_next")), "evt_next", "processed");
+}
+
+/// A database file hookledger may read but not write (its folder writable): `serve` refuses
+/// to start instead of answering 500 to every webhook. Root writes through any permission, so
+/// as root the server runs as `nobody` (through `setpriv`).
+#[test]
+fn a_read_only_database_file_stops_start_up_with_the_reason() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let mut made = Server::start_in(dir.path(), &[]);
+    assert_outcome(&made.send(&paid("evt_ro")), "evt_ro", "processed");
+    assert_eq!(made.terminate(), Some(0));
+    let db = dir.path().join("hookledger.db");
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    std::fs::set_permissions(&db, std::fs::Permissions::from_mode(0o444)).unwrap();
+    let root = std::process::Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| o.stdout.starts_with(b"0\n"));
+    let mut cmd = if root {
+        let mut cmd = Command::new("setpriv");
+        cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(env!("CARGO_BIN_EXE_hookledger"));
+        cmd
+    } else {
+        Command::new(env!("CARGO_BIN_EXE_hookledger"))
+    };
+    let output = cmd
+        .args(["serve", "--listen", "127.0.0.1:0", "--db"])
+        .arg(&db)
+        .env("STRIPE_WEBHOOK_SECRET", SECRET)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut child = output;
+    let status = wait_for(Duration::from_secs(10), || child.try_wait().unwrap());
+    if status.is_none() {
+        let _ = child.kill();
+    }
+    let stderr = String::from_utf8_lossy(&child.wait_with_output().unwrap().stderr).into_owned();
+    let dropped = !(root && stderr.contains("setpriv"));
+    if !prerequisite(
+        dropped,
+        "HOOKLEDGER_REQUIRE_SETPRIV",
+        "running as root and setpriv cannot drop privileges here",
+    ) {
+        return;
+    }
+    assert_eq!(status.and_then(|s| s.code()), Some(2), "{stderr}");
+    assert!(stderr.contains("is read-only"), "{stderr}");
+}

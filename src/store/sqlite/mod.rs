@@ -4,8 +4,10 @@
 //! - Transactions: `BEGIN IMMEDIATE` per batch, `SAVEPOINT hookledger_job` per job (a name no handler uses by mistake), one `COMMIT` (WAL,
 //!   `synchronous=FULL`); SQLite's own rollback of a whole transaction (I/O error, full disk)
 //!   is seen by `is_autocommit()`.
-//! - Errors: busy and locked are [`StoreError::Busy`], a full disk [`StoreError::DiskFull`]
-//!   (both 503: retry later), anything else [`StoreError::Database`] (500).
+//! - Errors: busy and locked are [`StoreError::Busy`], a full disk [`StoreError::DiskFull`], a
+//!   read-only file [`StoreError::ReadOnly`] (all 503: retry later), anything else
+//!   [`StoreError::Database`] (500). A database that is read-only when it is opened for
+//!   writing is refused at once.
 //! - Migrations are an append-only list keyed by `PRAGMA user_version`: entry `i` moves the
 //!   schema from version `i` to `i + 1`. `schema.sql` is migration 1 and never changes.
 //! - The SQL of the ledger, the outbox, retention and the listings is in the files beside this
@@ -55,6 +57,7 @@ impl From<rusqlite::Error> for StoreError {
                 StoreError::Busy(e.to_string())
             }
             Some(ErrorCode::DiskFull) => StoreError::DiskFull(e.to_string()),
+            Some(ErrorCode::ReadOnly) => StoreError::ReadOnly(e.to_string()),
             _ => StoreError::Database(e.to_string()),
         }
     }
@@ -84,6 +87,14 @@ impl SqliteStore {
     fn open_for_cli(path: &Path, busy_timeout: Duration) -> anyhow::Result<SqliteStore> {
         let mut conn = Connection::open(path)
             .with_context(|| format!("cannot open database file {}", path.display()))?;
+        // SQLite opens a file it cannot write read-only, without a word; every write would fail.
+        if conn.is_readonly(rusqlite::MAIN_DB)? {
+            bail!(
+                "database file {} is read-only: hookledger must write to it (check the file's \
+                 owner and permissions, and that its file system is not mounted read-only)",
+                path.display()
+            );
+        }
         conn.busy_timeout(busy_timeout)?;
         configure_writer(&conn)
             .with_context(|| format!("cannot configure database file {}", path.display()))?;
@@ -276,6 +287,42 @@ fn migrate(conn: &mut Connection) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Held for the life of a server on one database file: a second server on the same file would
+/// deliver outbox rows twice and fight for the write lock. CLI commands do not take it.
+pub(crate) struct ServeLock {
+    _file: std::fs::File,
+}
+
+/// Takes the serve lock of the database at `path`: an exclusive lock on `<path>-serve.lock`
+/// (a file of its own: closing a second handle on the database file itself would drop
+/// SQLite's own locks on it). The lock ends with the process, however it ends.
+pub(crate) fn lock_for_serve(path: &Path) -> anyhow::Result<ServeLock> {
+    // The same file by another path (a symlink, `./x.db` and `/srv/x.db`) is the same lock.
+    let real = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    let mut name = real.into_os_string();
+    name.push("-serve.lock");
+    let lock_path = std::path::PathBuf::from(name);
+    // Made by another user, it can still be locked through a read-only handle.
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .or_else(|_| std::fs::File::open(&lock_path))
+        .with_context(|| format!("cannot create the lock file {}", lock_path.display()))?;
+    match file.try_lock() {
+        Ok(()) => Ok(ServeLock { _file: file }),
+        Err(std::fs::TryLockError::WouldBlock) => bail!(
+            "another hookledger serve is using this database ({}); stop it first, or give this \
+             one its own --db",
+            path.display()
+        ),
+        Err(std::fs::TryLockError::Error(e)) => {
+            Err(e).with_context(|| format!("cannot lock {}", lock_path.display()))
+        }
+    }
+}
+
 /// A pool of read-only connections. The database must already exist (open the writer first).
 pub(crate) fn read_pool(path: &Path, size: u32) -> anyhow::Result<ReadPool> {
     let manager = SqliteConnectionManager::file(path)
@@ -317,6 +364,22 @@ mod tests {
         conn.pragma_update(None, "user_version", 99).unwrap();
         let err = migrate(&mut conn).unwrap_err().to_string();
         assert!(err.contains("newer than this hookledger knows"), "{err}");
+    }
+
+    #[test]
+    fn a_write_to_a_read_only_database_is_read_only_not_a_database_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ro.db");
+        SqliteStore::open(&path, DEFAULT_BUSY_TIMEOUT).unwrap();
+        // What a database that turned read-only under a running server answers.
+        let conn = Connection::open_with_flags(&path, OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+        let err = conn
+            .execute("INSERT INTO counters (name, value) VALUES ('x', 1)", [])
+            .unwrap_err();
+        assert!(
+            matches!(StoreError::from(err), StoreError::ReadOnly(_)),
+            "classified as read-only"
+        );
     }
 
     #[test]
