@@ -140,7 +140,7 @@ fn sigkill_during_a_stream_grants_once_per_paid_invoice() {
     let url = server.url();
     let next = |worker: u64, i: usize| {
         let id = format!("evt_b{worker}_{i}");
-        let kind = if i % 2 == 0 {
+        let kind = if i.is_multiple_of(2) {
             "invoice.paid"
         } else {
             "invoice.payment_succeeded"
