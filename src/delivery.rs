@@ -148,14 +148,26 @@ fn run(
             if stop.load(Ordering::SeqCst) {
                 break;
             }
-            let id = row.id;
+            let (id, queued) = (row.id, row.queued);
             let attempt = attempt(&agent, config, &row);
-            if let Err(e) = writer.run_blocking(Write::Record { id, attempt }) {
-                // Not marked: the row stays pending and is attempted again (at least once),
-                // after a pause so a database that refuses writes is not met with a tight loop.
-                log::error!("outbox: cannot record attempt on row {id}: {e}");
-                let _ = woken.recv_timeout(IDLE_POLL);
-                break;
+            match writer.run_blocking(Write::Record {
+                id,
+                queued,
+                attempt,
+            }) {
+                // Replayed or retried meanwhile (it is attempted again), or pruned.
+                Ok(0) => log::info!(
+                    "outbox row {id} changed while it was being delivered; this attempt's \
+                     result is not recorded"
+                ),
+                Ok(_) => {}
+                Err(e) => {
+                    // Not marked: the row stays pending and is attempted again (at least once),
+                    // after a pause so a database that refuses writes is not met with a tight loop.
+                    log::error!("outbox: cannot record attempt on row {id}: {e}");
+                    let _ = woken.recv_timeout(IDLE_POLL);
+                    break;
+                }
             }
         }
     }

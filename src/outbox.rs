@@ -16,6 +16,8 @@ pub(crate) struct PendingRow {
     pub(crate) key: String,
     pub(crate) payload: Vec<u8>,
     pub(crate) attempts: i64,
+    /// How many times the row was queued (see `store::sqlite::outbox::record`).
+    pub(crate) queued: i64,
 }
 
 /// The result of one delivery attempt, written back by the writer.

@@ -43,8 +43,13 @@ pub enum Outcome {
 /// A write other than an event, run by the writer as a job of its own.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Write {
-    /// The result of a delivery attempt on outbox row `id`; changes only a pending row.
-    Record { id: i64, attempt: Attempt },
+    /// The result of a delivery attempt on outbox row `id`, made as it was queued for the
+    /// `queued`-th time; changes only that row, still pending (not one queued again since).
+    Record {
+        id: i64,
+        queued: i64,
+        attempt: Attempt,
+    },
     /// Deletes a batch of ledger rows received before `before`.
     PruneEvents { before: i64 },
     /// Deletes a batch of delivered outbox rows delivered before `before`.

@@ -244,6 +244,42 @@ fn replay_forwards_a_stored_event_again() {
     assert!(err.contains("no event evt_nope"), "{err}");
 }
 
+/// `replay` while an attempt of the same row is in flight: the attempt's success must not
+/// mark the replayed row done, or the app would never get the replay.
+#[test]
+fn a_replay_during_an_attempt_in_flight_is_delivered_after_it() {
+    let app = FakeApp::start(&[]);
+    app.hold();
+    let server = start(None, &forwarding(&app, "1s"));
+    assert_outcome(
+        &server.send(&paid("evt_inflight")),
+        "evt_inflight",
+        "processed",
+    );
+    wait_for(WAIT, || (app.deliveries().len() == 1).then_some(()))
+        .expect("the first attempt did not arrive");
+
+    let db = server.db_path();
+    let (code, out, err) = cli(&["replay", "evt_inflight", "--db", db.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("queued"), "{out}");
+    app.release();
+
+    let delivered = app.wait_delivered(2, WAIT);
+    assert!(
+        delivered
+            .iter()
+            .all(|d| d.headers["webhook-id"] == "evt_inflight"),
+        "{delivered:?}"
+    );
+    let (status, attempts, _) = wait_outbox_status(&server.db(), "evt_inflight", "done", WAIT);
+    assert_eq!(
+        (status.as_str(), attempts),
+        ("done", 1),
+        "one attempt since the replay"
+    );
+}
+
 #[test]
 fn events_list_and_show() {
     let server = Server::start(&[]);

@@ -389,6 +389,8 @@ pub struct FakeApp {
     pub addr: SocketAddr,
     pub deliveries: Arc<Mutex<Vec<Delivery>>>,
     script: Arc<Mutex<std::collections::VecDeque<u16>>>,
+    /// While set, requests are recorded on arrival but not answered.
+    held: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl FakeApp {
@@ -402,13 +404,14 @@ impl FakeApp {
         let addr = listener.local_addr().unwrap();
         let deliveries = Arc::new(Mutex::new(Vec::new()));
         let script = Arc::new(Mutex::new(script.iter().copied().collect()));
-        let (log, queue) = (deliveries.clone(), Arc::clone(&script));
+        let held = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (log, queue, hold) = (deliveries.clone(), Arc::clone(&script), held.clone());
         std::thread::spawn(move || {
             for stream in listener.incoming() {
                 let Ok(stream) = stream else { continue };
-                let (log, queue) = (log.clone(), queue.clone());
+                let (log, queue, hold) = (log.clone(), queue.clone(), hold.clone());
                 std::thread::spawn(move || {
-                    let _ = handle(stream, &log, &queue);
+                    let _ = handle(stream, &log, &queue, &hold);
                 });
             }
         });
@@ -416,7 +419,18 @@ impl FakeApp {
             addr,
             deliveries,
             script,
+            held,
         }
+    }
+
+    /// From now on, requests are recorded when they arrive and answered only after
+    /// [`FakeApp::release`]: a delivery attempt stays in flight.
+    pub fn hold(&self) {
+        self.held.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    pub fn release(&self) {
+        self.held.store(false, std::sync::atomic::Ordering::SeqCst);
     }
 
     pub fn url(&self) -> String {
@@ -450,6 +464,7 @@ fn handle(
     mut stream: TcpStream,
     log: &Mutex<Vec<Delivery>>,
     script: &Mutex<std::collections::VecDeque<u16>>,
+    held: &std::sync::atomic::AtomicBool,
 ) -> std::io::Result<()> {
     stream.set_read_timeout(Some(Duration::from_secs(10)))?;
     let mut reader = BufReader::new(stream.try_clone()?);
@@ -484,6 +499,9 @@ fn handle(
         body,
         status,
     });
+    while held.load(std::sync::atomic::Ordering::SeqCst) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
     write!(
         stream,
         "HTTP/1.1 {status} X\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"

@@ -9,7 +9,8 @@
 //!   [`StoreError::Database`] (500). A database that is read-only when it is opened for
 //!   writing is refused at once.
 //! - Migrations are an append-only list keyed by `PRAGMA user_version`: entry `i` moves the
-//!   schema from version `i` to `i + 1`. `schema.sql` is migration 1 and never changes.
+//!   schema from version `i` to `i + 1`. `schema.sql` is migration 1 and never changes; the
+//!   later ones are in `migrations/`.
 //! - The SQL of the ledger, the outbox, retention and the listings is in the files beside this
 //!   one; the WAL is copied back by [`checkpoint`], off the commit path.
 
@@ -37,7 +38,10 @@ use tx::HandlerGuard;
 pub use tx::Tx;
 
 /// Append-only. Never edit a released entry; add a new one.
-const MIGRATIONS: &[&str] = &[include_str!("../../../schema.sql")];
+const MIGRATIONS: &[&str] = &[
+    include_str!("../../../schema.sql"),
+    include_str!("migrations/0002_outbox_queued.sql"),
+];
 
 /// How long a writer waits for another process's write lock (an `sqlite3` shell, a CLI
 /// command) before it gives up with `SQLITE_BUSY`. Long enough to ride out a CLI command,
@@ -240,7 +244,11 @@ impl Store for SqliteStore {
     fn write(&mut self, write: &Write, now: i64) -> Result<u64, StoreError> {
         let conn = &self.conn;
         let n = match write {
-            Write::Record { id, attempt } => outbox::record(conn, *id, attempt, now)?,
+            Write::Record {
+                id,
+                queued,
+                attempt,
+            } => outbox::record(conn, *id, *queued, attempt, now)?,
             Write::PruneEvents { before } => retention::delete_events_batch(conn, *before)?,
             Write::PruneOutbox { before } => retention::delete_outbox_batch(conn, *before)?,
             Write::Revive { id: Some(id) } => u64::from(outbox::retry(conn, *id, now)?),
@@ -364,6 +372,52 @@ mod tests {
         conn.pragma_update(None, "user_version", 99).unwrap();
         let err = migrate(&mut conn).unwrap_err().to_string();
         assert!(err.contains("newer than this hookledger knows"), "{err}");
+    }
+
+    #[test]
+    fn migration_2_keeps_the_outbox_rows_of_a_version_1_database() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        conn.execute_batch(MIGRATIONS[0]).unwrap();
+        conn.pragma_update(None, "user_version", 1).unwrap();
+        conn.execute_batch(
+            "INSERT INTO outbox (kind, key, payload, status, attempts, next_attempt_at, created_at)
+             VALUES ('forward', 'evt_1', x'7b7d', 'pending', 3, 10, 5)",
+        )
+        .unwrap();
+        migrate(&mut conn).unwrap();
+        let row: (String, i64, i64) = conn
+            .query_row("SELECT key, attempts, queued FROM outbox", [], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+            })
+            .unwrap();
+        assert_eq!(row, ("evt_1".to_string(), 3, 0));
+    }
+
+    #[test]
+    fn an_attempt_begun_before_a_replay_does_not_settle_the_replayed_row() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        migrate(&mut conn).unwrap();
+        conn.execute_batch(
+            "INSERT INTO webhook_events (event_id, event_type, source, received_at, payload)
+             VALUES ('evt_1', 'x', 'stripe', 1, x'7b7d')",
+        )
+        .unwrap();
+        outbox::enqueue(&conn, FORWARD, "evt_1", b"{}", 1).unwrap();
+        let row = outbox::due(&conn, 1, 10).unwrap().remove(0);
+        // The attempt is in flight when the event is replayed; then it succeeds.
+        assert!(outbox::replay(&conn, "evt_1", 2).unwrap());
+        let delivered = crate::outbox::Attempt::Delivered;
+        assert_eq!(
+            outbox::record(&conn, row.id, row.queued, &delivered, 3).unwrap(),
+            0
+        );
+        let again = outbox::due(&conn, 3, 10).unwrap();
+        assert_eq!(again.len(), 1, "the replay is still to be delivered");
+        assert_eq!(
+            outbox::record(&conn, row.id, again[0].queued, &delivered, 4).unwrap(),
+            1
+        );
+        assert!(outbox::due(&conn, 5, 10).unwrap().is_empty());
     }
 
     #[test]

@@ -26,7 +26,7 @@ pub(crate) fn enqueue(
 /// Up to `limit` pending rows that are due at `now`, in id order.
 pub(crate) fn due(conn: &Connection, now: i64, limit: usize) -> rusqlite::Result<Vec<PendingRow>> {
     conn.prepare_cached(
-        "SELECT id, kind, key, payload, attempts FROM outbox
+        "SELECT id, kind, key, payload, attempts, queued FROM outbox
          WHERE status = 'pending' AND next_attempt_at <= ?1
          ORDER BY id LIMIT ?2",
     )?
@@ -37,6 +37,7 @@ pub(crate) fn due(conn: &Connection, now: i64, limit: usize) -> rusqlite::Result
             key: r.get(2)?,
             payload: r.get(3)?,
             attempts: r.get(4)?,
+            queued: r.get(5)?,
         })
     })?
     .collect()
@@ -48,11 +49,13 @@ pub(crate) fn next_due_at(conn: &Connection) -> rusqlite::Result<Option<i64>> {
         .query_row([], |r| r.get(0))
 }
 
-/// Records an attempt on row `id`. Only a pending row changes (a concurrent `outbox retry`
-/// or prune wins).
+/// Records an attempt on row `id`, made on the row as it was when queued for the `queued`-th
+/// time. Only that row, still pending, changes: a replay or retry that queued it again while
+/// the attempt was in flight wins (the row is attempted again), as does a prune.
 pub(crate) fn record(
     tx: &Connection,
     id: i64,
+    queued: i64,
     attempt: &Attempt,
     now: i64,
 ) -> rusqlite::Result<u64> {
@@ -61,21 +64,21 @@ pub(crate) fn record(
             .prepare_cached(
                 "UPDATE outbox SET status = 'done', attempts = attempts + 1, done_at = ?2,
                      last_error = NULL
-                 WHERE id = ?1 AND status = 'pending'",
+                 WHERE id = ?1 AND status = 'pending' AND queued = ?3",
             )?
-            .execute(params![id, now])?,
+            .execute(params![id, now, queued])?,
         Attempt::Retry { at, error } => tx
             .prepare_cached(
                 "UPDATE outbox SET attempts = attempts + 1, next_attempt_at = ?2, last_error = ?3
-                 WHERE id = ?1 AND status = 'pending'",
+                 WHERE id = ?1 AND status = 'pending' AND queued = ?4",
             )?
-            .execute(params![id, at, error])?,
+            .execute(params![id, at, error, queued])?,
         Attempt::Dead { error } => tx
             .prepare_cached(
                 "UPDATE outbox SET status = 'dead', attempts = attempts + 1, last_error = ?2
-                 WHERE id = ?1 AND status = 'pending'",
+                 WHERE id = ?1 AND status = 'pending' AND queued = ?3",
             )?
-            .execute(params![id, error])?,
+            .execute(params![id, error, queued])?,
     };
     Ok(changed as u64)
 }
@@ -85,7 +88,7 @@ pub(crate) fn retry(tx: &Connection, id: i64, now: i64) -> rusqlite::Result<bool
     let changed = tx
         .prepare_cached(
             "UPDATE outbox SET status = 'pending', attempts = 0, next_attempt_at = ?2,
-                 done_at = NULL
+                 done_at = NULL, queued = queued + 1
              WHERE id = ?1 AND status = 'dead'",
         )?
         .execute(params![id, now])?;
@@ -95,7 +98,8 @@ pub(crate) fn retry(tx: &Connection, id: i64, now: i64) -> rusqlite::Result<bool
 /// Puts every dead row back to pending with a fresh schedule. Returns how many.
 pub(crate) fn retry_all_dead(tx: &Connection, now: i64) -> rusqlite::Result<usize> {
     tx.prepare_cached(
-        "UPDATE outbox SET status = 'pending', attempts = 0, next_attempt_at = ?1, done_at = NULL
+        "UPDATE outbox SET status = 'pending', attempts = 0, next_attempt_at = ?1, done_at = NULL,
+             queued = queued + 1
          WHERE status = 'dead'",
     )?
     .execute([now])
@@ -111,7 +115,7 @@ pub(crate) fn replay(tx: &Connection, event_id: &str, now: i64) -> rusqlite::Res
              WHERE event_id = ?2 AND payload IS NOT NULL
              ON CONFLICT (kind, key) DO UPDATE SET
                  status = 'pending', attempts = 0, next_attempt_at = ?3, done_at = NULL,
-                 payload = excluded.payload",
+                 payload = excluded.payload, queued = queued + 1",
         )?
         .execute(params![FORWARD, event_id, now])?;
     Ok(changed == 1)
