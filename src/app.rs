@@ -89,6 +89,7 @@ impl Hookledger {
             http: config.http.clone(),
             budget: BodyBudget::new(config.http.body_budget),
             writer: handle,
+            rejection_log: Default::default(),
         });
         Ok(Hookledger {
             app: server::router(ingest),

@@ -23,9 +23,11 @@ pub struct Event {
     pub body: bytes::Bytes,
 }
 
-/// Refuses an empty or overlong `id` or `type` (`field` names it).
+/// Refuses an `id` or `type` (`field` names it) that is empty or only whitespace, longer than
+/// [`MAX_ID_LEN`], or holds a control character (which could forge log lines or reach a
+/// terminal as an escape sequence).
 pub(crate) fn check_id(field: &'static str, value: &str) -> Result<(), ParseError> {
-    if value.is_empty() || value.len() > MAX_ID_LEN {
+    if value.trim().is_empty() || value.len() > MAX_ID_LEN || value.chars().any(char::is_control) {
         return Err(ParseError::BadId(field));
     }
     Ok(())
@@ -43,7 +45,7 @@ pub enum ParseError {
         hint: &'static str,
         detail: JsonError,
     },
-    #[error("`{0}` must be a non-empty string of at most 255 bytes")]
+    #[error("`{0}` must be a string of 1 to 255 bytes, not blank, without control characters")]
     BadId(&'static str),
     #[error("{kind} event has an unexpected `data.object` ({detail})")]
     Object { kind: String, detail: JsonError },
@@ -86,11 +88,39 @@ impl ParseError {
                 "body is not {what} (JSON error at line {} column {})",
                 detail.line, detail.column
             ),
-            ParseError::BadId(field) => format!("`{field}` is empty or too long"),
+            ParseError::BadId(field) => {
+                format!("`{field}` is blank, too long or holds control characters")
+            }
             ParseError::Object { kind, detail } => format!(
                 "{kind} event has an unexpected data.object (at line {} column {})",
                 detail.line, detail.column
             ),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_that_are_blank_overlong_or_hold_control_characters_are_refused() {
+        for bad in [
+            "",
+            " ",
+            "\t \n",
+            "evt\nINFO fake line",
+            "evt\r",
+            "evt\u{1b}[31m",
+            "evt\u{7f}",
+            "evt\u{85}",
+        ] {
+            assert_eq!(check_id("id", bad), Err(ParseError::BadId("id")), "{bad:?}");
+        }
+        assert!(check_id("id", &"e".repeat(MAX_ID_LEN + 1)).is_err());
+        assert!(check_id("id", &"e".repeat(MAX_ID_LEN)).is_ok());
+        assert!(check_id("id", "evt_1Pgc6rB7WZ01zgkW").is_ok());
+        assert!(check_id("type", "customer.subscription.updated").is_ok());
+        assert!(check_id("id", "évènement ünïcode").is_ok());
     }
 }

@@ -18,6 +18,7 @@ use crate::config::HttpConfig;
 use crate::event::Event;
 use crate::handler::Submission;
 use crate::http::error::{IngestError, Rejection};
+use crate::http::log_budget::LogBudget;
 use crate::source::Source;
 use crate::store::{Outcome, StoreError};
 use crate::unix_now;
@@ -29,6 +30,8 @@ pub(crate) struct Ingest {
     pub(crate) http: HttpConfig,
     pub(crate) budget: BodyBudget,
     pub(crate) writer: WriterHandle,
+    /// Rejections are logged at most ten a second.
+    pub(crate) rejection_log: LogBudget,
 }
 
 /// `POST /webhooks/{source}`.
@@ -64,14 +67,20 @@ pub(crate) async fn webhook(
         }
         Err((id, err)) => {
             let rejection = Rejection::of(&err);
-            let (code, kind) = (rejection.status.as_u16(), rejection.kind);
-            let id = id.as_deref().unwrap_or("-");
-            if rejection.status.is_server_error() {
-                log::error!("{name} {id} {kind} {code}: {err} {ms:.1}ms");
-            } else {
-                // Client faults: the kind and our own message; never the body.
-                let text = err.log_text();
-                log::warn!("{name} {id} rejected {kind} {code}: {text} {ms:.1}ms");
+            if let Some(held_back) = ingest.rejection_log.admit(unix_now()) {
+                let (code, kind) = (rejection.status.as_u16(), rejection.kind);
+                let id = id.as_deref().unwrap_or("-");
+                let more = match held_back {
+                    0 => String::new(),
+                    n => format!(" ({n} earlier rejections not logged)"),
+                };
+                if rejection.status.is_server_error() {
+                    log::error!("{name} {id} {kind} {code}: {err} {ms:.1}ms{more}");
+                } else {
+                    // Client faults: the kind and our own message; never the body.
+                    let text = err.log_text();
+                    log::warn!("{name} {id} rejected {kind} {code}: {text} {ms:.1}ms{more}");
+                }
             }
             rejection.into_response()
         }

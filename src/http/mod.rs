@@ -1,4 +1,5 @@
 pub(crate) mod error;
 pub(crate) mod ingest;
 mod linger;
+mod log_budget;
 pub(crate) mod server;

@@ -1,0 +1,62 @@
+//! A budget for rejection log lines: a flood of bad requests (forged signatures, a full body
+//! budget) must not become a flood of log lines that fills the disk. At most
+//! [`LINES_PER_SECOND`] are written each second; the rest are counted, and the count is
+//! written with the next line that is.
+
+use std::sync::{Mutex, PoisonError};
+
+/// Rejection lines written per second at most.
+pub(crate) const LINES_PER_SECOND: u32 = 10;
+
+#[derive(Default)]
+pub(crate) struct LogBudget {
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    /// The second (Unix time) the count is for.
+    second: i64,
+    written: u32,
+    /// Lines held back since the last one written.
+    held_back: u64,
+}
+
+impl LogBudget {
+    /// Whether a line may be written at `now` (Unix seconds): `Some(n)` with the number of
+    /// lines held back before it, or `None` (this one is held back and counted).
+    pub(crate) fn admit(&self, now: i64) -> Option<u64> {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        if state.second != now {
+            state.second = now;
+            state.written = 0;
+        }
+        if state.written < LINES_PER_SECOND {
+            state.written += 1;
+            Some(std::mem::take(&mut state.held_back))
+        } else {
+            state.held_back += 1;
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn writes_ten_a_second_and_reports_the_rest_with_the_next() {
+        let budget = LogBudget::default();
+        let first: Vec<_> = (0..25).map(|_| budget.admit(100)).collect();
+        assert_eq!(first.iter().filter(|a| a.is_some()).count(), 10);
+        assert!(first[..10].iter().all(|a| *a == Some(0)));
+        assert!(first[10..].iter().all(Option::is_none));
+        assert_eq!(
+            budget.admit(101),
+            Some(15),
+            "the next second reports what was held"
+        );
+        assert_eq!(budget.admit(101), Some(0));
+    }
+}
