@@ -20,7 +20,9 @@
 //!   savepoint; the other jobs of the batch commit. The failed job gets an error (500).
 //! - If the transaction itself fails (begin busy, commit fails, the database rolled the whole
 //!   transaction back after an I/O error or a full disk) every job of the batch gets the
-//!   error; nothing of the batch is on disk.
+//!   error; nothing of the batch is on disk. When it failed because the database was busy,
+//!   the jobs that queued up during that wait get the same error at once, so no request waits
+//!   for more than about one busy timeout.
 //! - A full queue is refused at once (503 + Retry-After), never piled up.
 
 use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
@@ -130,9 +132,19 @@ fn run<S: Store>(
                 Err(_) => break,
             }
         }
-        if run_batch(&mut store, &mut batch) {
-            if let Some(wake) = on_commit {
-                wake();
+        match run_batch(&mut store, &mut batch) {
+            Ok(true) => {
+                if let Some(wake) = on_commit {
+                    wake();
+                }
+            }
+            Ok(false) => {}
+            // The jobs that queued up meanwhile have waited out a busy timeout already: they
+            // get the same answer now instead of waiting for a second one.
+            Err(busy) => {
+                while let Ok(job) = rx.try_recv() {
+                    fail(job, &busy);
+                }
             }
         }
     }
@@ -154,15 +166,31 @@ impl Done {
     }
 }
 
+/// Answers `job` with `err` without running it.
+fn fail(job: Job, err: &StoreError) {
+    match job {
+        Job::Event { reply, .. } => {
+            let _ = reply.send(Err(err.clone()));
+        }
+        Job::Write { reply, .. } => {
+            let _ = reply.send(Err(err.clone()));
+        }
+    }
+}
+
 /// Runs one batch in one transaction and answers every job. Returns whether an event was
-/// processed (so the outbox may have new rows).
-fn run_batch<S: Store>(store: &mut S, batch: &mut Vec<Job>) -> bool {
+/// processed (so the outbox may have new rows), or the error if the database was busy.
+fn run_batch<S: Store>(store: &mut S, batch: &mut Vec<Job>) -> Result<bool, StoreError> {
     let started = Instant::now();
+    let mut busy = None;
     let results = match apply_batch(store, batch) {
         Ok(done) => done,
         Err(e) => {
             log::error!("writer: batch of {} failed: {e}", batch.len());
             store.rollback();
+            if matches!(e, StoreError::Busy(_)) {
+                busy = Some(e.clone());
+            }
             batch
                 .iter()
                 .map(|job| match job {
@@ -192,7 +220,7 @@ fn run_batch<S: Store>(store: &mut S, batch: &mut Vec<Job>) -> bool {
             _ => unreachable!("results are built in job order"),
         }
     }
-    processed
+    busy.map_or(Ok(processed), Err)
 }
 
 /// Begin, one savepoint per job, commit. An `Err` means the whole transaction is lost;
@@ -368,7 +396,11 @@ mod tests {
             .map(event_job)
             .unzip();
         let mut batch = jobs;
-        assert!(run_batch(&mut store, &mut batch), "events were processed");
+        assert_eq!(
+            run_batch(&mut store, &mut batch),
+            Ok(true),
+            "events were processed"
+        );
         let outcomes: Vec<_> = replies
             .into_iter()
             .map(|rx| rx.blocking_recv().unwrap())
@@ -412,7 +444,7 @@ mod tests {
             reply,
         };
         let mut batch = vec![good, bad, revive];
-        assert!(!run_batch(&mut store, &mut batch));
+        assert_eq!(run_batch(&mut store, &mut batch), Ok(false));
         assert!(matches!(
             good_rx.blocking_recv().unwrap(),
             Err(StoreError::Database(_))
@@ -427,7 +459,7 @@ mod tests {
         assert_eq!(count(&store, "SELECT count(*) FROM child"), 0);
         // The writer's connection is usable again.
         let (again, again_rx) = event_job("evt_1");
-        run_batch(&mut store, &mut vec![again]);
+        assert_eq!(run_batch(&mut store, &mut vec![again]), Ok(true));
         assert_eq!(again_rx.blocking_recv().unwrap(), Ok(Outcome::Processed));
     }
 }

@@ -192,18 +192,26 @@ pub(super) fn run(args: ServeArgs) -> anyhow::Result<Exit> {
     Ok(Exit::Ok)
 }
 
-/// A future that resolves on SIGTERM or SIGINT. The handlers are installed here, before
-/// serving, so a failure to install them stops start-up (exit 2) instead of a panic.
+/// A future that resolves on SIGTERM, SIGINT or SIGHUP (a closed terminal or `systemctl
+/// reload` alike: hookledger has nothing to reload, so it stops gracefully rather than die).
+/// The handlers are installed here, before serving, so a failure to install them stops
+/// start-up (exit 2) instead of a panic.
 fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
     #[cfg(unix)]
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .context("installing the SIGTERM handler")?;
+    let (mut term, mut hangup) = {
+        use tokio::signal::unix::{signal, SignalKind};
+        (
+            signal(SignalKind::terminate()).context("installing the SIGTERM handler")?,
+            signal(SignalKind::hangup()).context("installing the SIGHUP handler")?,
+        )
+    };
     Ok(async move {
         let ctrl_c = tokio::signal::ctrl_c();
         #[cfg(unix)]
         tokio::select! {
             _ = ctrl_c => {}
             _ = term.recv() => {}
+            _ = hangup.recv() => {}
         }
         #[cfg(not(unix))]
         let _ = ctrl_c.await;

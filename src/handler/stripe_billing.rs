@@ -18,7 +18,7 @@
 use rusqlite::{params, OptionalExtension};
 use serde::Deserialize;
 
-use crate::event::{Event, JsonError, ParseError};
+use crate::event::{check_id, Event, JsonError, ParseError};
 use crate::handler::{Handler, Prepared, Tx};
 use crate::store::StoreError;
 
@@ -199,6 +199,7 @@ pub fn decode(kind: &str, body: &[u8]) -> Result<Option<Change>, ParseError> {
     }
     let change = if let Some(rank) = subscription_rank(kind) {
         let object: SubscriptionObject = object(body, object_error)?;
+        check_id("data.object.id", &object.id)?;
         Change::Subscription(SubscriptionChange {
             id: object.id,
             customer_id: object.customer.into_id(),
@@ -208,6 +209,10 @@ pub fn decode(kind: &str, body: &[u8]) -> Result<Option<Change>, ParseError> {
         })
     } else if is_invoice_payment(kind) {
         let object: InvoiceObject = object(body, object_error)?;
+        check_id("data.object.id", &object.id)?;
+        if object.amount_paid < 0 {
+            return Err(object_error(JsonError::other("`amount_paid` is negative")));
+        }
         let period_end = object
             .lines
             .and_then(|lines| lines.data.into_iter().filter_map(|l| l.period?.end).max())
@@ -326,6 +331,13 @@ fn record_payment(
     if inserted == 0 {
         return Ok(Applied::AlreadyCounted);
     }
+    // A $0 invoice (a trial, a 100 % coupon) is paid too: it extends the plan, but nothing was
+    // bought, so it grants no credits.
+    let credits = if p.amount_paid > 0 {
+        credits_per_invoice
+    } else {
+        0
+    };
     tx.prepare_cached(
         "INSERT INTO accounts (id, credits, plan_until) VALUES (?1, ?2, ?3)
          ON CONFLICT (id) DO UPDATE SET
@@ -334,7 +346,7 @@ fn record_payment(
              plan_until = max(coalesce(plan_until, excluded.plan_until),
                               coalesce(excluded.plan_until, plan_until))",
     )?
-    .execute(params![p.account_id, credits_per_invoice, p.period_end])?;
+    .execute(params![p.account_id, credits, p.period_end])?;
     Ok(Applied::Changed)
 }
 

@@ -179,3 +179,92 @@ fn sigkill_during_a_stream_grants_once_per_paid_invoice() {
     );
     assert_eq!(credits(&db, "acct_b"), 100 * claimed.len() as i64);
 }
+
+/// An invoice event with `data.object` fields replaced by `changes`.
+fn invoice_with(event_id: &str, invoice: &str, changes: serde_json::Value) -> Vec<u8> {
+    let body = invoice_event(event_id, "invoice.paid", now(), invoice, "cus_1", "acct_1");
+    let mut event: serde_json::Value = serde_json::from_str(&body).unwrap();
+    for (field, value) in changes.as_object().unwrap() {
+        event["data"]["object"][field] = value.clone();
+    }
+    event.to_string().into_bytes()
+}
+
+/// A $0 invoice (a trial, a 100 % coupon) is paid: it is recorded and extends the plan, but
+/// grants no credits, as nothing was bought.
+#[test]
+fn a_zero_amount_invoice_extends_the_plan_and_grants_no_credits() {
+    let server = Server::start(&[]);
+    let body = invoice_with(
+        "evt_trial",
+        "in_trial",
+        serde_json::json!({"amount_paid": 0}),
+    );
+    assert_outcome(&server.send(&body), "evt_trial", "processed");
+    let db = server.db();
+    assert_eq!(credits(&db, "acct_1"), 0);
+    assert_eq!(
+        count(
+            &db,
+            "SELECT count(*) FROM invoice_payments WHERE stripe_invoice_id = 'in_trial'"
+        ),
+        1
+    );
+    assert_eq!(
+        count(
+            &db,
+            "SELECT count(*) FROM accounts WHERE id = 'acct_1' AND plan_until > 0"
+        ),
+        1
+    );
+    // A paid invoice afterwards grants its credits as usual.
+    assert_outcome(
+        &server.send(&paid_invoice("evt_after", "in_after")),
+        "evt_after",
+        "processed",
+    );
+    assert_eq!(credits(&db, "acct_1"), 100);
+}
+
+/// The README says a billing event without what it needs is a 400: an empty invoice or
+/// subscription id, a negative amount.
+#[test]
+fn empty_object_ids_and_a_negative_amount_are_refused_and_write_nothing() {
+    let server = Server::start(&[]);
+    for (id, body) in [
+        (
+            "evt_noinv",
+            invoice_with("evt_noinv", "in_x", serde_json::json!({"id": ""})),
+        ),
+        (
+            "evt_blankinv",
+            invoice_with("evt_blankinv", "in_x", serde_json::json!({"id": "  "})),
+        ),
+        (
+            "evt_neg",
+            invoice_with("evt_neg", "in_neg", serde_json::json!({"amount_paid": -5})),
+        ),
+        (
+            "evt_nosub",
+            subscription_event(
+                "evt_nosub",
+                "customer.subscription.updated",
+                now(),
+                "",
+                "cus_1",
+                "acct_1",
+                "active",
+            )
+            .into_bytes(),
+        ),
+    ] {
+        let reply = server.send(&body);
+        assert_error(&reply, 400, "invalid_event");
+        assert!(
+            reply.body.contains("data.object") || reply.body.contains("amount_paid"),
+            "{id}: {}",
+            reply.body
+        );
+    }
+    assert_eq!(snapshot(&server.db()), snapshot(&Server::start(&[]).db()));
+}

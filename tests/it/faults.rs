@@ -32,6 +32,40 @@ fn write_lock_held_elsewhere_gives_503_within_busy_timeout_then_recovers() {
     assert_one_outbox_row_per_claim(&db);
 }
 
+/// Requests that arrive while the writer waits out the busy timeout for another batch are
+/// answered with that batch, not after a busy timeout of their own: none waits about twice
+/// `--busy-timeout-ms`.
+#[test]
+fn requests_queued_behind_a_busy_wait_get_their_503_within_one_busy_timeout() {
+    let server = Server::start(&["--busy-timeout-ms", "1000"]);
+    let lock = server.db();
+    lock.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let waits: Vec<(u16, Duration)> = std::thread::scope(|s| {
+        let senders: Vec<_> = (0..8)
+            .map(|i| {
+                let server = &server;
+                s.spawn(move || {
+                    // Staggered, so most arrive while a batch is already waiting.
+                    std::thread::sleep(Duration::from_millis(100 * i));
+                    let started = Instant::now();
+                    let reply = server.send(&paid(&format!("evt_queued{i}")));
+                    (reply.status, started.elapsed())
+                })
+            })
+            .collect();
+        senders.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    lock.execute_batch("ROLLBACK").unwrap();
+    for (status, waited) in &waits {
+        assert_eq!(*status, 503);
+        assert!(
+            *waited < Duration::from_millis(1700),
+            "a request waited {waited:?}, more than one busy timeout of 1 s: {waits:?}"
+        );
+    }
+    assert_eq!(ledger_count(&server.db()), 0);
+}
+
 /// A real full disk: the database on a small tmpfs filled up by another file. Needs root
 /// (mount); elsewhere the test says it was skipped, except under CI, which requires it.
 #[test]

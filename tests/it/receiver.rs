@@ -418,3 +418,27 @@ fn log_has_one_line_per_event_and_no_secret_or_body() {
         "rejected body content in log:\n{log}"
     );
 }
+
+/// A correct signature after sixteen others is not checked; the answer says why instead of
+/// "no signature matches".
+#[test]
+fn a_header_with_too_many_signatures_says_so() {
+    let server = Server::start(&[]);
+    let body = paid("evt_crowded");
+    let real = signature(&body);
+    let junk = format!(",v1={}", "00".repeat(32)).repeat(16);
+    let (t, v1) = real.split_once(',').unwrap();
+    let header = format!("{t}{junk},{v1}");
+    let reply = server.post("/webhooks/stripe", &body, &[("Stripe-Signature", &header)]);
+    assert_error(&reply, 400, "invalid_signature");
+    assert!(
+        reply.body.contains("more than 16 signatures"),
+        "{}",
+        reply.body
+    );
+    assert_eq!(ledger_count(&server.db()), 0);
+    // Sixteen in all, the real one among them, is fine.
+    let header = format!("{t}{},{v1}", format!(",v1={}", "00".repeat(32)).repeat(15));
+    let reply = server.post("/webhooks/stripe", &body, &[("Stripe-Signature", &header)]);
+    assert_outcome(&reply, "evt_crowded", "processed");
+}

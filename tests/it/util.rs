@@ -189,13 +189,18 @@ impl Server {
     /// SIGTERM, then waits for the exit; returns the exit code.
     #[allow(dead_code)] // used by the outbox and shutdown tests
     pub fn terminate(&mut self) -> Option<i32> {
+        self.signal("TERM")
+    }
+
+    /// Sends signal `name` (`TERM`, `HUP`) and waits for the exit; returns the exit code.
+    pub fn signal(&mut self, name: &str) -> Option<i32> {
         Command::new("kill")
-            .arg("-TERM")
+            .arg(format!("-{name}"))
             .arg(self.child.id().to_string())
             .status()
             .unwrap();
         wait_for(Duration::from_secs(30), || self.child.try_wait().unwrap())
-            .expect("server did not exit after SIGTERM")
+            .unwrap_or_else(|| panic!("server did not exit after SIG{name}"))
             .code()
     }
 }
