@@ -94,7 +94,7 @@ impl Rejection {
             IngestError::BodyBudget => Rejection::new(
                 S::SERVICE_UNAVAILABLE,
                 "overloaded",
-                format!("too many request bodies in flight; nothing was read or stored, retry after {RETRY_AFTER_SECS} s"),
+                format!("too many request bodies in flight; nothing was stored, retry after {RETRY_AFTER_SECS} s"),
             )
             .retry()
             .close(),

@@ -98,8 +98,8 @@ async fn receive(
         .precheck(&parts.headers, unix_now())
         .map_err(|e| no_id(e.into()))?;
     let size = declared_size(&parts.headers, http.max_body).map_err(no_id)?;
-    let _room = ingest.budget.reserve(size).map_err(no_id)?;
-    let body = read_body(body, http.max_body, http.read_timeout)
+    let mut room = ingest.budget.reserve(size).map_err(no_id)?;
+    let body = read_body(body, http.max_body, http.read_timeout, &mut room)
         .await
         .map_err(no_id)?;
     source

@@ -251,19 +251,25 @@ pub fn hostile(config: &BenchConfig) -> anyhow::Result<()> {
         )
     );
 
+    let forged = forged_signature();
+    let attacks = [
+        ("1000 x 1 MiB, no Stripe-Signature", Attack::Bulk(None)),
+        (
+            "1000 x 1 MiB, forged fresh header",
+            Attack::Bulk(Some(&forged)),
+        ),
+        ("400 x 60 KB at 1 byte/ms, forged", Attack::Trickle(&forged)),
+    ];
     let mut rows = Vec::new();
-    for (name, header) in [
-        ("no Stripe-Signature", None),
-        ("forged fresh Stripe-Signature", Some(forged_signature())),
-    ] {
+    for (name, attack) in attacks {
         let db = dir.path().join(format!("memory-{}.db", rows.len()));
-        rows.push(memory_attack(config, &db, name, header.as_deref())?);
+        rows.push(memory_attack(config, &db, name, attack)?);
     }
     print!(
         "{}",
         table::render(
             &[
-                "1000 connections x 1 MiB body, unfinished",
+                "unfinished bodies from one client",
                 "answers",
                 "peak RSS",
                 "RSS after they close",
@@ -297,38 +303,68 @@ fn forged_signature() -> String {
     )
 }
 
-/// One client opens 1000 connections, each sending a head that declares a 1 MiB body and then
-/// 1 MiB minus one byte of it, and holds them open; then closes them all and sends one valid
-/// event. Reports the server's answers to the attack, its peak and final RSS, and the status
-/// of the valid event.
+/// How the attacking connections send their bodies.
+#[derive(Clone, Copy)]
+enum Attack<'a> {
+    /// 1000 connections, each declaring a 1 MiB body and sending all of it but the last byte
+    /// at once, with this `Stripe-Signature` (or none).
+    Bulk(Option<&'a str>),
+    /// 400 connections, each declaring a 60 KB body under this (forged, fresh) signature and
+    /// sending it one byte per packet, a byte a millisecond, for 8 s.
+    Trickle(&'a str),
+}
+
+/// One client attacks (see [`Attack`]) and holds its connections open; then closes them all
+/// and sends one valid event. Reports the server's answers to the attack, its peak and final
+/// RSS, and the status of the valid event.
 fn memory_attack(
     config: &BenchConfig,
     db: &Path,
     name: &str,
-    signature: Option<&str>,
+    attack: Attack,
 ) -> anyhow::Result<Vec<String>> {
     use std::io::{Read, Write};
     use std::net::TcpStream;
 
     let mut server = Server::start(&config.exe, db, &[])?;
-    let chunk = vec![b'x'; 64 * 1024];
     let mut held = Vec::new();
     let mut answers = std::collections::BTreeMap::<String, usize>::new();
-    for _ in 0..1000 {
-        let mut s = TcpStream::connect(server.addr)?;
-        s.set_write_timeout(Some(Duration::from_millis(200)))?;
-        if s.write_all(&attack_head(signature, ATTACK_BODY)).is_ok() {
-            // All but the last byte, so the body never finishes.
-            let mut left = ATTACK_BODY - 1;
-            while left > 0 {
-                let n = left.min(chunk.len());
-                if s.write_all(&chunk[..n]).is_err() {
-                    break; // refused (the server closed) or its buffers are full
+    match attack {
+        Attack::Bulk(signature) => {
+            let chunk = vec![b'x'; 64 * 1024];
+            for _ in 0..1000 {
+                let mut s = TcpStream::connect(server.addr)?;
+                s.set_write_timeout(Some(Duration::from_millis(200)))?;
+                if s.write_all(&attack_head(signature, ATTACK_BODY)).is_ok() {
+                    // All but the last byte, so the body never finishes.
+                    let mut left = ATTACK_BODY - 1;
+                    while left > 0 {
+                        let n = left.min(chunk.len());
+                        if s.write_all(&chunk[..n]).is_err() {
+                            break; // refused (the server closed) or its buffers are full
+                        }
+                        left -= n;
+                    }
                 }
-                left -= n;
+                held.push(s);
             }
         }
-        held.push(s);
+        Attack::Trickle(signature) => {
+            for _ in 0..400 {
+                let mut s = TcpStream::connect(server.addr)?;
+                s.set_nodelay(true)?;
+                s.set_write_timeout(Some(Duration::from_millis(50)))?;
+                s.write_all(&attack_head(Some(signature), 60_000))?;
+                held.push(s);
+            }
+            let until = Instant::now() + Duration::from_secs(8);
+            while Instant::now() < until {
+                for s in &mut held {
+                    let _ = s.write(b"x");
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
     }
     for s in &mut held {
         s.set_read_timeout(Some(Duration::from_millis(5)))?;
