@@ -254,8 +254,9 @@ impl ForwardConfig {
     /// Refuses a target that cannot be delivered to and settings that are typos, naming the
     /// flag. The secret is checked where it is decoded ([`crate::delivery::Target`]).
     fn validate(&self) -> anyhow::Result<()> {
+        // The URL itself is not repeated: it may hold credentials.
         let url = url::Url::parse(&self.url)
-            .map_err(|e| anyhow::anyhow!("--forward-to `{}` is not a URL: {e}", self.url))?;
+            .map_err(|e| anyhow::anyhow!("--forward-to is not a URL: {e}"))?;
         if !matches!(url.scheme(), "http" | "https") || !url.has_host() {
             bail!(
                 "--forward-to must be an http:// or https:// URL with a host (the app's webhook \

@@ -13,24 +13,26 @@ fn main() -> ExitCode {
         CliCommand::Demo => "warn",
         _ => "info",
     };
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(default_level))
-        // The HTTP client logs whole requests at debug: the delivery signature and any
-        // `user:password@` of the forward URL. Its info and above are enough, whatever RUST_LOG.
-        .filter_module("ureq", log::LevelFilter::Info)
-        // Plain lines, no colour handling: one line per event must stay cheap at 10k events/s.
-        .write_style(env_logger::WriteStyle::Never)
-        .format(|buf, record| {
-            use std::io::Write;
-            writeln!(
-                buf,
-                "{} {:<5} {}: {}",
-                buf.timestamp_millis(),
-                record.level(),
-                record.target(),
-                record.args()
-            )
-        })
-        .init();
+    let logger =
+        env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(default_level))
+            // Plain lines, no colour handling: one line per event must stay cheap at 10k events/s.
+            .write_style(env_logger::WriteStyle::Never)
+            .format(|buf, record| {
+                use std::io::Write;
+                writeln!(
+                    buf,
+                    "{} {:<5} {}: {}",
+                    buf.timestamp_millis(),
+                    record.level(),
+                    record.target(),
+                    record.args()
+                )
+            })
+            .build();
+    let level = logger.filter();
+    if log::set_boxed_logger(Box::new(QuietDependencies(logger))).is_ok() {
+        log::set_max_level(level);
+    }
     match run_cli(cli) {
         Ok(Exit::Ok) => ExitCode::SUCCESS,
         Ok(Exit::Failed) => ExitCode::from(1),
@@ -38,5 +40,27 @@ fn main() -> ExitCode {
             eprintln!("error: {e:#}");
             ExitCode::from(2)
         }
+    }
+}
+
+/// The logger, minus the HTTP client's lines below info, whatever `RUST_LOG` says (even
+/// `ureq::unit=debug`): at debug it logs whole requests, with the delivery signature and any
+/// `user:password@` of the forward URL.
+struct QuietDependencies(env_logger::Logger);
+
+impl log::Log for QuietDependencies {
+    fn enabled(&self, metadata: &log::Metadata<'_>) -> bool {
+        let noisy = metadata.target() == "ureq" || metadata.target().starts_with("ureq::");
+        !(noisy && metadata.level() > log::Level::Info) && self.0.enabled(metadata)
+    }
+
+    fn log(&self, record: &log::Record<'_>) {
+        if self.enabled(record.metadata()) {
+            self.0.log(record);
+        }
+    }
+
+    fn flush(&self) {
+        self.0.flush();
     }
 }

@@ -22,7 +22,8 @@
 //!   transaction back after an I/O error or a full disk) every job of the batch gets the
 //!   error; nothing of the batch is on disk. When it failed because the database was busy,
 //!   the jobs that queued up during that wait get the same error at once, so no request waits
-//!   for more than about one busy timeout.
+//!   for more than about one busy timeout. That includes the outbox worker's records of its
+//!   attempts: such a row stays pending and is delivered again (delivery is at least once).
 //! - A full queue is refused at once (503 + Retry-After), never piled up.
 
 use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};

@@ -225,13 +225,20 @@ fn print_table(rows: &[Row]) {
     print!("{}", crate::cli::table::render(&headers, &cells));
 }
 
-/// The demo's own directory under the system's temp directory, removed when the demo ends.
+/// The demo's own directory under the system's temp directory: a fresh name, created (not
+/// reused) with access for this user only, removed when the demo ends.
 struct DemoDir(std::path::PathBuf);
 
 impl DemoDir {
     fn create() -> anyhow::Result<DemoDir> {
-        let path = std::env::temp_dir().join(format!("hookledger-demo-{}", std::process::id()));
-        std::fs::create_dir_all(&path)
+        let mut suffix = [0u8; 8];
+        getrandom::fill(&mut suffix).map_err(std::io::Error::from)?;
+        let path = std::env::temp_dir().join(format!("hookledger-demo-{}", hex::encode(suffix)));
+        let mut builder = std::fs::DirBuilder::new();
+        #[cfg(unix)]
+        std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+        builder
+            .create(&path)
             .with_context(|| format!("creating the demo directory {}", path.display()))?;
         Ok(DemoDir(path))
     }

@@ -13,6 +13,18 @@ pub(crate) struct LogBudget {
     state: Mutex<State>,
 }
 
+impl LogBudget {
+    pub(crate) const fn new() -> Self {
+        LogBudget {
+            state: Mutex::new(State {
+                second: 0,
+                written: 0,
+                held_back: 0,
+            }),
+        }
+    }
+}
+
 #[derive(Default)]
 struct State {
     /// The second (Unix time) the count is for.

@@ -25,6 +25,7 @@ use crate::config::HttpConfig;
 use crate::http::error::Rejection;
 use crate::http::ingest::{self, Ingest};
 use crate::http::linger::Lingering;
+use crate::http::log_budget::LogBudget;
 
 /// A request header block larger than this is refused with 431. Stripe's headers are well
 /// under 2 KB; 16 KiB leaves room for proxies that add their own.
@@ -109,11 +110,23 @@ pub(crate) async fn serve(
     }
 }
 
-/// Answers a connection over the cap with a 503 and closes it, without reading the request.
-async fn refuse(mut stream: TcpStream, peer: SocketAddr) {
-    log::warn!("connection limit reached; refusing {peer}");
+/// Lines about refused connections, at most ten a second (a connection flood is not a log
+/// flood).
+static REFUSED_LOG: LogBudget = LogBudget::new();
+
+/// Answers a connection over the cap with a 503 and closes it (lingering, so the answer
+/// arrives), without reading the request.
+async fn refuse(stream: TcpStream, peer: SocketAddr) {
+    if let Some(held_back) = REFUSED_LOG.admit(crate::unix_now()) {
+        let more = match held_back {
+            0 => String::new(),
+            n => format!(" ({n} earlier refusals not logged)"),
+        };
+        log::warn!("connection limit reached; refusing {peer}{more}");
+    }
     let response = Rejection::too_many_connections().to_http1();
-    let _ = tokio::time::timeout(Duration::from_secs(1), async {
+    let mut stream = Lingering::new(stream);
+    let _ = tokio::time::timeout(Duration::from_secs(2), async {
         let _ = stream.write_all(response.as_bytes()).await;
         let _ = stream.shutdown().await;
     })

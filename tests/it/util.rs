@@ -369,13 +369,13 @@ pub fn paid_invoice(event_id: &str, invoice: &str) -> Vec<u8> {
     .into_bytes()
 }
 
-/// The header Stripe would send for `body` now.
 /// A `Stripe-Signature` that passes every check made before the body is read (fresh, well
 /// formed) but matches no body: what an attacker without the secret can send.
 pub fn forged_signature() -> String {
     format!("t={},v1={}", now(), "ab".repeat(32))
 }
 
+/// The header Stripe would send for `body` now.
 pub fn signature(body: &[u8]) -> String {
     stripe::sign(&secret(), now(), body)
 }

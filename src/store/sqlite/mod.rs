@@ -305,8 +305,18 @@ pub(crate) struct ServeLock {
 /// (a file of its own: closing a second handle on the database file itself would drop
 /// SQLite's own locks on it). The lock ends with the process, however it ends.
 pub(crate) fn lock_for_serve(path: &Path) -> anyhow::Result<ServeLock> {
-    // The same file by another path (a symlink, `./x.db` and `/srv/x.db`) is the same lock.
-    let real = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    // The same file by another path (a symlink, `./x.db` and `/srv/x.db`) is the same lock,
+    // also before the file exists (then its folder is resolved).
+    let real = std::fs::canonicalize(path).or_else(|_| {
+        let folder = match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        let name = path
+            .file_name()
+            .context("the database path names no file")?;
+        Ok::<_, anyhow::Error>(std::fs::canonicalize(folder)?.join(name))
+    })?;
     let mut name = real.into_os_string();
     name.push("-serve.lock");
     let lock_path = std::path::PathBuf::from(name);
