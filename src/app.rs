@@ -53,8 +53,8 @@ impl Hookledger {
             .as_ref()
             .map(delivery::Target::new)
             .transpose()?;
-        let lock = sqlite::lock_for_serve(&config.storage.db)?;
-        let store = SqliteStore::open(&config.storage.db, config.storage.busy_timeout)?;
+        let lock = sqlite::lock_for_serve(&config.database)?;
+        let store = SqliteStore::open(&config.database, config.storage.busy_timeout)?;
         let (waker, woken) = delivery::Worker::channel();
         let on_commit = waker.clone();
         let (handle, writer) = writer::spawn(
@@ -66,7 +66,7 @@ impl Hookledger {
         let worker = match target {
             Some(target) => Some(delivery::Worker::spawn(
                 target,
-                sqlite::read_pool(&config.storage.db, 2)?,
+                sqlite::read_pool(&config.database, 2)?,
                 handle.clone(),
                 waker,
                 woken,
@@ -152,7 +152,7 @@ pub struct RunningServer {
 impl RunningServer {
     /// Binds `config.listen` (port 0 picks a free port) and starts serving.
     pub fn start(config: Config) -> anyhow::Result<RunningServer> {
-        let listen = config.http.listen;
+        let listen = config.listen;
         let hookledger = Hookledger::open(config)?;
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .enable_all()

@@ -65,9 +65,13 @@ pub(crate) const MIN_RETENTION_DAYS: u64 = 3;
 pub(crate) const DEFAULT_FORWARD_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Everything `serve` needs. `Debug` shows no secret.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
+    /// Where `serve` listens (port 0 picks a free port).
+    pub listen: SocketAddr,
+    /// The SQLite database file.
+    pub database: PathBuf,
     pub http: HttpConfig,
     pub storage: StorageConfig,
     pub writer: WriterConfig,
@@ -81,7 +85,6 @@ pub struct Config {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct HttpConfig {
-    pub listen: SocketAddr,
     pub max_body: usize,
     /// Bytes of request bodies held in memory at once (at least `max_body`).
     pub body_budget: usize,
@@ -94,7 +97,6 @@ pub struct HttpConfig {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct StorageConfig {
-    pub db: PathBuf,
     #[serde(with = "duration")]
     pub busy_timeout: Duration,
 }
@@ -145,7 +147,6 @@ pub struct RetentionConfig {
 impl Default for HttpConfig {
     fn default() -> Self {
         HttpConfig {
-            listen: DEFAULT_LISTEN.parse().expect("a valid address"),
             max_body: DEFAULT_MAX_BODY,
             body_budget: DEFAULT_BODY_BUDGET,
             read_timeout: DEFAULT_READ_TIMEOUT,
@@ -157,7 +158,6 @@ impl Default for HttpConfig {
 impl Default for StorageConfig {
     fn default() -> Self {
         StorageConfig {
-            db: PathBuf::from(DEFAULT_DB),
             busy_timeout: DEFAULT_BUSY_TIMEOUT,
         }
     }
@@ -194,11 +194,26 @@ fn default_forward_timeout() -> Duration {
     DEFAULT_FORWARD_TIMEOUT
 }
 
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            listen: DEFAULT_LISTEN.parse().expect("a valid address"),
+            database: PathBuf::from(DEFAULT_DB),
+            http: HttpConfig::default(),
+            storage: StorageConfig::default(),
+            writer: WriterConfig::default(),
+            stripe: StripeConfig::default(),
+            forward: None,
+            retention: RetentionConfig::default(),
+        }
+    }
+}
+
 impl Config {
     /// A config with every default, for `db` and the Stripe `secrets`.
     pub fn new(db: PathBuf, stripe_secrets: Vec<Secret>) -> Self {
         let mut config = Config::default();
-        config.storage.db = db;
+        config.database = db;
         config.stripe.secrets = stripe_secrets;
         config
     }
@@ -460,12 +475,12 @@ mod tests {
     #[test]
     fn deserializes_with_defaults_and_refuses_unknown_keys() {
         let config: Config = serde_json::from_str(
-            r#"{"http": {"listen": "127.0.0.1:9000", "read_timeout": "3s"},
+            r#"{"listen": "127.0.0.1:9000", "http": {"read_timeout": "3s"},
                 "stripe": {"secrets": ["whsec_a"]},
                 "forward": {"url": "http://127.0.0.1:3000/hooks", "secret": "whsec_b"}}"#,
         )
         .unwrap();
-        assert_eq!(config.http.listen.port(), 9000);
+        assert_eq!(config.listen.port(), 9000);
         assert_eq!(config.http.read_timeout, Duration::from_secs(3));
         assert_eq!(config.http.max_body, DEFAULT_MAX_BODY);
         assert_eq!(config.stripe.tolerance, DEFAULT_TOLERANCE_SECS);

@@ -83,12 +83,12 @@ impl ServeArgs {
     /// The flags over `config`: every flag has a value (its default is the config's own), so
     /// each replaces its field.
     fn overlay(self, mut config: Config) -> anyhow::Result<Config> {
-        config.http.listen = self.listen;
+        config.listen = self.listen;
         config.http.max_body = self.max_body;
         config.http.body_budget = self.max_body_in_flight;
         config.http.read_timeout = Duration::from_secs(self.read_timeout.max(1));
         config.http.max_connections = self.max_connections;
-        config.storage.db = self.db;
+        config.database = self.db;
         config.storage.busy_timeout = Duration::from_millis(self.busy_timeout_ms);
         config.writer.batch_max = self.batch_max;
         config.writer.queue_depth = self.queue_depth;
@@ -176,13 +176,13 @@ pub(super) fn run(args: ServeArgs) -> anyhow::Result<Exit> {
         .enable_all()
         .build()?;
     runtime.block_on(async {
-        let listener = tokio::net::TcpListener::bind(config.http.listen)
+        let listener = tokio::net::TcpListener::bind(config.listen)
             .await
-            .with_context(|| format!("cannot listen on {}", config.http.listen))?;
+            .with_context(|| format!("cannot listen on {}", config.listen))?;
         let addr = listener.local_addr()?;
         log::info!(
             "listening on http://{addr}/webhooks/stripe, database {}, {} secret(s)",
-            config.storage.db.display(),
+            config.database.display(),
             config.stripe.secrets.len()
         );
         // A machine-readable line for scripts and tests that start us on port 0.

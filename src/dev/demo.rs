@@ -35,7 +35,7 @@ pub(crate) fn run() -> anyhow::Result<()> {
     let db = dir.0.join("demo.db");
     let secret = Secret::new(crate::source::standard::SigningKey::generate()?);
     let mut config = Config::new(db.clone(), vec![secret.clone()]);
-    config.http.listen = SocketAddr::from(([127, 0, 0, 1], 0));
+    config.listen = SocketAddr::from(([127, 0, 0, 1], 0));
     let server = RunningServer::start(config)?;
     let url = format!("http://{}/webhooks/stripe", server.addr);
     println!(
