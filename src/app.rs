@@ -22,12 +22,11 @@ use tokio::net::TcpListener;
 
 use crate::config::Config;
 use crate::delivery;
-use crate::handler::stripe_billing::StripeBilling;
 use crate::http::body::BodyBudget;
 use crate::http::ingest::Ingest;
 use crate::http::server;
 use crate::retention::Retention;
-use crate::source::{stripe, Source};
+use crate::source::Source;
 use crate::store::sqlite::{self, SqliteStore};
 use crate::writer;
 
@@ -53,6 +52,15 @@ impl Hookledger {
             .as_ref()
             .map(delivery::Target::new)
             .transpose()?;
+        let sources = config
+            .sources
+            .iter()
+            .map(|c| {
+                let source =
+                    Source::from_config(c, &config.stripe_billing, config.forward.is_some())?;
+                Ok((source.name.clone(), source))
+            })
+            .collect::<anyhow::Result<HashMap<_, _>>>()?;
         let lock = sqlite::lock_for_serve(&config.database)?;
         let store = SqliteStore::open(&config.database, config.storage.busy_timeout)?;
         let (waker, woken) = delivery::Worker::channel();
@@ -73,20 +81,9 @@ impl Hookledger {
             )?),
             None => None,
         };
-        let retention = Retention::spawn(handle.clone(), config.retention.days)?;
-        let stripe = Source {
-            name: Arc::from("stripe"),
-            scheme: Box::new(stripe::Stripe {
-                secrets: config.stripe.secrets.clone(),
-                tolerance: config.stripe.tolerance,
-            }),
-            handlers: vec![Arc::new(StripeBilling {
-                credits_per_invoice: config.stripe.credits_per_invoice,
-            })],
-            forward: config.forward.is_some(),
-        };
+        let retention = Retention::spawn(handle.clone(), config.retention.clone())?;
         let ingest = Arc::new(Ingest {
-            sources: HashMap::from([(stripe.name.clone(), stripe)]),
+            sources,
             http: config.http.clone(),
             budget: BodyBudget::new(config.http.body_budget),
             writer: handle,

@@ -262,7 +262,10 @@ enum Failure {
     Transport(String),
 }
 
-/// POSTs the verified event body with the Standard Webhooks headers.
+/// The header that names the source of a delivered event.
+pub(crate) const SOURCE_HEADER: &str = "webhook-source";
+
+/// POSTs the verified event body with the Standard Webhooks headers and the source's name.
 fn post(agent: &ureq::Agent, url: &str, key: &SigningKey, row: &PendingRow) -> Result<(), Failure> {
     let timestamp = unix_now();
     let signature = key.sign(&row.key, timestamp, &row.payload);
@@ -273,6 +276,8 @@ fn post(agent: &ureq::Agent, url: &str, key: &SigningKey, row: &PendingRow) -> R
         .set(standard::ID_HEADER, &row.key)
         .set(standard::TIMESTAMP_HEADER, &timestamp.to_string())
         .set(standard::SIGNATURE_HEADER, &signature)
+        // Event ids are unique per source; an app fed by several sources dedupes on both.
+        .set(SOURCE_HEADER, &row.source)
         .send_bytes(&row.payload);
     match result {
         Ok(response) if (200..300).contains(&response.status()) => Ok(()),

@@ -49,6 +49,9 @@ pub enum ParseError {
     BadId(&'static str),
     #[error("{kind} event has an unexpected `data.object` ({detail})")]
     Object { kind: String, detail: JsonError },
+    /// Where this source reads the event id or type, the request has nothing.
+    #[error("the request has no {0}, where this source reads the event's id or type")]
+    Missing(String),
 }
 
 /// A JSON error: serde's message (which can quote the input) and where it happened.
@@ -95,6 +98,7 @@ impl ParseError {
                 "{kind} event has an unexpected data.object (at line {} column {})",
                 detail.line, detail.column
             ),
+            ParseError::Missing(what) => format!("the request has no {what}"),
         }
     }
 }

@@ -41,7 +41,8 @@ mod writer;
 
 pub use app::{Hookledger, RunningServer};
 pub use config::{
-    Config, ForwardConfig, HttpConfig, RetentionConfig, StorageConfig, StripeConfig, WriterConfig,
+    Config, ForwardConfig, HmacAlgorithm, HmacConfig, HmacEncoding, HttpConfig, Locator,
+    RetentionConfig, SchemeName, SourceConfig, StorageConfig, StripeBillingConfig, WriterConfig,
 };
 pub use event::{Event, JsonError, ParseError};
 pub use handler::{Handler, Prepared, Tx};

@@ -13,6 +13,8 @@ pub(crate) const FORWARD: &str = "forward";
 pub(crate) struct PendingRow {
     pub(crate) id: i64,
     pub(crate) kind: String,
+    /// The source of the event that queued the row.
+    pub(crate) source: String,
     pub(crate) key: String,
     pub(crate) payload: Vec<u8>,
     pub(crate) attempts: i64,

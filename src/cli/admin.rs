@@ -10,6 +10,7 @@
 use anyhow::bail;
 
 use crate::cli::table;
+use crate::config::RetentionConfig;
 use crate::retention::{self, Pruned};
 use crate::store::sqlite::admin::{EventRow, OutboxRow};
 use crate::store::sqlite::SqliteStore;
@@ -28,23 +29,28 @@ pub(crate) fn outbox_retry_all_dead(store: &mut SqliteStore) -> anyhow::Result<u
     Ok(store.write_now(&Write::Revive { id: None }, unix_now())?)
 }
 
-pub(crate) fn replay(store: &mut SqliteStore, event_id: &str) -> anyhow::Result<()> {
+pub(crate) fn replay(store: &mut SqliteStore, source: &str, event_id: &str) -> anyhow::Result<()> {
     let write = Write::Replay {
+        source: source.to_string(),
         event_id: event_id.to_string(),
     };
     if store.write_now(&write, unix_now())? == 0 {
         bail!(
-            "no event {event_id} in the ledger (never received, or pruned after the retention age)"
+            "no event {event_id} of source {source} with a payload in the ledger (never \
+             received, or its payload was cleared after the retention age)"
         );
     }
     Ok(())
 }
 
 /// One prune, each batch its own short transaction.
-pub(crate) fn prune(store: &mut SqliteStore, retention_days: u64) -> anyhow::Result<Pruned> {
-    crate::config::check_retention(retention_days)?;
+pub(crate) fn prune(
+    store: &mut SqliteStore,
+    retention: &RetentionConfig,
+) -> anyhow::Result<Pruned> {
+    crate::config::check_retention(retention.claim_days)?;
     let now = unix_now();
-    Ok(retention::prune(now, retention_days, |write| {
+    Ok(retention::prune(now, retention, |write| {
         store.write_now(&write, now)
     })?)
 }

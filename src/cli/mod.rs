@@ -28,9 +28,9 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Receive webhooks on POST /webhooks/stripe.
+    /// Receive webhooks on POST /webhooks/{source} (without a config file: /webhooks/stripe).
     Serve(Box<serve::ServeArgs>),
-    /// Sign a file's raw bytes as Stripe does and POST them (the local dev loop).
+    /// Sign a file's raw bytes as a provider does and POST them (the local dev loop).
     Send(SendArgs),
     /// Show the pattern working: a failure, a retry, concurrent duplicates, out-of-order events.
     Demo,
@@ -44,18 +44,31 @@ pub enum Command {
     Replay {
         event_id: String,
         #[command(flatten)]
+        source: SourceArg,
+        #[command(flatten)]
         db: DbArg,
     },
-    /// Delete ledger rows older than the retention age and delivered outbox rows older than
-    /// a week, once, and print what was deleted.
+    /// Delete ledger rows older than the claim age, clear payloads older than the payload age
+    /// and delete delivered outbox rows older than a week, once, and print what was done.
     Prune {
-        #[arg(long, default_value_t = config::DEFAULT_RETENTION_DAYS)]
+        /// Days the ledger remembers events (their claims).
+        #[arg(long, alias = "claim-days", default_value_t = config::DEFAULT_CLAIM_DAYS)]
         retention_days: u64,
+        /// Days events keep their payloads (at most the claim age).
+        #[arg(long, default_value_t = config::DEFAULT_PAYLOAD_DAYS)]
+        payload_days: u64,
         #[command(flatten)]
         db: DbArg,
     },
     /// Print a new random forwarding secret (whsec_<base64>).
     GenSecret,
+}
+
+#[derive(Debug, Args)]
+pub struct SourceArg {
+    /// The source the event came from (needed when two sources sent the same id).
+    #[arg(long)]
+    pub source: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -109,23 +122,49 @@ pub enum EventsCommand {
     Show {
         event_id: String,
         #[command(flatten)]
+        source: SourceArg,
+        #[command(flatten)]
         db: DbArg,
     },
 }
 
 #[derive(Debug, Args)]
+#[command(after_help = "Examples:
+  Stripe (no config file):  STRIPE_WEBHOOK_SECRET=whsec_... hookledger send event.json
+  any source of a config:   hookledger send --config hookledger.toml --source stripe event.json
+  GitHub:    hookledger send --config hookledger.toml --source gh --type push push.json
+  Shopify:   hookledger send --config hookledger.toml --source shop --type orders/create order.json
+  Standard:  hookledger send --config hookledger.toml --source clerk user.json
+  hmac:      hookledger send --config hookledger.toml --source acme --type order.paid order.json
+
+With --source, the request is signed as that source's scheme with its first secret, with the
+headers the provider sends (an event id is made up unless --id is given), and goes to
+http://<listen>/webhooks/<source> unless --url says otherwise.")]
 pub struct SendArgs {
     /// The event file; its bytes are sent exactly as stored.
     pub file: PathBuf,
-    /// Where to send it.
-    #[arg(long, default_value = "http://127.0.0.1:8080/webhooks/stripe")]
-    pub url: String,
-    /// Signing secret (default: the first of STRIPE_WEBHOOK_SECRET).
+    /// Sign as this source of the config file (its scheme, its first secret) instead of as
+    /// Stripe with --secret.
+    #[arg(long, requires = "config")]
+    pub source: Option<String>,
+    /// The config file that names the source.
+    #[arg(long, env = "HOOKLEDGER_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Where to send it [default: http://127.0.0.1:8080/webhooks/stripe, or the source's URL].
+    #[arg(long)]
+    pub url: Option<String>,
+    /// Signing secret (default: the first of STRIPE_WEBHOOK_SECRET, or the source's first).
     #[arg(long, env = "STRIPE_WEBHOOK_SECRET", hide_env_values = true)]
     pub secret: Option<String>,
     /// Signature timestamp (default: now).
     #[arg(long)]
     pub timestamp: Option<i64>,
+    /// The event id, for schemes that send it in a header (default: a random one).
+    #[arg(long)]
+    pub id: Option<String>,
+    /// The event type, for schemes that send it in a header (github, shopify, some hmac).
+    #[arg(long = "type")]
+    pub kind: Option<String>,
 }
 
 /// What `main` turns into an exit code.
@@ -142,24 +181,42 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
         Command::Demo => crate::dev::demo::run().map(|()| Exit::Ok),
         Command::Outbox(command) => outbox(command),
         Command::Events(command) => events(command),
-        Command::Replay { event_id, db } => replay(&event_id, &db),
-        Command::Prune { retention_days, db } => prune(retention_days, &db),
+        Command::Replay {
+            event_id,
+            source,
+            db,
+        } => replay(&event_id, source.source.as_deref(), &db),
+        Command::Prune {
+            retention_days,
+            payload_days,
+            db,
+        } => prune(
+            &config::RetentionConfig {
+                claim_days: retention_days,
+                payload_days: payload_days.min(retention_days),
+            },
+            &db,
+        ),
         Command::GenSecret => gen_secret(),
     }
 }
 
-fn replay(event_id: &str, db: &DbArg) -> anyhow::Result<Exit> {
-    admin::replay(&mut SqliteStore::open_existing(&db.db)?, event_id)?;
-    println!("event {event_id} queued for forwarding (a `serve --forward-to` delivers it)");
+fn replay(event_id: &str, source: Option<&str>, db: &DbArg) -> anyhow::Result<Exit> {
+    let source = match source {
+        Some(source) => source.to_string(),
+        None => listing::source_of(&sqlite::open_read(&db.db)?, event_id)?,
+    };
+    admin::replay(&mut SqliteStore::open_existing(&db.db)?, &source, event_id)?;
+    println!(
+        "event {event_id} of source {source} queued for forwarding (a `serve --forward-to` \
+         delivers it)"
+    );
     Ok(Exit::Ok)
 }
 
-fn prune(retention_days: u64, db: &DbArg) -> anyhow::Result<Exit> {
-    let pruned = admin::prune(&mut SqliteStore::open_existing(&db.db)?, retention_days)?;
-    println!(
-        "deleted {} ledger rows older than {retention_days} days and {} delivered outbox rows older than 7 days",
-        pruned.events, pruned.outbox
-    );
+fn prune(retention: &config::RetentionConfig, db: &DbArg) -> anyhow::Result<Exit> {
+    let pruned = admin::prune(&mut SqliteStore::open_existing(&db.db)?, retention)?;
+    println!("{}", pruned.describe(retention));
     Ok(Exit::Ok)
 }
 
@@ -211,8 +268,17 @@ fn events(command: EventsCommand) -> anyhow::Result<Exit> {
                 print!("{}", admin::render_events(&rows));
             }
         }
-        EventsCommand::Show { event_id, db } => {
-            let event = listing::event_show(&sqlite::open_read(&db.db)?, &event_id)?;
+        EventsCommand::Show {
+            event_id,
+            source,
+            db,
+        } => {
+            let conn = sqlite::open_read(&db.db)?;
+            let source = match source.source {
+                Some(source) => source,
+                None => listing::source_of(&conn, &event_id)?,
+            };
+            let event = listing::event_show(&conn, &source, &event_id)?;
             println!("{}", serde_json::to_string_pretty(&event)?);
         }
     }
@@ -220,18 +286,39 @@ fn events(command: EventsCommand) -> anyhow::Result<Exit> {
 }
 
 fn send(args: SendArgs) -> anyhow::Result<Exit> {
-    let secret = args
-        .secret
-        .as_deref()
-        .map(config::parse_secret_list)
-        .and_then(|list| list.into_iter().next())
-        .context("no signing secret: pass --secret whsec_... or set STRIPE_WEBHOOK_SECRET")?;
     let body = std::fs::read(&args.file)
         .with_context(|| format!("cannot read {}", args.file.display()))?;
     let timestamp = args.timestamp.unwrap_or_else(crate::unix_now);
+    let (url, headers) = match &args.source {
+        Some(name) => crate::dev::send::signed_as_source(&args, name, &body, timestamp)?,
+        None => {
+            let secret = args
+                .secret
+                .as_deref()
+                .map(config::parse_secret_list)
+                .and_then(|list| list.into_iter().next())
+                .context(
+                    "no signing secret: pass --secret whsec_... or set STRIPE_WEBHOOK_SECRET \
+                     (or --config and --source to sign as another source)",
+                )?;
+            let header = crate::source::stripe::sign(&secret, timestamp, &body);
+            let url = args
+                .url
+                .clone()
+                .unwrap_or_else(|| "http://127.0.0.1:8080/webhooks/stripe".into());
+            (
+                url,
+                vec![(crate::source::stripe::HEADER.to_string(), header)],
+            )
+        }
+    };
+    let headers: Vec<(&str, &str)> = headers
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
     let reply = Client::default()
-        .send(&args.url, &body, &secret, timestamp)
-        .with_context(|| format!("cannot reach {}", args.url))?;
+        .post(&url, &body, &headers)
+        .with_context(|| format!("cannot reach {url}"))?;
     println!("{}", reply.status);
     println!("{}", reply.body.trim_end());
     Ok(if (200..300).contains(&reply.status) {

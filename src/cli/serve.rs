@@ -9,55 +9,64 @@ use anyhow::{bail, Context};
 use clap::Args;
 
 use crate::app::Hookledger;
-use crate::config::{self, Config, ForwardConfig};
+use crate::config::{self, Config, ForwardConfig, SourceConfig};
 use crate::source::Secret;
 
 use super::Exit;
 
+/// The flags of `serve`. Each is optional: a flag that is given replaces the config file's
+/// value (or the default), one that is not leaves it.
 #[derive(Debug, Args)]
 pub struct ServeArgs {
+    /// A TOML config file with [[source]] entries (see the README and
+    /// examples/hookledger.toml); flags and environment variables override it.
+    #[arg(long, env = "HOOKLEDGER_CONFIG")]
+    config: Option<PathBuf>,
     /// Address to listen on (port 0 picks a free port; the chosen address is printed).
-    #[arg(long, default_value = config::DEFAULT_LISTEN)]
-    listen: SocketAddr,
-    /// SQLite database file, created on first start.
-    #[arg(long, default_value = config::DEFAULT_DB)]
-    db: PathBuf,
-    /// Stripe signing secret(s), comma-separated during rotation.
+    /// [default: 127.0.0.1:8080]
+    #[arg(long)]
+    listen: Option<SocketAddr>,
+    /// SQLite database file, created on first start. [default: ./hookledger.db]
+    #[arg(long)]
+    db: Option<PathBuf>,
+    /// Stripe signing secret(s), comma-separated during rotation: the secrets of the source
+    /// named `stripe` (without a config file, the one source).
     #[arg(long, env = "STRIPE_WEBHOOK_SECRET", hide_env_values = true)]
     stripe_secret: Option<String>,
     /// Read the signing secret(s) from a file (one per line or comma-separated), keeping them
     /// out of argv and the environment.
     #[arg(long)]
     stripe_secret_file: Option<PathBuf>,
-    /// Seconds a signature's timestamp may be old (or ahead); 0 turns the check off.
-    #[arg(long, default_value_t = config::DEFAULT_TOLERANCE_SECS)]
-    tolerance: u64,
-    /// Largest accepted body in bytes.
-    #[arg(long, default_value_t = config::DEFAULT_MAX_BODY)]
-    max_body: usize,
+    /// Seconds the `stripe` source's signed timestamps may be old (or ahead); 0 turns the
+    /// check off. [default: 300]
+    #[arg(long)]
+    tolerance: Option<u64>,
+    /// Largest accepted body in bytes. [default: 1048576]
+    #[arg(long)]
+    max_body: Option<usize>,
     /// Bytes of request bodies held in memory at once, across all requests; beyond it a
-    /// request gets a 503 before its body is read.
-    #[arg(long, default_value_t = config::DEFAULT_BODY_BUDGET)]
-    max_body_in_flight: usize,
-    /// Seconds a client has to send its headers and its body.
-    #[arg(long, default_value_t = config::DEFAULT_READ_TIMEOUT.as_secs())]
-    read_timeout: u64,
-    /// Open connections beyond this are refused with a 503.
-    #[arg(long, default_value_t = config::DEFAULT_MAX_CONNECTIONS)]
-    max_connections: usize,
-    /// Credits granted per paid invoice.
-    #[arg(long, default_value_t = config::DEFAULT_CREDITS_PER_INVOICE)]
-    credits_per_invoice: i64,
-    /// Most events per transaction (1 = one fsync per event, for comparison).
-    #[arg(long, default_value_t = config::DEFAULT_BATCH_MAX)]
-    batch_max: usize,
-    /// Events waiting for the writer beyond this get a 503.
-    #[arg(long, default_value_t = config::DEFAULT_QUEUE_DEPTH)]
-    queue_depth: usize,
+    /// request gets a 503. [default: 33554432]
+    #[arg(long)]
+    max_body_in_flight: Option<usize>,
+    /// Seconds a client has to send its headers and its body. [default: 10]
+    #[arg(long)]
+    read_timeout: Option<u64>,
+    /// Open connections beyond this are refused with a 503. [default: 1024]
+    #[arg(long)]
+    max_connections: Option<usize>,
+    /// Credits granted per paid invoice by the stripe-billing handler. [default: 100]
+    #[arg(long)]
+    credits_per_invoice: Option<i64>,
+    /// Most events per transaction (1 = one fsync per event, for comparison). [default: 256]
+    #[arg(long)]
+    batch_max: Option<usize>,
+    /// Events waiting for the writer beyond this get a 503. [default: 512]
+    #[arg(long)]
+    queue_depth: Option<usize>,
     /// Milliseconds a write waits for another process's lock on the database before the
-    /// request gets a 503.
-    #[arg(long, default_value_t = config::DEFAULT_BUSY_TIMEOUT.as_millis() as u64)]
-    busy_timeout_ms: u64,
+    /// request gets a 503. [default: 5000]
+    #[arg(long)]
+    busy_timeout_ms: Option<u64>,
     /// Forward every processed event to this URL (the app), signed with Standard Webhooks.
     #[arg(long)]
     forward_to: Option<String>,
@@ -74,25 +83,64 @@ pub struct ServeArgs {
     /// Timeout of one delivery request. [default: 10s]
     #[arg(long, value_parser = config::parse_duration)]
     forward_timeout: Option<Duration>,
-    /// Days the ledger remembers events (at least 3, Stripe's retry window).
-    #[arg(long, default_value_t = config::DEFAULT_RETENTION_DAYS)]
-    retention_days: u64,
+    /// Days the ledger remembers events (their claims), at least 3, Stripe's retry window.
+    /// [default: 400]
+    #[arg(long, alias = "claim-days")]
+    retention_days: Option<u64>,
+    /// Days the ledger keeps events' payloads (then cleared; the claim stays). [default: 30]
+    #[arg(long)]
+    payload_days: Option<u64>,
+}
+
+/// Sets `field` to the flag's value when the flag was given.
+fn set<T>(field: &mut T, flag: Option<T>) {
+    if let Some(value) = flag {
+        *field = value;
+    }
 }
 
 impl ServeArgs {
-    /// The flags over `config`: every flag has a value (its default is the config's own), so
-    /// each replaces its field.
-    fn overlay(self, mut config: Config) -> anyhow::Result<Config> {
-        config.listen = self.listen;
-        config.http.max_body = self.max_body;
-        config.http.body_budget = self.max_body_in_flight;
-        config.http.read_timeout = Duration::from_secs(self.read_timeout.max(1));
-        config.http.max_connections = self.max_connections;
-        config.database = self.db;
-        config.storage.busy_timeout = Duration::from_millis(self.busy_timeout_ms);
-        config.writer.batch_max = self.batch_max;
-        config.writer.queue_depth = self.queue_depth;
-        config.stripe.secrets = match secret_source(
+    /// The config: the file's (or the defaults), with each given flag over it.
+    fn config(self) -> anyhow::Result<Config> {
+        let file = self.config.clone();
+        let config = match &file {
+            Some(path) => Config::load(path)?,
+            None => Config::default(),
+        };
+        self.overlay(config, file.is_some())
+    }
+
+    /// The given flags over `config`.
+    fn overlay(self, mut config: Config, from_file: bool) -> anyhow::Result<Config> {
+        set(&mut config.listen, self.listen);
+        set(&mut config.database, self.db);
+        set(&mut config.http.max_body, self.max_body);
+        set(&mut config.http.body_budget, self.max_body_in_flight);
+        set(
+            &mut config.http.read_timeout,
+            self.read_timeout.map(|s| Duration::from_secs(s.max(1))),
+        );
+        set(&mut config.http.max_connections, self.max_connections);
+        set(
+            &mut config.storage.busy_timeout,
+            self.busy_timeout_ms.map(Duration::from_millis),
+        );
+        set(&mut config.writer.batch_max, self.batch_max);
+        set(&mut config.writer.queue_depth, self.queue_depth);
+        set(
+            &mut config.stripe_billing.credits_per_invoice,
+            self.credits_per_invoice,
+        );
+        set(&mut config.retention.claim_days, self.retention_days);
+        set(&mut config.retention.payload_days, self.payload_days);
+        if self.payload_days.is_none() {
+            // A claim age below the payload age shortens the payload age with it.
+            config.retention.payload_days = config
+                .retention
+                .payload_days
+                .min(config.retention.claim_days);
+        }
+        let stripe_secrets = match secret_source(
             self.stripe_secret.as_deref(),
             self.stripe_secret_file.as_deref(),
             (
@@ -101,13 +149,11 @@ impl ServeArgs {
                 "--stripe-secret-file",
             ),
         )? {
-            Some(SecretFrom::Value(list)) => config::parse_secret_list(list),
-            Some(SecretFrom::File(file)) => read_secret_file(file)?,
-            None => Vec::new(),
+            Some(SecretFrom::Value(list)) => Some(config::parse_secret_list(list)),
+            Some(SecretFrom::File(file)) => Some(read_secret_file(file)?),
+            None => None,
         };
-        config.stripe.tolerance = self.tolerance;
-        config.stripe.credits_per_invoice = self.credits_per_invoice;
-        config.retention.days = self.retention_days;
+        overlay_stripe(&mut config, stripe_secrets, self.tolerance, from_file)?;
         let secret = secret_source(
             self.forward_secret.as_deref(),
             self.forward_secret_file.as_deref(),
@@ -118,7 +164,18 @@ impl ServeArgs {
             ),
         )?;
         let Some(url) = self.forward_to else {
-            // Forwarding settings without a target would be silently ignored.
+            // Forwarding flags without a target would be silently ignored (unless the file
+            // forwards: then they adjust it).
+            if let Some(forward) = &mut config.forward {
+                if let Some(secret) = secret {
+                    forward.secret = Secret::new(read_forward_secret(secret)?);
+                }
+                if !self.forward_schedule.is_empty() {
+                    forward.schedule = self.forward_schedule;
+                }
+                set(&mut forward.timeout, self.forward_timeout);
+                return Ok(config);
+            }
             let given = [
                 (
                     "--forward-secret",
@@ -134,41 +191,101 @@ impl ServeArgs {
             }
             return Ok(config);
         };
-        let secret = match secret {
-            Some(SecretFrom::Value(secret)) => secret.trim().to_string(),
-            Some(SecretFrom::File(file)) => match read_secret_file(file)?.as_slice() {
-                [one] => one.expose().to_string(),
-                _ => bail!(
-                    "--forward-secret-file {} must hold exactly one secret",
-                    file.display()
-                ),
-            },
-            None => bail!(
+        let from_file = config.forward.take();
+        let secret = match (secret, &from_file) {
+            (Some(secret), _) => Secret::new(read_forward_secret(secret)?),
+            (None, Some(file)) => file.secret.clone(),
+            (None, None) => bail!(
                 "--forward-to needs a signing secret: --forward-secret, --forward-secret-file or \
                  HOOKLEDGER_FORWARD_SECRET (make one with: hookledger gen-secret)"
             ),
         };
         config.forward = Some(ForwardConfig {
             url,
-            secret: Secret::new(secret),
-            schedule: if self.forward_schedule.is_empty() {
-                crate::outbox::default_schedule()
-            } else {
-                self.forward_schedule
+            secret,
+            schedule: match (self.forward_schedule.is_empty(), &from_file) {
+                (false, _) => self.forward_schedule,
+                (true, Some(file)) => file.schedule.clone(),
+                (true, None) => crate::outbox::default_schedule(),
             },
-            timeout: self
-                .forward_timeout
-                .unwrap_or(config::DEFAULT_FORWARD_TIMEOUT),
+            timeout: self.forward_timeout.unwrap_or(
+                from_file
+                    .as_ref()
+                    .map_or(config::DEFAULT_FORWARD_TIMEOUT, |f| f.timeout),
+            ),
         });
         Ok(config)
     }
 }
 
+/// The Stripe flags over `config`: the secrets (flag, file or `STRIPE_WEBHOOK_SECRET`) and the
+/// tolerance of the source named `stripe`. Without a config file they make that source (the
+/// quick start: `stripe` with the `stripe-billing` handler).
+fn overlay_stripe(
+    config: &mut Config,
+    secrets: Option<Vec<Secret>>,
+    tolerance: Option<u64>,
+    from_file: bool,
+) -> anyhow::Result<()> {
+    for secret in secrets.iter().flatten() {
+        config::check_secret(secret.expose()).map_err(|why| {
+            anyhow::anyhow!(
+                "Stripe signing secret (STRIPE_WEBHOOK_SECRET, --stripe-secret or \
+                 --stripe-secret-file) refused: {why}"
+            )
+        })?;
+    }
+    if config.source_mut("stripe").is_none() {
+        match &secrets {
+            Some(secrets) if !from_file => {
+                config.sources.push(SourceConfig::stripe(secrets.clone()))
+            }
+            // The file names its sources; a Stripe secret in the environment is not one.
+            Some(_) if std::env::var_os("STRIPE_WEBHOOK_SECRET").is_some() => {}
+            Some(_) => {
+                bail!("--stripe-secret: the config file has no source named `stripe` to give it to")
+            }
+            None => {}
+        }
+    }
+    if let Some(source) = config.source_mut("stripe") {
+        if let Some(secrets) = secrets {
+            source.secrets = secrets;
+        }
+        if let Some(tolerance) = tolerance {
+            source.tolerance = Some(Duration::from_secs(tolerance));
+        }
+    } else if tolerance.is_some() {
+        bail!("--tolerance applies to the source named `stripe`, and there is none");
+    }
+    Ok(())
+}
+
+/// The forwarding secret from a flag, the environment or a file (exactly one in a file).
+fn read_forward_secret(from: SecretFrom<'_>) -> anyhow::Result<String> {
+    match from {
+        SecretFrom::Value(secret) => Ok(secret.trim().to_string()),
+        SecretFrom::File(file) => match read_secret_file(file)?.as_slice() {
+            [one] => Ok(one.expose().to_string()),
+            _ => bail!(
+                "--forward-secret-file {} must hold exactly one secret",
+                file.display()
+            ),
+        },
+    }
+}
+
 /// Runs `serve`: the flags over the defaults, then open, listen and serve until a signal.
 pub(super) fn run(args: ServeArgs) -> anyhow::Result<Exit> {
-    let config = args.overlay(Config::default())?;
-    if config.stripe.tolerance == 0 {
-        log::warn!("--tolerance 0: signature timestamps are not checked; captured requests can be replayed");
+    let config = args.config()?;
+    for source in &config.sources {
+        if source.tolerance == Some(Duration::ZERO) {
+            log::warn!(
+                "source {}: tolerance 0: signature timestamps are not checked; captured \
+                 requests can be replayed",
+                source.name
+            );
+        }
     }
 
     let hookledger = Hookledger::open(config.clone())?;
@@ -180,11 +297,15 @@ pub(super) fn run(args: ServeArgs) -> anyhow::Result<Exit> {
             .await
             .with_context(|| format!("cannot listen on {}", config.listen))?;
         let addr = listener.local_addr()?;
-        log::info!(
-            "listening on http://{addr}/webhooks/stripe, database {}, {} secret(s)",
-            config.database.display(),
-            config.stripe.secrets.len()
-        );
+        for source in &config.sources {
+            log::info!(
+                "listening on http://{addr}/webhooks/{} ({}, {} secret(s))",
+                source.name,
+                source.scheme.as_str(),
+                source.secrets.len()
+            );
+        }
+        log::info!("database {}", config.database.display());
         // A machine-readable line for scripts and tests that start us on port 0.
         println!("hookledger listening on {addr}");
         hookledger.serve(listener, shutdown_signal()?).await

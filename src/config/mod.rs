@@ -1,6 +1,12 @@
 //! One configuration: every setting of `serve`, its default (each with its reason) and its
-//! validation. It deserializes (serde) with every field optional; the CLI's flags are an
-//! overlay on it (`cli/serve.rs`), and the parts borrow their section of it.
+//! validation. It deserializes (serde) with every field optional, from a TOML file
+//! ([`Config::load`], `file.rs`); the CLI's flags are an overlay on it (`cli/serve.rs`), and
+//! the parts borrow their section of it. `[[source]]` entries are in `source.rs`.
+
+mod file;
+mod source;
+
+pub use source::{HmacAlgorithm, HmacConfig, HmacEncoding, Locator, SchemeName, SourceConfig};
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -54,8 +60,14 @@ pub(crate) const DEFAULT_TOLERANCE_SECS: u64 = crate::source::stripe::DEFAULT_TO
 pub(crate) const DEFAULT_CREDITS_PER_INVOICE: i64 =
     crate::handler::stripe_billing::DEFAULT_CREDITS_PER_INVOICE;
 
-/// Stripe lets people resend events up to 30 days old; the ledger must remember them that long.
-pub(crate) const DEFAULT_RETENTION_DAYS: u64 = 30;
+/// Claims (the ledger rows, without their payloads) are kept this long. For schemes without a
+/// signed timestamp (github, shopify, hmac) the claim is the only replay protection: a
+/// captured delivery resent within this time is still a duplicate.
+pub(crate) const DEFAULT_CLAIM_DAYS: u64 = 400;
+
+/// Payloads (the stored bodies, for inspection and replay) are kept this long: Stripe lets
+/// people resend events up to 30 days old.
+pub(crate) const DEFAULT_PAYLOAD_DAYS: u64 = 30;
 
 /// Stripe retries a failed delivery for 3 days; a ledger that forgets sooner would apply a
 /// retried event twice.
@@ -75,7 +87,11 @@ pub struct Config {
     pub http: HttpConfig,
     pub storage: StorageConfig,
     pub writer: WriterConfig,
-    pub stripe: StripeConfig,
+    /// `[[source]]`: who sends webhooks, each at `POST /webhooks/{name}`.
+    #[serde(rename = "source")]
+    pub sources: Vec<SourceConfig>,
+    /// Settings of the `stripe-billing` handler.
+    pub stripe_billing: StripeBillingConfig,
     /// Delivery of every processed event to the app; `None` without `--forward-to`.
     pub forward: Option<ForwardConfig>,
     pub retention: RetentionConfig,
@@ -111,14 +127,11 @@ pub struct WriterConfig {
     pub queue_depth: usize,
 }
 
-/// The `stripe` source (`POST /webhooks/stripe`) with the `stripe-billing` handler.
+/// The `stripe-billing` handler.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
-pub struct StripeConfig {
-    /// Any one may match (rotation).
-    pub secrets: Vec<Secret>,
-    /// Seconds a signature's timestamp may be old (or ahead); 0 turns the check off.
-    pub tolerance: u64,
+pub struct StripeBillingConfig {
+    /// Credits granted per paid invoice (a $0 invoice grants none).
     pub credits_per_invoice: i64,
 }
 
@@ -140,8 +153,12 @@ pub struct ForwardConfig {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RetentionConfig {
-    /// Days the ledger remembers events (at least [`MIN_RETENTION_DAYS`]).
-    pub days: u64,
+    /// Days the ledger remembers events: their claims, so a resend is still a duplicate (at
+    /// least [`MIN_RETENTION_DAYS`]).
+    pub claim_days: u64,
+    /// Days the ledger keeps events' payloads (at most `claim_days`); then the payload is
+    /// cleared and the claim stays.
+    pub payload_days: u64,
 }
 
 impl Default for HttpConfig {
@@ -172,11 +189,9 @@ impl Default for WriterConfig {
     }
 }
 
-impl Default for StripeConfig {
+impl Default for StripeBillingConfig {
     fn default() -> Self {
-        StripeConfig {
-            secrets: Vec::new(),
-            tolerance: DEFAULT_TOLERANCE_SECS,
+        StripeBillingConfig {
             credits_per_invoice: DEFAULT_CREDITS_PER_INVOICE,
         }
     }
@@ -185,7 +200,8 @@ impl Default for StripeConfig {
 impl Default for RetentionConfig {
     fn default() -> Self {
         RetentionConfig {
-            days: DEFAULT_RETENTION_DAYS,
+            claim_days: DEFAULT_CLAIM_DAYS,
+            payload_days: DEFAULT_PAYLOAD_DAYS,
         }
     }
 }
@@ -202,7 +218,8 @@ impl Default for Config {
             http: HttpConfig::default(),
             storage: StorageConfig::default(),
             writer: WriterConfig::default(),
-            stripe: StripeConfig::default(),
+            sources: Vec::new(),
+            stripe_billing: StripeBillingConfig::default(),
             forward: None,
             retention: RetentionConfig::default(),
         }
@@ -210,29 +227,35 @@ impl Default for Config {
 }
 
 impl Config {
-    /// A config with every default, for `db` and the Stripe `secrets`.
+    /// The quick start: every default, database `db`, and one source, `stripe`, with the
+    /// `stripe-billing` handler and these secrets.
     pub fn new(db: PathBuf, stripe_secrets: Vec<Secret>) -> Self {
-        let mut config = Config::default();
-        config.database = db;
-        config.stripe.secrets = stripe_secrets;
-        config
+        Config {
+            database: db,
+            sources: vec![SourceConfig::stripe(stripe_secrets)],
+            ..Config::default()
+        }
+    }
+
+    /// The source named `name`, if any.
+    pub fn source_mut(&mut self, name: &str) -> Option<&mut SourceConfig> {
+        self.sources.iter_mut().find(|s| s.name == name)
     }
 
     /// Refuses settings that cannot work, with a message that says what to change.
     pub fn validate(&self) -> anyhow::Result<()> {
-        if self.stripe.secrets.is_empty() {
+        if self.sources.is_empty() {
             bail!(
-                "no Stripe signing secret: set STRIPE_WEBHOOK_SECRET=whsec_... (comma-separated \
-                 during rotation) or pass --stripe-secret / --stripe-secret-file"
+                "no source to receive from: set STRIPE_WEBHOOK_SECRET=whsec_... (comma-separated \
+                 during rotation) or pass --stripe-secret / --stripe-secret-file for Stripe, or \
+                 --config hookledger.toml with [[source]] entries"
             );
         }
-        for secret in &self.stripe.secrets {
-            check_secret(secret.expose()).map_err(|why| {
-                anyhow::anyhow!(
-                    "Stripe signing secret (STRIPE_WEBHOOK_SECRET, --stripe-secret or \
-                     --stripe-secret-file) refused: {why}"
-                )
-            })?;
+        for (i, source) in self.sources.iter().enumerate() {
+            source.validate()?;
+            if self.sources[..i].iter().any(|s| s.name == source.name) {
+                bail!("source `{}`: name: two sources have this name", source.name);
+            }
         }
         if self.http.max_body == 0 {
             bail!("--max-body must be at least 1 byte");
@@ -251,7 +274,15 @@ impl Config {
         {
             bail!("--batch-max, --queue-depth and --max-connections must be at least 1");
         }
-        check_retention(self.retention.days)?;
+        check_retention(self.retention.claim_days)?;
+        if self.retention.payload_days > self.retention.claim_days {
+            bail!(
+                "retention.payload_days ({}) cannot be more than retention.claim_days ({}): a \
+                 payload is kept only with its claim",
+                self.retention.payload_days,
+                self.retention.claim_days
+            );
+        }
         if let Some(forward) = &self.forward {
             forward.validate()?;
         }
@@ -303,7 +334,7 @@ pub(crate) fn check_retention(days: u64) -> anyhow::Result<()> {
         bail!(
             "retention of {days} day(s) is shorter than Stripe's retry window of \
              {MIN_RETENTION_DAYS} days: a retried event would be applied twice. Use at least \
-             {MIN_RETENTION_DAYS} (default {DEFAULT_RETENTION_DAYS}, Stripe's resend window)."
+             {MIN_RETENTION_DAYS} (default {DEFAULT_CLAIM_DAYS})."
         );
     }
     Ok(())
@@ -384,6 +415,31 @@ pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
         .ok_or_else(|| format!("`{text}` is far too long"))
 }
 
+/// An optional tolerance in a config file: a duration (`"5m"`) or a number of seconds.
+mod tolerance {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer};
+
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Written {
+        Seconds(u64),
+        Text(String),
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<Duration>, D::Error> {
+        match Written::deserialize(d)? {
+            Written::Seconds(n) => Ok(Some(Duration::from_secs(n))),
+            Written::Text(text) => super::parse_duration(&text)
+                .map(Some)
+                .map_err(serde::de::Error::custom),
+        }
+    }
+}
+
 /// A duration in a config file, written as [`parse_duration`] reads it (`"5s"`).
 mod duration {
     use std::time::Duration;
@@ -412,6 +468,8 @@ mod durations {
 
 #[cfg(test)]
 mod tests {
+    use std::path::Path;
+
     use super::*;
 
     #[test]
@@ -469,25 +527,40 @@ mod tests {
             !shown.contains("whsec_abc") && !shown.contains("whsec_def"),
             "{shown}"
         );
-        assert_eq!(config.stripe.secrets.len(), 2);
+        assert_eq!(config.sources[0].secrets.len(), 2);
     }
 
     #[test]
     fn deserializes_with_defaults_and_refuses_unknown_keys() {
-        let config: Config = serde_json::from_str(
-            r#"{"listen": "127.0.0.1:9000", "http": {"read_timeout": "3s"},
-                "stripe": {"secrets": ["whsec_a"]},
-                "forward": {"url": "http://127.0.0.1:3000/hooks", "secret": "whsec_b"}}"#,
+        let config = Config::from_toml(
+            r#"
+            listen = "127.0.0.1:9000"
+            database = "data/h.db"
+            http = { read_timeout = "3s" }
+            forward = { url = "http://127.0.0.1:3000/hooks", secret = "whsec_b" }
+            [[source]]
+            name = "stripe"
+            scheme = "stripe"
+            secrets = ["whsec_a_secret_of_some_length"]
+            tolerance = "5m"
+            handlers = ["stripe-billing"]
+            "#,
+            Path::new("/etc/hookledger"),
         )
         .unwrap();
         assert_eq!(config.listen.port(), 9000);
+        assert_eq!(config.database, Path::new("/etc/hookledger/data/h.db"));
         assert_eq!(config.http.read_timeout, Duration::from_secs(3));
         assert_eq!(config.http.max_body, DEFAULT_MAX_BODY);
-        assert_eq!(config.stripe.tolerance, DEFAULT_TOLERANCE_SECS);
+        assert_eq!(config.sources[0].tolerance, Some(Duration::from_secs(300)));
+        assert_eq!(config.retention.claim_days, DEFAULT_CLAIM_DAYS);
         let forward = config.forward.unwrap();
         assert_eq!(forward.schedule, crate::outbox::default_schedule());
         assert_eq!(forward.timeout, DEFAULT_FORWARD_TIMEOUT);
-        let err = serde_json::from_str::<Config>(r#"{"http": {"port": 1}}"#).unwrap_err();
-        assert!(err.to_string().contains("unknown field `port`"), "{err}");
+        let err = Config::from_toml("[http]\nport = 1\n", Path::new(".")).unwrap_err();
+        assert!(
+            format!("{err:#}").contains("unknown field `port`"),
+            "{err:#}"
+        );
     }
 }

@@ -1,3 +1,4 @@
 pub(crate) mod client;
 pub(crate) mod demo;
+pub(crate) mod send;
 pub(crate) mod stripe_samples;

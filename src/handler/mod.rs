@@ -16,9 +16,23 @@ mod stripe_billing_props;
 use std::any::Any;
 use std::sync::Arc;
 
+use crate::config::StripeBillingConfig;
 use crate::event::{Event, ParseError};
 pub use crate::store::sqlite::Tx;
 use crate::store::StoreError;
+
+/// The built-in handler called `name` (as a source's `handlers` names it).
+pub(crate) fn by_name(
+    name: &str,
+    billing: &StripeBillingConfig,
+) -> anyhow::Result<Arc<dyn Handler>> {
+    match name {
+        "stripe-billing" => Ok(Arc::new(stripe_billing::StripeBilling {
+            credits_per_invoice: billing.credits_per_invoice,
+        })),
+        other => anyhow::bail!("unknown handler `{other}`"),
+    }
+}
 
 /// The app's effects of an event, run inside the claim's transaction.
 pub trait Handler: Send + Sync + 'static {

@@ -1,11 +1,14 @@
 //! Sources: who sends webhooks, and how their requests are verified and read.
 //!
 //! A [`Source`] is a name (`POST /webhooks/{name}`), a [`Scheme`] and the handlers its events
-//! run. Every scheme has one shape: [`Scheme::verify`] checks the signature on the raw bytes,
+//! run. Every scheme has one shape: [`Scheme::precheck`] looks at the signature headers before
+//! the body is read, [`Scheme::verify`] checks the signature on the raw bytes,
 //! [`Scheme::envelope`] reads the ledger key and type (from the body or the headers). One file
-//! per scheme, sign and verify side by side with known-answer vectors: Stripe, and Standard
-//! Webhooks (which is also how hookledger signs its deliveries to the app).
+//! per kind of scheme, sign and verify side by side with known-answer vectors: Stripe,
+//! Standard Webhooks (which is also how hookledger signs its deliveries to the app), and the
+//! body-only HMACs (GitHub, Shopify, configured `hmac`).
 
+pub(crate) mod hmac;
 pub(crate) mod standard;
 pub(crate) mod stripe;
 
@@ -14,8 +17,9 @@ use std::sync::Arc;
 
 use axum::http::HeaderMap;
 
+use crate::config::{SchemeName, SourceConfig, StripeBillingConfig};
 use crate::event::ParseError;
-use crate::handler::Handler;
+use crate::handler::{self, Handler};
 
 /// One signature scheme with its secrets and settings.
 pub(crate) trait Scheme: Send + Sync + 'static {
@@ -31,6 +35,11 @@ pub(crate) trait Scheme: Send + Sync + 'static {
 
     /// Reads what the ledger needs from a verified request.
     fn envelope(&self, headers: &HeaderMap, body: &[u8]) -> Result<Envelope, ParseError>;
+
+    /// The headers this scheme's sender would send with `body` at `now`, signed with the first
+    /// secret, for an event `id` of type `kind` where the scheme sends those in headers. For
+    /// `hookledger send` and the tests, not the request path.
+    fn sign(&self, body: &[u8], now: i64, id: &str, kind: &str) -> Vec<(String, String)>;
 }
 
 /// What a scheme reads from a verified request: the event id (the ledger key within its
@@ -50,6 +59,53 @@ pub(crate) struct Source {
     pub(crate) handlers: Vec<Arc<dyn Handler>>,
     /// Queue every new event for delivery to the app.
     pub(crate) forward: bool,
+}
+
+impl Source {
+    /// Builds the source `config` describes (validated), with its handlers.
+    pub(crate) fn from_config(
+        config: &SourceConfig,
+        billing: &StripeBillingConfig,
+        forward: bool,
+    ) -> anyhow::Result<Source> {
+        let secrets = config.secrets.clone();
+        let tolerance = config
+            .tolerance
+            .map_or(crate::config::DEFAULT_TOLERANCE_SECS, |t| t.as_secs());
+        let scheme: Box<dyn Scheme> = match config.scheme {
+            SchemeName::Stripe => Box::new(stripe::Stripe { secrets, tolerance }),
+            SchemeName::Standard => Box::new(standard::Standard {
+                keys: secrets
+                    .iter()
+                    .map(|s| standard::SigningKey::from_secret(s.expose()))
+                    .collect::<Result<_, _>>()
+                    .map_err(|why| anyhow::anyhow!("source `{}`: secrets: {why}", config.name))?,
+                tolerance,
+            }),
+            SchemeName::Github => Box::new(hmac::BodyHmac::github(secrets)),
+            SchemeName::Shopify => Box::new(hmac::BodyHmac::shopify(secrets)),
+            SchemeName::Hmac => {
+                let (Some(body_hmac), Some(id), Some(kind)) =
+                    (&config.hmac, &config.id, &config.kind)
+                else {
+                    anyhow::bail!("source `{}`: hmac, id and type are needed", config.name);
+                };
+                Box::new(hmac::BodyHmac::configured(secrets, body_hmac, id, kind))
+            }
+        };
+        let handlers = config
+            .handlers
+            .iter()
+            .map(|name| handler::by_name(name, billing))
+            .collect::<anyhow::Result<_>>()
+            .map_err(|e| anyhow::anyhow!("source `{}`: handlers: {e}", config.name))?;
+        Ok(Source {
+            name: Arc::from(config.name.as_str()),
+            scheme,
+            handlers,
+            forward,
+        })
+    }
 }
 
 /// The value of header `name`, if present.

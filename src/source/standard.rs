@@ -23,8 +23,6 @@ pub(crate) const SIGNATURE_HEADER: &str = "webhook-signature";
 
 /// The `standard` scheme for incoming webhooks: the sender's keys (any one may match, for
 /// rotation) and the tolerance of the signed timestamp in seconds (0 turns the check off).
-// Only the tests construct it until sources are named in a config file.
-#[cfg_attr(not(test), allow(dead_code))]
 pub(crate) struct Standard {
     pub(crate) keys: Vec<SigningKey>,
     pub(crate) tolerance: u64,
@@ -73,10 +71,17 @@ impl Scheme for Standard {
             created: body.timestamp.as_ref().and_then(event_time),
         })
     }
+
+    fn sign(&self, body: &[u8], now: i64, id: &str, _kind: &str) -> Vec<(String, String)> {
+        vec![
+            (ID_HEADER.into(), id.into()),
+            (TIMESTAMP_HEADER.into(), now.to_string()),
+            (SIGNATURE_HEADER.into(), self.keys[0].sign(id, now, body)),
+        ]
+    }
 }
 
 /// The three signature headers as text: id, timestamp, signatures.
-#[cfg_attr(not(test), allow(dead_code))]
 fn signature_headers(headers: &HeaderMap) -> Result<(&str, &str, &str), VerifyError> {
     let text = |name: &'static str| -> Result<&str, VerifyError> {
         let value = header(headers, name).ok_or(VerifyError::MissingHeader(name))?;
@@ -121,7 +126,6 @@ fn parse_signed(timestamp: &str, signature: &str) -> Result<(i64, Vec<Vec<u8>>),
     Ok((timestamp, candidates))
 }
 
-#[cfg_attr(not(test), allow(dead_code))]
 /// The body's `timestamp`: an RFC 3339 string, or an integer of Unix seconds (milliseconds
 /// when above 10^11). Anything else is no event time.
 fn event_time(value: &serde_json::Value) -> Option<i64> {
@@ -136,8 +140,7 @@ fn event_time(value: &serde_json::Value) -> Option<i64> {
 }
 
 /// `2026-11-30T07:18:39.123Z` or `...+01:00` → Unix seconds (fractions dropped).
-#[cfg_attr(not(test), allow(dead_code))]
-fn parse_rfc3339(text: &str) -> Option<i64> {
+pub(crate) fn parse_rfc3339(text: &str) -> Option<i64> {
     let b = text.as_bytes();
     if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || !matches!(b[10], b'T' | b't' | b' ') {
         return None;
@@ -184,7 +187,27 @@ fn parse_rfc3339(text: &str) -> Option<i64> {
     Some(days * 86_400 + hour * 3600 + minute * 60 + second - offset)
 }
 
-#[cfg_attr(not(test), allow(dead_code))]
+/// Unix seconds as `2026-11-30T07:18:39Z` (the inverse of [`parse_rfc3339`], for `send`).
+pub(crate) fn format_rfc3339(secs: i64) -> String {
+    let (days, rest) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Civil date from days (Howard Hinnant's algorithm), proleptic Gregorian.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rest / 3600,
+        rest % 3600 / 60,
+        rest % 60
+    )
+}
+
 fn num_in(text: &str, range: std::ops::Range<usize>) -> Option<i64> {
     let part = text.get(range)?;
     part.bytes()
@@ -388,6 +411,10 @@ mod tests {
             Some(1_721_954_054)
         );
         assert_eq!(event_time(&json!("yesterday")), None);
+        for secs in [0, 951_782_400, 1_721_954_054, 4_102_444_799] {
+            assert_eq!(parse_rfc3339(&format_rfc3339(secs)), Some(secs));
+        }
+        assert_eq!(format_rfc3339(1_721_954_054), "2024-07-26T00:34:14Z");
         assert_eq!(event_time(&json!("2024-13-01T00:00:00Z")), None);
         assert_eq!(event_time(&json!(true)), None);
     }

@@ -52,12 +52,15 @@ pub(crate) enum Write {
     },
     /// Deletes a batch of ledger rows received before `before`.
     PruneEvents { before: i64 },
+    /// Clears the payloads of a batch of ledger rows received before `before`.
+    PrunePayloads { before: i64 },
     /// Deletes a batch of delivered outbox rows delivered before `before`.
     PruneOutbox { before: i64 },
     /// Puts dead outbox row `id` back to pending (or, with `None`, every dead row).
     Revive { id: Option<i64> },
-    /// Queues a new forward of a stored event, or puts its existing row back to pending.
-    Replay { event_id: String },
+    /// Queues a new forward of a stored event of `source`, or puts its existing row back to
+    /// pending.
+    Replay { source: String, event_id: String },
 }
 
 /// The writer's view of a database: one transaction per batch, a savepoint per job.

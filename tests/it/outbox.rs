@@ -347,21 +347,24 @@ fn events_list_and_show() {
     assert!(err.contains("does not exist"), "{err}");
 }
 
+/// Retention has two ages: payloads are cleared after `--payload-days` (30), claims deleted
+/// after `--retention-days` (400), delivered outbox rows after a week.
 #[test]
-fn retention_deletes_only_old_rows_and_refuses_one_day() {
+fn retention_clears_old_payloads_deletes_old_claims_and_refuses_one_day() {
     let server = Server::start(&[]);
-    for id in ["evt_old", "evt_new"] {
+    for id in ["evt_ancient", "evt_old", "evt_new"] {
         assert_outcome(&server.send(&paid(id)), id, "processed");
     }
     let db = server.db();
     let day = 86_400;
     db.execute_batch(&format!(
-        "UPDATE webhook_events SET received_at = received_at - 31 * {day} WHERE event_id = 'evt_old';
-         INSERT INTO outbox (kind, key, payload, status, next_attempt_at, created_at, done_at) VALUES
-           ('forward', 'done_old', x'7b7d', 'done', 0, 0, {old_done}),
-           ('forward', 'done_new', x'7b7d', 'done', 0, 0, {new_done}),
-           ('forward', 'dead_old', x'7b7d', 'dead', 0, 0, NULL),
-           ('forward', 'pending_old', x'7b7d', 'pending', {far}, 0, NULL);",
+        "UPDATE webhook_events SET received_at = received_at - 401 * {day} WHERE event_id = 'evt_ancient';
+         UPDATE webhook_events SET received_at = received_at - 31 * {day} WHERE event_id = 'evt_old';
+         INSERT INTO outbox (kind, source, key, payload, status, next_attempt_at, created_at, done_at) VALUES
+           ('forward', 'stripe', 'done_old', x'7b7d', 'done', 0, 0, {old_done}),
+           ('forward', 'stripe', 'done_new', x'7b7d', 'done', 0, 0, {new_done}),
+           ('forward', 'stripe', 'dead_old', x'7b7d', 'dead', 0, 0, NULL),
+           ('forward', 'stripe', 'pending_old', x'7b7d', 'pending', {far}, 0, NULL);",
         old_done = now() - 8 * day,
         new_done = now() - 6 * day,
         far = now() + 365 * day,
@@ -372,20 +375,31 @@ fn retention_deletes_only_old_rows_and_refuses_one_day() {
     let (code, _, err) = cli(&["prune", "--retention-days", "1", "--db", &db_arg]);
     assert_eq!(code, 2);
     assert!(err.contains("shorter than Stripe's retry window"), "{err}");
-    assert_eq!(ledger_count(&db), 2, "a refused prune deletes nothing");
+    assert_eq!(ledger_count(&db), 3, "a refused prune deletes nothing");
 
     let (code, out, err) = cli(&["prune", "--db", &db_arg]);
     assert_eq!(code, 0, "{err}");
     assert!(
-        out.contains("deleted 1 ledger rows") && out.contains("1 delivered outbox rows"),
+        out.contains("deleted 1 ledger rows older than 400 days")
+            && out.contains("cleared 1 payloads older than 30 days")
+            && out.contains("1 delivered outbox rows"),
         "{out}"
     );
-    let left = strings(&db, "SELECT event_id FROM webhook_events");
-    assert_eq!(left, ["evt_new"]);
+    let left = strings(
+        &db,
+        "SELECT event_id || ':' || (payload IS NOT NULL) FROM webhook_events ORDER BY event_id",
+    );
+    assert_eq!(left, ["evt_new:1", "evt_old:0"], "the old claim stays, without its payload");
     let keys = strings(&db, "SELECT key FROM outbox ORDER BY key");
     assert_eq!(keys, ["dead_old", "done_new", "pending_old"]);
     // Effects stay: the ledger forgets the claim, not the credits.
-    assert_eq!(credits(&db, "acct_1"), 200);
+    assert_eq!(credits(&db, "acct_1"), 300);
+    // The old claim still makes a resend a duplicate.
+    assert_outcome(&server.send(&paid("evt_old")), "evt_old", "duplicate");
+    // A replay needs the payload.
+    let (code, _, err) = cli(&["replay", "evt_old", "--db", &db_arg]);
+    assert_eq!(code, 2);
+    assert!(err.contains("payload was cleared"), "{err}");
 
     // serve refuses it too, with exit code 2.
     let (code, _, err) = cli(&[

@@ -87,13 +87,35 @@ pub(crate) fn events_list(
     Ok(rows)
 }
 
-/// One event with its payload parsed for pretty-printing.
-pub(crate) fn event_show(conn: &Connection, id: &str) -> anyhow::Result<serde_json::Value> {
+/// The source of the event `id`, when exactly one source sent that id.
+pub(crate) fn source_of(conn: &Connection, id: &str) -> anyhow::Result<String> {
+    let sources: Vec<String> = conn
+        .prepare("SELECT source FROM webhook_events WHERE event_id = ?1 ORDER BY source")?
+        .query_map([id], |r| r.get(0))?
+        .collect::<Result<_, _>>()?;
+    match sources.as_slice() {
+        [one] => Ok(one.clone()),
+        [] => anyhow::bail!(
+            "no event {id} in the ledger (never received, or pruned after the retention age)"
+        ),
+        several => anyhow::bail!(
+            "event {id} was sent by several sources ({}); say which with --source",
+            several.join(", ")
+        ),
+    }
+}
+
+/// One event of `source` with its payload parsed for pretty-printing.
+pub(crate) fn event_show(
+    conn: &Connection,
+    source: &str,
+    id: &str,
+) -> anyhow::Result<serde_json::Value> {
     let shown = conn
         .query_row(
             "SELECT event_type, source, created, received_at, payload FROM webhook_events
-             WHERE event_id = ?1",
-            [id],
+             WHERE source = ?1 AND event_id = ?2",
+            [source, id],
             |r| {
                 let payload: Option<Vec<u8>> = r.get(4)?;
                 let payload = payload.map(|p| {
@@ -112,6 +134,9 @@ pub(crate) fn event_show(conn: &Connection, id: &str) -> anyhow::Result<serde_js
         )
         .optional()?;
     shown.with_context(|| {
-        format!("no event {id} in the ledger (never received, or pruned after the retention age)")
+        format!(
+            "no event {id} of source {source} in the ledger (never received, or pruned after the \
+             retention age)"
+        )
     })
 }

@@ -41,6 +41,7 @@ pub use tx::Tx;
 const MIGRATIONS: &[&str] = &[
     include_str!("../../../schema.sql"),
     include_str!("migrations/0002_outbox_queued.sql"),
+    include_str!("migrations/0003_source_in_keys.sql"),
 ];
 
 /// How long a writer waits for another process's write lock (an `sqlite3` shell, a CLI
@@ -236,7 +237,14 @@ impl Store for SqliteStore {
             }
         }
         if forward {
-            outbox::enqueue(&self.conn, FORWARD, &event.id, &event.body, now)?;
+            outbox::enqueue(
+                &self.conn,
+                FORWARD,
+                &event.source,
+                &event.id,
+                &event.body,
+                now,
+            )?;
         }
         Ok(Outcome::Processed)
     }
@@ -250,10 +258,13 @@ impl Store for SqliteStore {
                 attempt,
             } => outbox::record(conn, *id, *queued, attempt, now)?,
             Write::PruneEvents { before } => retention::delete_events_batch(conn, *before)?,
+            Write::PrunePayloads { before } => retention::clear_payloads_batch(conn, *before)?,
             Write::PruneOutbox { before } => retention::delete_outbox_batch(conn, *before)?,
             Write::Revive { id: Some(id) } => u64::from(outbox::retry(conn, *id, now)?),
             Write::Revive { id: None } => outbox::retry_all_dead(conn, now)? as u64,
-            Write::Replay { event_id } => u64::from(outbox::replay(conn, event_id, now)?),
+            Write::Replay { source, event_id } => {
+                u64::from(outbox::replay(conn, source, event_id, now)?)
+            }
         };
         Ok(n)
     }
@@ -385,6 +396,64 @@ mod tests {
     }
 
     #[test]
+    fn migration_3_keys_the_ledger_by_source_and_keeps_every_row() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        for sql in &MIGRATIONS[..2] {
+            conn.execute_batch(sql).unwrap();
+        }
+        conn.pragma_update(None, "user_version", 2).unwrap();
+        conn.execute_batch(
+            "INSERT INTO webhook_events (event_id, event_type, source, created, received_at, payload)
+                 VALUES ('evt_1', 'invoice.paid', 'stripe', 5, 6, x'7b7d'),
+                        ('evt_2', 'x', 'stripe', NULL, 7, NULL);
+             INSERT INTO outbox (kind, key, payload, status, attempts, next_attempt_at, created_at, queued)
+                 VALUES ('forward', 'evt_1', x'7b7d', 'dead', 9, 10, 6, 2);",
+        )
+        .unwrap();
+        migrate(&mut conn).unwrap();
+        type Row = (String, String, Option<i64>, Option<Vec<u8>>);
+        let rows: Vec<Row> = conn
+            .prepare(
+                "SELECT source, event_id, created, payload FROM webhook_events ORDER BY event_id",
+            )
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        assert_eq!(
+            rows,
+            [
+                (
+                    "stripe".into(),
+                    "evt_1".into(),
+                    Some(5),
+                    Some(b"{}".to_vec())
+                ),
+                ("stripe".into(), "evt_2".into(), None, None)
+            ]
+        );
+        let outbox: (String, String, String, i64, i64) = conn
+            .query_row(
+                "SELECT source, key, status, attempts, queued FROM outbox",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
+            )
+            .unwrap();
+        assert_eq!(
+            outbox,
+            ("stripe".into(), "evt_1".into(), "dead".into(), 9, 2)
+        );
+        // The same id from another source is a new claim.
+        conn.execute(
+            "INSERT INTO webhook_events (source, event_id, event_type, received_at)
+             VALUES ('gh', 'evt_1', 'push', 8)",
+            [],
+        )
+        .unwrap();
+    }
+
+    #[test]
     fn migration_2_keeps_the_outbox_rows_of_a_version_1_database() {
         let mut conn = Connection::open_in_memory().unwrap();
         conn.execute_batch(MIGRATIONS[0]).unwrap();
@@ -412,10 +481,10 @@ mod tests {
              VALUES ('evt_1', 'x', 'stripe', 1, x'7b7d')",
         )
         .unwrap();
-        outbox::enqueue(&conn, FORWARD, "evt_1", b"{}", 1).unwrap();
+        outbox::enqueue(&conn, FORWARD, "stripe", "evt_1", b"{}", 1).unwrap();
         let row = outbox::due(&conn, 1, 10).unwrap().remove(0);
         // The attempt is in flight when the event is replayed; then it succeeds.
-        assert!(outbox::replay(&conn, "evt_1", 2).unwrap());
+        assert!(outbox::replay(&conn, "stripe", "evt_1", 2).unwrap());
         let delivered = crate::outbox::Attempt::Delivered;
         assert_eq!(
             outbox::record(&conn, row.id, row.queued, &delivered, 3).unwrap(),

@@ -5,28 +5,30 @@ use rusqlite::{params, Connection};
 
 use crate::outbox::{Attempt, PendingRow, FORWARD};
 
-/// Queues an effect inside the caller's transaction. `(kind, key)` is unique, so a replayed
-/// enqueue of the same effect adds nothing.
+/// Queues an effect inside the caller's transaction. `(kind, source, key)` is unique, so a
+/// replayed enqueue of the same effect adds nothing.
 pub(crate) fn enqueue(
     tx: &Connection,
     kind: &str,
+    source: &str,
     key: &str,
     payload: &[u8],
     now: i64,
 ) -> rusqlite::Result<bool> {
     let inserted = tx
         .prepare_cached(
-            "INSERT OR IGNORE INTO outbox (kind, key, payload, status, next_attempt_at, created_at)
-             VALUES (?1, ?2, ?3, 'pending', ?4, ?4)",
+            "INSERT OR IGNORE INTO outbox
+                 (kind, source, key, payload, status, next_attempt_at, created_at)
+             VALUES (?1, ?2, ?3, ?4, 'pending', ?5, ?5)",
         )?
-        .execute(params![kind, key, payload, now])?;
+        .execute(params![kind, source, key, payload, now])?;
     Ok(inserted == 1)
 }
 
 /// Up to `limit` pending rows that are due at `now`, in id order.
 pub(crate) fn due(conn: &Connection, now: i64, limit: usize) -> rusqlite::Result<Vec<PendingRow>> {
     conn.prepare_cached(
-        "SELECT id, kind, key, payload, attempts, queued FROM outbox
+        "SELECT id, kind, source, key, payload, attempts, queued FROM outbox
          WHERE status = 'pending' AND next_attempt_at <= ?1
          ORDER BY id LIMIT ?2",
     )?
@@ -34,10 +36,11 @@ pub(crate) fn due(conn: &Connection, now: i64, limit: usize) -> rusqlite::Result
         Ok(PendingRow {
             id: r.get(0)?,
             kind: r.get(1)?,
-            key: r.get(2)?,
-            payload: r.get(3)?,
-            attempts: r.get(4)?,
-            queued: r.get(5)?,
+            source: r.get(2)?,
+            key: r.get(3)?,
+            payload: r.get(4)?,
+            attempts: r.get(5)?,
+            queued: r.get(6)?,
         })
     })?
     .collect()
@@ -105,18 +108,23 @@ pub(crate) fn retry_all_dead(tx: &Connection, now: i64) -> rusqlite::Result<usiz
     .execute([now])
 }
 
-/// Queues a new forward of a stored event (a replay), or puts its existing row back to
-/// pending. Returns false if the event is not in the ledger.
-pub(crate) fn replay(tx: &Connection, event_id: &str, now: i64) -> rusqlite::Result<bool> {
+/// Queues a new forward of a stored event of `source` (a replay), or puts its existing row
+/// back to pending. Returns false if the event is not in the ledger or its payload is gone.
+pub(crate) fn replay(
+    tx: &Connection,
+    source: &str,
+    event_id: &str,
+    now: i64,
+) -> rusqlite::Result<bool> {
     let changed = tx
         .prepare_cached(
-            "INSERT INTO outbox (kind, key, payload, status, next_attempt_at, created_at)
-             SELECT ?1, event_id, payload, 'pending', ?3, ?3 FROM webhook_events
-             WHERE event_id = ?2 AND payload IS NOT NULL
-             ON CONFLICT (kind, key) DO UPDATE SET
-                 status = 'pending', attempts = 0, next_attempt_at = ?3, done_at = NULL,
+            "INSERT INTO outbox (kind, source, key, payload, status, next_attempt_at, created_at)
+             SELECT ?1, source, event_id, payload, 'pending', ?4, ?4 FROM webhook_events
+             WHERE source = ?2 AND event_id = ?3 AND payload IS NOT NULL
+             ON CONFLICT (kind, source, key) DO UPDATE SET
+                 status = 'pending', attempts = 0, next_attempt_at = ?4, done_at = NULL,
                  payload = excluded.payload, queued = queued + 1",
         )?
-        .execute(params![FORWARD, event_id, now])?;
+        .execute(params![FORWARD, source, event_id, now])?;
     Ok(changed == 1)
 }

@@ -1,0 +1,129 @@
+//! The config file: TOML, read once at start-up. Relative paths in it (`database`, `file:`
+//! secrets) are relative to its folder; `env:` and `file:` secrets are read here, so what
+//! comes out holds the secrets themselves.
+
+use std::path::Path;
+
+use anyhow::{anyhow, Context};
+
+use super::source::resolve_secrets;
+use super::Config;
+
+impl Config {
+    /// Reads and checks the config file at `path`. Errors name the file, the line, the source
+    /// and the key where they can.
+    pub fn load(path: &Path) -> anyhow::Result<Config> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read config file {}", path.display()))?;
+        let folder = path.parent().unwrap_or(Path::new("."));
+        Config::from_toml(&text, folder).with_context(|| format!("config file {}", path.display()))
+    }
+
+    /// Parses a config file's `text`, resolving its relative paths against `folder`.
+    pub(crate) fn from_toml(text: &str, folder: &Path) -> anyhow::Result<Config> {
+        let mut config: Config = toml::from_str(text).map_err(|e| {
+            let source = e
+                .span()
+                .and_then(|span| source_around(text, span.start))
+                .map(|name| format!("source `{name}`: "))
+                .unwrap_or_default();
+            anyhow!("{source}{}", e.to_string().trim_end())
+        })?;
+        if config.database.is_relative() {
+            config.database = folder.join(&config.database);
+        }
+        for source in &mut config.sources {
+            source.resolve_secrets(folder)?;
+        }
+        if let Some(forward) = &mut config.forward {
+            let secrets = std::slice::from_ref(&forward.secret);
+            let [secret] = resolve_secrets("forward.secret", secrets, folder)?
+                .try_into()
+                .map_err(|_| anyhow!("forward.secret: the file must hold exactly one secret"))?;
+            forward.secret = secret;
+        }
+        Ok(config)
+    }
+}
+
+/// The `name` of the `[[source]]` table that contains byte `offset` of `text`, if any.
+fn source_around(text: &str, offset: usize) -> Option<String> {
+    let before = &text[..offset.min(text.len())];
+    let start = before.rfind("[[source]]")?;
+    // Another table header between the source and the offset ends the source.
+    let after_header = start + "[[source]]".len();
+    if before[after_header..]
+        .lines()
+        .any(|l| l.trim_start().starts_with('['))
+    {
+        return None;
+    }
+    let block_end = text[after_header..]
+        .find("\n[")
+        .map_or(text.len(), |i| after_header + i);
+    text[start..block_end].lines().find_map(|line| {
+        let (key, value) = line.split_once('=')?;
+        (key.trim() == "name").then(|| value.trim().trim_matches('"').to_string())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TWO_SOURCES: &str = r#"
+[[source]]
+name = "stripe"
+scheme = "stripe"
+secrets = ["whsec_a_secret_of_some_length"]
+
+[[source]]
+name = "gh"
+scheme = "github"
+secret = ["oops"]
+"#;
+
+    #[test]
+    fn a_parse_error_names_the_source_the_key_and_the_line() {
+        let err = Config::from_toml(TWO_SOURCES, Path::new(".")).unwrap_err();
+        let text = format!("{err:#}");
+        assert!(text.contains("source `gh`"), "{text}");
+        assert!(text.contains("unknown field `secret`"), "{text}");
+        assert!(text.contains("line 10"), "{text}");
+    }
+
+    #[test]
+    fn env_and_file_secrets_are_read_relative_to_the_config_folder() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("gh.secret"),
+            "# from the dashboard\ngh_secret_from_a_file\n",
+        )
+        .unwrap();
+        let text = r#"
+[[source]]
+name = "gh"
+scheme = "github"
+secrets = ["file:gh.secret", "env:HOOKLEDGER_TEST_UNSET_VARIABLE_1"]
+"#;
+        let err = Config::from_toml(text, dir.path()).unwrap_err();
+        assert!(
+            format!("{err:#}").contains(
+                "source `gh`: secrets: environment variable HOOKLEDGER_TEST_UNSET_VARIABLE_1 is not set"
+            ),
+            "{err:#}"
+        );
+        let text = text.replace(", \"env:HOOKLEDGER_TEST_UNSET_VARIABLE_1\"", "");
+        let config = Config::from_toml(&text, dir.path()).unwrap();
+        assert_eq!(
+            config.sources[0].secrets[0].expose(),
+            "gh_secret_from_a_file"
+        );
+        let missing = text.replace("gh.secret", "nope.secret");
+        let err = Config::from_toml(&missing, dir.path()).unwrap_err();
+        assert!(
+            format!("{err:#}").contains("source `gh`: secrets: cannot read"),
+            "{err:#}"
+        );
+    }
+}

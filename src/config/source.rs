@@ -1,0 +1,258 @@
+//! `[[source]]`: a named sender, its signature scheme, its secrets and its handlers.
+
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context};
+use serde::Deserialize;
+
+use super::{check_secret, parse_secret_file};
+use crate::source::Secret;
+
+/// One sender: `POST /webhooks/{name}`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SourceConfig {
+    /// The path segment of its URL and the first half of its events' ledger key.
+    pub name: String,
+    pub scheme: SchemeName,
+    /// Any one may match (rotation). In a config file each is `env:NAME`, `file:PATH` or,
+    /// discouraged, the secret itself; once loaded, the secrets themselves.
+    #[serde(default)]
+    pub secrets: Vec<Secret>,
+    /// How far a signed timestamp may be from now (`stripe` and `standard` only; `0s` turns
+    /// the check off). Default: 5 minutes.
+    #[serde(default, with = "super::tolerance")]
+    pub tolerance: Option<Duration>,
+    /// Built-in handlers run for its events inside the claim's transaction, in order.
+    #[serde(default)]
+    pub handlers: Vec<String>,
+    /// Scheme `hmac` only: how the signature is made.
+    #[serde(default)]
+    pub hmac: Option<HmacConfig>,
+    /// Scheme `hmac` only: where the event id is.
+    #[serde(default)]
+    pub id: Option<Locator>,
+    /// Scheme `hmac` only: where the event type is.
+    #[serde(default, rename = "type")]
+    pub kind: Option<Locator>,
+}
+
+/// The signature schemes hookledger verifies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SchemeName {
+    Stripe,
+    Standard,
+    Github,
+    Shopify,
+    Hmac,
+}
+
+impl SchemeName {
+    /// Whether the scheme signs a timestamp (and so has a tolerance).
+    pub(crate) fn signs_time(self) -> bool {
+        matches!(self, SchemeName::Stripe | SchemeName::Standard)
+    }
+
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            SchemeName::Stripe => "stripe",
+            SchemeName::Standard => "standard",
+            SchemeName::Github => "github",
+            SchemeName::Shopify => "shopify",
+            SchemeName::Hmac => "hmac",
+        }
+    }
+}
+
+/// A plain HMAC over the body, as in-house senders make it.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HmacConfig {
+    /// The request header that carries the signature.
+    pub header: String,
+    #[serde(default)]
+    pub algorithm: HmacAlgorithm,
+    #[serde(default)]
+    pub encoding: HmacEncoding,
+    /// Text before the encoded signature in the header (`sha256=`), if any.
+    #[serde(default)]
+    pub prefix: String,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HmacAlgorithm {
+    #[default]
+    Sha256,
+    Sha512,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HmacEncoding {
+    #[default]
+    Hex,
+    Base64,
+}
+
+/// Where a value is: `{ header = "X-Acme-Delivery" }` or `{ json = "/id" }` (a JSON pointer
+/// into the body).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase", deny_unknown_fields)]
+pub enum Locator {
+    Header(String),
+    Json(String),
+}
+
+/// The handlers hookledger has built in.
+pub(crate) const HANDLERS: &[&str] = &["stripe-billing"];
+
+impl SourceConfig {
+    /// The quick start's source: `stripe` with the `stripe-billing` handler.
+    pub fn stripe(secrets: Vec<Secret>) -> SourceConfig {
+        SourceConfig {
+            name: "stripe".into(),
+            scheme: SchemeName::Stripe,
+            secrets,
+            tolerance: None,
+            handlers: vec!["stripe-billing".into()],
+            hmac: None,
+            id: None,
+            kind: None,
+        }
+    }
+
+    /// Replaces each `env:NAME` and `file:PATH` secret with what it names (`file:` paths
+    /// relative to `folder`).
+    pub(crate) fn resolve_secrets(&mut self, folder: &Path) -> anyhow::Result<()> {
+        let key = format!("source `{}`: secrets", self.name);
+        self.secrets = resolve_secrets(&key, &self.secrets, folder)?;
+        Ok(())
+    }
+
+    /// Refuses what cannot work, naming the source and the key.
+    pub(crate) fn validate(&self) -> anyhow::Result<()> {
+        let name = &self.name;
+        let valid_name = !name.is_empty()
+            && name.len() <= 64
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+        if !valid_name {
+            bail!(
+                "source `{name}`: name must be 1 to 64 letters, digits, `-` or `_` (it is the \
+                 path of POST /webhooks/<name>)"
+            );
+        }
+        let scheme = self.scheme.as_str();
+        if self.secrets.is_empty() {
+            bail!(
+                "source `{name}`: secrets is empty; add secrets = [\"env:YOUR_VARIABLE\"] with \
+                 the signing secret from the provider's dashboard"
+            );
+        }
+        for secret in &self.secrets {
+            let checked = match self.scheme {
+                SchemeName::Standard => {
+                    crate::source::standard::SigningKey::from_secret(secret.expose()).map(drop)
+                }
+                _ => check_secret(secret.expose()),
+            };
+            checked.map_err(|why| anyhow!("source `{name}`: secrets: refused: {why}"))?;
+        }
+        if self.tolerance.is_some() && !self.scheme.signs_time() {
+            bail!(
+                "source `{name}`: tolerance does not apply: scheme {scheme} signs no timestamp \
+                 (the ledger is its only replay protection; see retention.claim_days)"
+            );
+        }
+        for handler in &self.handlers {
+            if !HANDLERS.contains(&handler.as_str()) {
+                bail!(
+                    "source `{name}`: handlers: unknown handler `{handler}` (built in: {})",
+                    HANDLERS.join(", ")
+                );
+            }
+            if handler == "stripe-billing" && self.scheme != SchemeName::Stripe {
+                bail!(
+                    "source `{name}`: handlers: `stripe-billing` needs scheme stripe, not {scheme}"
+                );
+            }
+        }
+        if self.scheme == SchemeName::Hmac {
+            let Some(hmac) = &self.hmac else {
+                bail!(
+                    "source `{name}`: hmac is missing: scheme hmac needs \
+                     hmac = {{ header = \"X-Signature\", algorithm = \"sha256\", encoding = \"hex\" }}"
+                );
+            };
+            check_header_name(name, "hmac.header", &hmac.header)?;
+            for (key, locator) in [("id", &self.id), ("type", &self.kind)] {
+                match locator {
+                    None => bail!(
+                        "source `{name}`: {key} is missing: scheme hmac needs {key} = \
+                         {{ header = \"X-...\" }} or {{ json = \"/field\" }}"
+                    ),
+                    Some(Locator::Header(header)) => {
+                        check_header_name(name, &format!("{key}.header"), header)?
+                    }
+                    Some(Locator::Json(pointer)) if !pointer.starts_with('/') => bail!(
+                        "source `{name}`: {key}.json must be a JSON pointer such as \"/id\", \
+                         not `{pointer}`"
+                    ),
+                    Some(Locator::Json(_)) => {}
+                }
+            }
+        } else {
+            for (key, set) in [
+                ("hmac", self.hmac.is_some()),
+                ("id", self.id.is_some()),
+                ("type", self.kind.is_some()),
+            ] {
+                if set {
+                    bail!("source `{name}`: {key} applies to scheme hmac only, not {scheme}");
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn check_header_name(source: &str, key: &str, header: &str) -> anyhow::Result<()> {
+    if axum::http::HeaderName::from_bytes(header.as_bytes()).is_err() {
+        bail!("source `{source}`: {key}: `{header}` is not a valid header name");
+    }
+    Ok(())
+}
+
+/// Each `env:NAME` and `file:PATH` of `secrets` replaced with what it names (a file may hold
+/// several, one per line); a literal stays. `key` names them in errors.
+pub(crate) fn resolve_secrets(
+    key: &str,
+    secrets: &[Secret],
+    folder: &Path,
+) -> anyhow::Result<Vec<Secret>> {
+    let mut resolved = Vec::with_capacity(secrets.len());
+    for secret in secrets {
+        let text = secret.expose();
+        if let Some(var) = text.strip_prefix("env:") {
+            let value = std::env::var(var)
+                .map_err(|_| anyhow!("{key}: environment variable {var} is not set"))?;
+            resolved.push(Secret::new(value.trim()));
+        } else if let Some(path) = text.strip_prefix("file:") {
+            let path = folder.join(path);
+            let content = std::fs::read_to_string(&path)
+                .with_context(|| format!("{key}: cannot read {}", path.display()))?;
+            let secrets = parse_secret_file(&content);
+            if secrets.is_empty() {
+                bail!("{key}: {} holds no secret", path.display());
+            }
+            resolved.extend(secrets);
+        } else {
+            resolved.push(secret.clone());
+        }
+    }
+    Ok(resolved)
+}

@@ -1,0 +1,42 @@
+-- Migration 3: the ledger key becomes (source, event_id), so two sources may send the same
+-- event id; outbox rows name their source too. SQLite cannot alter a primary key or a
+-- unique constraint, so both tables are rebuilt, in this migration's transaction, keeping
+-- every row (all of them came from the one source of earlier versions, `stripe`).
+
+CREATE TABLE webhook_events_v3 (
+    source      TEXT NOT NULL,
+    event_id    TEXT NOT NULL,
+    event_type  TEXT NOT NULL,
+    created     INTEGER,
+    received_at INTEGER NOT NULL,
+    payload     BLOB,             -- the verified raw body; cleared after retention.payload_days
+    PRIMARY KEY (source, event_id)
+);
+INSERT INTO webhook_events_v3 (source, event_id, event_type, created, received_at, payload)
+    SELECT source, event_id, event_type, created, received_at, payload FROM webhook_events;
+DROP TABLE webhook_events;
+ALTER TABLE webhook_events_v3 RENAME TO webhook_events;
+CREATE INDEX webhook_events_received_at ON webhook_events (received_at);
+
+CREATE TABLE outbox_v3 (
+    id              INTEGER PRIMARY KEY,
+    kind            TEXT NOT NULL,
+    source          TEXT NOT NULL,
+    key             TEXT NOT NULL,
+    payload         BLOB NOT NULL,
+    status          TEXT NOT NULL CHECK (status IN ('pending', 'done', 'dead')),
+    attempts        INTEGER NOT NULL DEFAULT 0,
+    next_attempt_at INTEGER NOT NULL,
+    last_error      TEXT,
+    created_at      INTEGER NOT NULL,
+    done_at         INTEGER,
+    queued          INTEGER NOT NULL DEFAULT 0,
+    UNIQUE (kind, source, key)
+);
+INSERT INTO outbox_v3 (id, kind, source, key, payload, status, attempts, next_attempt_at,
+                       last_error, created_at, done_at, queued)
+    SELECT id, kind, 'stripe', key, payload, status, attempts, next_attempt_at,
+           last_error, created_at, done_at, queued FROM outbox;
+DROP TABLE outbox;
+ALTER TABLE outbox_v3 RENAME TO outbox;
+CREATE INDEX outbox_due ON outbox (status, next_attempt_at);
