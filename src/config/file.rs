@@ -2,7 +2,7 @@
 //! secrets) are relative to its folder; `env:` and `file:` secrets are read here, so what
 //! comes out holds the secrets themselves.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, Context};
 
@@ -10,17 +10,37 @@ use super::source::resolve_secrets;
 use super::Config;
 
 impl Config {
-    /// Reads and checks the config file at `path`. Errors name the file, the line, the source
-    /// and the key where they can.
+    /// Reads and checks the config file at `path`, its secrets read. Errors name the file,
+    /// the line, the source and the key where they can.
     pub fn load(path: &Path) -> anyhow::Result<Config> {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("cannot read config file {}", path.display()))?;
-        let folder = path.parent().unwrap_or(Path::new("."));
-        Config::from_toml(&text, folder).with_context(|| format!("config file {}", path.display()))
+        let (mut config, folder) = Config::read(path)?;
+        config
+            .resolve_secrets(&folder)
+            .with_context(|| format!("config file {}", path.display()))?;
+        Ok(config)
     }
 
-    /// Parses a config file's `text`, resolving its relative paths against `folder`.
+    /// Reads the config file at `path` with its secrets still as written (`env:`, `file:`),
+    /// and the folder they are relative to.
+    pub(crate) fn read(path: &Path) -> anyhow::Result<(Config, PathBuf)> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read config file {}", path.display()))?;
+        let folder = path.parent().unwrap_or(Path::new(".")).to_path_buf();
+        let config = Config::parse(&text, &folder)
+            .with_context(|| format!("config file {}", path.display()))?;
+        Ok((config, folder))
+    }
+
+    /// Parses a config file's `text` and reads its secrets, relative paths against `folder`.
+    #[cfg(test)]
     pub(crate) fn from_toml(text: &str, folder: &Path) -> anyhow::Result<Config> {
+        let mut config = Config::parse(text, folder)?;
+        config.resolve_secrets(folder)?;
+        Ok(config)
+    }
+
+    /// Parses `text`, resolving relative paths against `folder`; secrets stay as written.
+    fn parse(text: &str, folder: &Path) -> anyhow::Result<Config> {
         let mut config: Config = toml::from_str(text).map_err(|e| {
             let source = e
                 .span()
@@ -32,17 +52,22 @@ impl Config {
         if config.database.is_relative() {
             config.database = folder.join(&config.database);
         }
-        for source in &mut config.sources {
+        Ok(config)
+    }
+
+    /// Reads every `env:` and `file:` secret.
+    fn resolve_secrets(&mut self, folder: &Path) -> anyhow::Result<()> {
+        for source in &mut self.sources {
             source.resolve_secrets(folder)?;
         }
-        if let Some(forward) = &mut config.forward {
+        if let Some(forward) = &mut self.forward {
             let secrets = std::slice::from_ref(&forward.secret);
             let [secret] = resolve_secrets("forward.secret", secrets, folder)?
                 .try_into()
                 .map_err(|_| anyhow!("forward.secret: the file must hold exactly one secret"))?;
             forward.secret = secret;
         }
-        Ok(config)
+        Ok(())
     }
 }
 

@@ -18,7 +18,8 @@ pub(crate) fn signed_as_source(
         .config
         .as_deref()
         .context("--source needs --config (or HOOKLEDGER_CONFIG)")?;
-    let config = Config::load(path)?;
+    // Only the chosen source's secrets are read: the others' variables need not be set.
+    let (config, folder) = Config::read(path)?;
     let Some(mut source) = config.sources.iter().find(|s| s.name == name).cloned() else {
         let names: Vec<&str> = config.sources.iter().map(|s| s.name.as_str()).collect();
         bail!(
@@ -27,9 +28,6 @@ pub(crate) fn signed_as_source(
             names.join(", ")
         );
     };
-    if let Some(secret) = &args.secret {
-        source.secrets = vec![Secret::new(secret.trim())];
-    }
     let header_type = match source.scheme {
         SchemeName::Github => Some("X-GitHub-Event"),
         SchemeName::Shopify => Some("X-Shopify-Topic"),
@@ -47,6 +45,17 @@ pub(crate) fn signed_as_source(
         ),
         (None, None) => String::new(),
     };
+    // `--secret` replaces the source's own secrets; STRIPE_WEBHOOK_SECRET (which also fills
+    // it) is for Stripe without a config file, not for the config's sources.
+    let from_env = std::env::var("STRIPE_WEBHOOK_SECRET").ok();
+    match args
+        .secret
+        .as_ref()
+        .filter(|s| Some(*s) != from_env.as_ref())
+    {
+        Some(secret) => source.secrets = vec![Secret::new(secret.trim())],
+        None => source.resolve_secrets(&folder)?,
+    }
     let id = match &args.id {
         Some(id) => id.clone(),
         None => random_id()?,

@@ -12,4 +12,5 @@ mod hostile;
 mod outbox;
 mod receiver;
 mod secrets;
+mod sources;
 mod startup;

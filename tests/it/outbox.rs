@@ -389,7 +389,11 @@ fn retention_clears_old_payloads_deletes_old_claims_and_refuses_one_day() {
         &db,
         "SELECT event_id || ':' || (payload IS NOT NULL) FROM webhook_events ORDER BY event_id",
     );
-    assert_eq!(left, ["evt_new:1", "evt_old:0"], "the old claim stays, without its payload");
+    assert_eq!(
+        left,
+        ["evt_new:1", "evt_old:0"],
+        "the old claim stays, without its payload"
+    );
     let keys = strings(&db, "SELECT key FROM outbox ORDER BY key");
     assert_eq!(keys, ["dead_old", "done_new", "pending_old"]);
     // Effects stay: the ledger forgets the claim, not the credits.

@@ -298,3 +298,83 @@ fn sighup_stops_gracefully_like_sigterm() {
         ["evt_hup"]
     );
 }
+
+/// A config file that cannot work stops start-up, naming the source and the key, before
+/// anything is bound or created.
+#[test]
+fn a_bad_config_file_stops_start_up_naming_the_source_and_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = r#"
+[[source]]
+name = "stripe"
+scheme = "stripe"
+secrets = ["env:HOOKLEDGER_TEST_STRIPE"]
+handlers = ["stripe-billing"]
+"#;
+    let env = [("HOOKLEDGER_TEST_STRIPE", SECRET)];
+    for (name, text, expected) in [
+        (
+            "unknown key",
+            format!("{good}\n[[source]]\nname = \"gh\"\nscheme = \"github\"\nsecret = [\"x\"]\n"),
+            vec!["source `gh`", "unknown field `secret`", "line 11"],
+        ),
+        (
+            "unknown scheme",
+            format!("{good}\n[[source]]\nname = \"gl\"\nscheme = \"gitlab\"\nsecrets = [\"x\"]\n"),
+            vec!["source `gl`", "unknown variant `gitlab`"],
+        ),
+        (
+            "duplicate name",
+            format!("{good}{}", good.replace("handlers = [\"stripe-billing\"]", "")),
+            vec!["source `stripe`", "two sources have this name"],
+        ),
+        (
+            "missing env secret",
+            format!("{good}\n[[source]]\nname = \"gh\"\nscheme = \"github\"\nsecrets = [\"env:HOOKLEDGER_TEST_NOT_SET\"]\n"),
+            vec!["source `gh`", "secrets", "HOOKLEDGER_TEST_NOT_SET is not set"],
+        ),
+        (
+            "missing file secret",
+            format!("{good}\n[[source]]\nname = \"gh\"\nscheme = \"github\"\nsecrets = [\"file:nope.secret\"]\n"),
+            vec!["source `gh`", "secrets", "cannot read", "nope.secret"],
+        ),
+        (
+            "hmac without hmac",
+            format!("{good}\n[[source]]\nname = \"acme\"\nscheme = \"hmac\"\nsecrets = [\"acme_secret_1234\"]\nid = {{ header = \"X-Id\" }}\ntype = {{ json = \"/t\" }}\n"),
+            vec!["source `acme`", "hmac is missing"],
+        ),
+        (
+            "hmac without header",
+            format!("{good}\n[[source]]\nname = \"acme\"\nscheme = \"hmac\"\nsecrets = [\"acme_secret_1234\"]\nhmac = {{ algorithm = \"sha256\" }}\nid = {{ header = \"X-Id\" }}\ntype = {{ json = \"/t\" }}\n"),
+            vec!["source `acme`", "missing field `header`"],
+        ),
+        (
+            "unknown handler",
+            good.replace("stripe-billing", "stripe-biling"),
+            vec!["source `stripe`", "handlers", "unknown handler `stripe-biling`"],
+        ),
+        (
+            "tolerance on github",
+            format!("{good}\n[[source]]\nname = \"gh\"\nscheme = \"github\"\nsecrets = [\"github_secret_1\"]\ntolerance = \"5m\"\n"),
+            vec!["source `gh`", "tolerance does not apply"],
+        ),
+    ] {
+        let path = write(dir.path(), "hookledger.toml", &text);
+        let err = refused(&["--config", &path], &env);
+        for part in expected {
+            assert!(err.contains(part), "{name}: `{part}` not in: {err}");
+        }
+    }
+    // The same file, fixed, starts.
+    let path = write(dir.path(), "hookledger.toml", good);
+    let server = Server::start_with_env(
+        dir.path(),
+        &["--config", &path],
+        &[("RUST_LOG", "info"), ("HOOKLEDGER_TEST_STRIPE", SECRET)],
+    );
+    assert_outcome(
+        &server.send(&paid("evt_good_config")),
+        "evt_good_config",
+        "processed",
+    );
+}

@@ -131,6 +131,11 @@ impl Server {
         }
     }
 
+    /// Keeps `dir` (the server's temp directory) alive as long as the server.
+    pub fn keep(&mut self, dir: tempfile::TempDir) {
+        self._temp = Some(dir);
+    }
+
     pub fn url(&self) -> String {
         format!("http://{}/webhooks/stripe", self.addr)
     }

@@ -1,0 +1,538 @@
+//! Every scheme over real HTTP, from the example config file `examples/hookledger.toml`:
+//! each request is signed here by an implementation of its own (the `hmac` crate, or Python's
+//! `hmac` for GitHub), not by hookledger's signers.
+
+use std::path::PathBuf;
+
+use base64::Engine;
+use hmac::Mac;
+
+use crate::util::*;
+
+const GITHUB_SECRET: &str = "It's a Secret to Everybody";
+const SHOPIFY_SECRET: &str = "shopify_client_secret_1";
+/// The Standard Webhooks vector's secret.
+const CLERK_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+const ACME_SECRET: &str = "acme_secret_for_tests";
+
+fn example_config() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples/hookledger.toml")
+}
+
+/// A server on the example config, with every source's secret in its environment.
+fn start() -> Server {
+    let dir = tempfile::tempdir().unwrap();
+    let config = example_config();
+    let mut server = Server::start_with_env(
+        dir.path(),
+        &["--config", config.to_str().unwrap()],
+        &[
+            ("RUST_LOG", "info"),
+            ("GITHUB_WEBHOOK_SECRET", GITHUB_SECRET),
+            ("SHOPIFY_CLIENT_SECRET", SHOPIFY_SECRET),
+            ("CLERK_WEBHOOK_SECRET", CLERK_SECRET),
+            ("ACME_WEBHOOK_SECRET", ACME_SECRET),
+        ],
+    );
+    server.keep(dir);
+    server
+}
+
+fn hmac256(key: &[u8], parts: &[&[u8]]) -> Vec<u8> {
+    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(key).unwrap();
+    for part in parts {
+        mac.update(part);
+    }
+    mac.finalize().into_bytes().to_vec()
+}
+
+fn b64(bytes: &[u8]) -> String {
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+type Headers = Vec<(String, String)>;
+
+fn github_headers(secret: &str, id: &str, event: &str, body: &[u8]) -> Headers {
+    vec![
+        (
+            "X-Hub-Signature-256".into(),
+            format!(
+                "sha256={}",
+                hex::encode(hmac256(secret.as_bytes(), &[body]))
+            ),
+        ),
+        ("X-GitHub-Delivery".into(), id.into()),
+        ("X-GitHub-Event".into(), event.into()),
+    ]
+}
+
+fn shopify_headers(secret: &str, id: &str, topic: &str, body: &[u8]) -> Headers {
+    vec![
+        (
+            "X-Shopify-Hmac-Sha256".into(),
+            b64(&hmac256(secret.as_bytes(), &[body])),
+        ),
+        ("X-Shopify-Webhook-Id".into(), id.into()),
+        ("X-Shopify-Topic".into(), topic.into()),
+        (
+            "X-Shopify-Triggered-At".into(),
+            "2026-11-30T07:00:00Z".into(),
+        ),
+    ]
+}
+
+fn standard_headers(secret: &str, id: &str, t: i64, body: &[u8]) -> Headers {
+    let key = base64::engine::general_purpose::STANDARD
+        .decode(secret.trim_start_matches("whsec_"))
+        .unwrap();
+    let signed = hmac256(
+        &key,
+        &[id.as_bytes(), b".", t.to_string().as_bytes(), b".", body],
+    );
+    vec![
+        ("webhook-id".into(), id.into()),
+        ("webhook-timestamp".into(), t.to_string()),
+        ("webhook-signature".into(), format!("v1,{}", b64(&signed))),
+    ]
+}
+
+fn acme_headers(secret: &str, id: &str, body: &[u8]) -> Headers {
+    vec![
+        (
+            "X-Acme-Signature".into(),
+            format!(
+                "sha256={}",
+                hex::encode(hmac256(secret.as_bytes(), &[body]))
+            ),
+        ),
+        ("X-Acme-Delivery".into(), id.into()),
+    ]
+}
+
+fn post(
+    server: &Server,
+    source: &str,
+    body: &[u8],
+    headers: &Headers,
+) -> hookledger::internals::Reply {
+    let headers: Vec<(&str, &str)> = headers
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    server.post(&format!("/webhooks/{source}"), body, &headers)
+}
+
+fn without(headers: &Headers, name: &str) -> Headers {
+    headers.iter().filter(|(k, _)| k != name).cloned().collect()
+}
+
+/// One ledger row of `source` with `id`: its type and event time.
+fn claimed(server: &Server, source: &str, id: &str) -> Option<(String, Option<i64>)> {
+    use rusqlite::OptionalExtension;
+    server
+        .db()
+        .query_row(
+            "SELECT event_type, created FROM webhook_events WHERE source = ?1 AND event_id = ?2",
+            [source, id],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .optional()
+        .unwrap()
+}
+
+/// The checks every scheme passes: valid → processed, again → duplicate, wrong secret and a
+/// missing signature header → 400, nothing written by the refusals.
+fn the_common_cases(
+    server: &Server,
+    source: &str,
+    id: &str,
+    body: &[u8],
+    good: &Headers,
+    forged: &Headers,
+    signature_header: &str,
+) {
+    assert_outcome(&post(server, source, body, good), id, "processed");
+    assert_outcome(&post(server, source, body, good), id, "duplicate");
+    let rows = ledger_count(&server.db());
+    assert_error(
+        &post(server, source, body, forged),
+        400,
+        "invalid_signature",
+    );
+    let reply = post(server, source, body, &without(good, signature_header));
+    assert_error(&reply, 400, "invalid_signature");
+    assert!(reply.body.contains("missing"), "{}", reply.body);
+    assert_eq!(ledger_count(&server.db()), rows, "refusals write nothing");
+}
+
+#[test]
+fn github_deliveries_are_claimed_once_per_delivery_id() {
+    let server = start();
+    let body = br#"{"action":"opened","issue":{"number":1}}"#;
+    let id = "72d3162e-cc78-11e3-81ab-4c9367dc0958";
+    let good = github_headers(GITHUB_SECRET, id, "issues", body);
+    let forged = github_headers("not the secret at all", id, "issues", body);
+    the_common_cases(
+        &server,
+        "gh",
+        id,
+        body,
+        &good,
+        &forged,
+        "X-Hub-Signature-256",
+    );
+    assert_eq!(
+        claimed(&server, "gh", id),
+        Some(("issues.opened".into(), None))
+    );
+    // Without its delivery id the event cannot be claimed: 400, saying what is missing.
+    let other = github_headers(GITHUB_SECRET, "x", "push", b"{}");
+    let reply = post(&server, "gh", b"{}", &without(&other, "X-GitHub-Delivery"));
+    assert_error(&reply, 400, "invalid_event");
+    assert!(reply.body.contains("X-GitHub-Delivery"), "{}", reply.body);
+}
+
+/// GitHub's signature made by Python's standard library: hookledger accepts it, and refuses
+/// the same signature with one byte of the body changed.
+#[test]
+fn a_github_delivery_signed_by_python_is_accepted_and_one_changed_byte_is_not() {
+    let has_python = std::process::Command::new("python3")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !prerequisite(has_python, "HOOKLEDGER_REQUIRE_PYTHON_SWH", "no python3") {
+        return;
+    }
+    let server = start();
+    let body = br#"{"ref":"refs/heads/main","commits":[]}"#.to_vec();
+    let script = "import hmac, hashlib, sys; print('sha256=' + hmac.new(sys.argv[1].encode(), sys.stdin.buffer.read(), hashlib.sha256).hexdigest())";
+    let mut child = std::process::Command::new("python3")
+        .args(["-c", script, GITHUB_SECRET])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child.stdin.take().unwrap().write_all(&body).unwrap();
+    let output = child.wait_with_output().unwrap();
+    let signature = String::from_utf8(output.stdout).unwrap().trim().to_string();
+    let headers: Headers = vec![
+        ("X-Hub-Signature-256".into(), signature),
+        ("X-GitHub-Delivery".into(), "d-python".into()),
+        ("X-GitHub-Event".into(), "push".into()),
+    ];
+    assert_outcome(
+        &post(&server, "gh", &body, &headers),
+        "d-python",
+        "processed",
+    );
+    let mut changed = body.clone();
+    changed[10] ^= 1;
+    let headers: Headers = headers
+        .into_iter()
+        .map(|(k, v)| {
+            if k == "X-GitHub-Delivery" {
+                (k, "d-changed".into())
+            } else {
+                (k, v)
+            }
+        })
+        .collect();
+    assert_error(
+        &post(&server, "gh", &changed, &headers),
+        400,
+        "invalid_signature",
+    );
+    assert_eq!(claimed(&server, "gh", "d-changed"), None);
+}
+
+#[test]
+fn shopify_webhooks_are_claimed_once_per_webhook_id() {
+    let server = start();
+    let body = br#"{"id":820982911946154508,"email":"jon@example.com"}"#;
+    let id = "b54557e4-bdd9-4b37-8a5f-bf7d70bcd043";
+    let good = shopify_headers(SHOPIFY_SECRET, id, "orders/create", body);
+    let forged = shopify_headers("another_client_secret", id, "orders/create", body);
+    the_common_cases(
+        &server,
+        "shop",
+        id,
+        body,
+        &good,
+        &forged,
+        "X-Shopify-Hmac-Sha256",
+    );
+    assert_eq!(
+        claimed(&server, "shop", id),
+        Some(("orders/create".into(), Some(1_796_022_000)))
+    );
+}
+
+#[test]
+fn standard_webhooks_are_claimed_once_and_checked_for_time_both_ways() {
+    let server = start();
+    let body =
+        br#"{"type":"user.created","timestamp":"2026-11-30T07:00:00Z","data":{"id":"user_1"}}"#;
+    let id = "msg_2Lzo5yn5wQ6qyB1D5XWqfmR3";
+    let good = standard_headers(CLERK_SECRET, id, now(), body);
+    let forged = standard_headers(
+        "whsec_dGhpcyBpcyBub3QgdGhlIHNlY3JldCBhdCBhbGw=",
+        id,
+        now(),
+        body,
+    );
+    the_common_cases(
+        &server,
+        "clerk",
+        id,
+        body,
+        &good,
+        &forged,
+        "webhook-signature",
+    );
+    assert_eq!(
+        claimed(&server, "clerk", id),
+        Some(("user.created".into(), Some(1_796_022_000)))
+    );
+    for t in [now() - 301, now() + 301] {
+        let reply = post(
+            &server,
+            "clerk",
+            body,
+            &standard_headers(CLERK_SECRET, "msg_time", t, body),
+        );
+        assert_error(&reply, 400, "timestamp_out_of_tolerance");
+    }
+    assert_eq!(claimed(&server, "clerk", "msg_time"), None);
+}
+
+#[test]
+fn stripe_from_the_config_file_keeps_its_handler_and_tolerance() {
+    let server = start();
+    let body = paid("evt_cfg");
+    let good = vec![("Stripe-Signature".to_string(), signature(&body))];
+    let forged = vec![(
+        "Stripe-Signature".to_string(),
+        hookledger::internals::stripe::sign(
+            &hookledger::Secret::new("whsec_some_other_secret"),
+            now(),
+            &body,
+        ),
+    )];
+    the_common_cases(
+        &server,
+        "stripe",
+        "evt_cfg",
+        &body,
+        &good,
+        &forged,
+        "Stripe-Signature",
+    );
+    assert_eq!(
+        credits(&server.db(), "acct_1"),
+        100,
+        "stripe-billing runs for it"
+    );
+    for t in [now() - 301, now() + 301] {
+        assert_error(
+            &server.send_at(&paid("evt_cfg_time"), t),
+            400,
+            "timestamp_out_of_tolerance",
+        );
+    }
+}
+
+#[test]
+fn a_configured_hmac_source_reads_its_id_header_and_its_type_from_the_body() {
+    let server = start();
+    let body = br#"{"event":"order.paid","order":{"id":7}}"#;
+    let good = acme_headers(ACME_SECRET, "acme-1", body);
+    let forged = acme_headers("not_the_acme_secret", "acme-1", body);
+    the_common_cases(
+        &server,
+        "acme",
+        "acme-1",
+        body,
+        &good,
+        &forged,
+        "X-Acme-Signature",
+    );
+    assert_eq!(
+        claimed(&server, "acme", "acme-1"),
+        Some(("order.paid".into(), None))
+    );
+    let no_type = br#"{"order":{"id":8}}"#;
+    let reply = post(
+        &server,
+        "acme",
+        no_type,
+        &acme_headers(ACME_SECRET, "acme-2", no_type),
+    );
+    assert_error(&reply, 400, "invalid_event");
+    assert!(reply.body.contains("/event"), "{}", reply.body);
+}
+
+/// The ledger key is (source, event id): the same id from two sources is two events.
+#[test]
+fn two_sources_sending_the_same_event_id_are_both_processed() {
+    let server = start();
+    let body = br#"{"event":"push","action":"x"}"#;
+    let id = "same-delivery-id";
+    assert_outcome(
+        &post(
+            &server,
+            "gh",
+            body,
+            &github_headers(GITHUB_SECRET, id, "push", body),
+        ),
+        id,
+        "processed",
+    );
+    assert_outcome(
+        &post(&server, "acme", body, &acme_headers(ACME_SECRET, id, body)),
+        id,
+        "processed",
+    );
+    assert_eq!(
+        strings(
+            &server.db(),
+            "SELECT source FROM webhook_events WHERE event_id = 'same-delivery-id' ORDER BY source"
+        ),
+        ["acme", "gh"]
+    );
+    // Showing it needs the source, and says so.
+    let db = server.db_path();
+    let db = db.to_str().unwrap();
+    let (code, _, err) = cli(&["events", "show", id, "--db", db]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("several sources (acme, gh)") && err.contains("--source"),
+        "{err}"
+    );
+    let (code, out, err) = cli(&["events", "show", id, "--source", "gh", "--db", db]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("\"source\": \"gh\""), "{out}");
+}
+
+/// `hookledger send --source` signs as each scheme, headers included.
+#[test]
+fn send_signs_as_each_source_of_the_config_file() {
+    let server = start();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("event.json");
+    let config = example_config();
+    let config = config.to_str().unwrap();
+    for (source, body, kind) in [
+        (
+            "gh",
+            r#"{"zen":"Keep it logically awesome."}"#,
+            Some("ping"),
+        ),
+        ("shop", r#"{"id":1}"#, Some("orders/paid")),
+        ("clerk", r#"{"type":"user.updated","data":{}}"#, None),
+        ("acme", r#"{"event":"order.shipped"}"#, None),
+    ] {
+        std::fs::write(&file, body).unwrap();
+        let url = format!("http://{}/webhooks/{source}", server.addr);
+        let mut args = vec![
+            "send", "--config", config, "--source", source, "--url", &url, "--id", "sent-1",
+        ];
+        if let Some(kind) = kind {
+            args.extend(["--type", kind]);
+        }
+        args.push(file.to_str().unwrap());
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_hookledger"))
+            .args(&args)
+            .env("GITHUB_WEBHOOK_SECRET", GITHUB_SECRET)
+            .env("SHOPIFY_CLIENT_SECRET", SHOPIFY_SECRET)
+            .env("CLERK_WEBHOOK_SECRET", CLERK_SECRET)
+            .env("ACME_WEBHOOK_SECRET", ACME_SECRET)
+            .env("STRIPE_WEBHOOK_SECRET", SECRET)
+            .output()
+            .unwrap();
+        let out = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            out.starts_with("200") && out.contains("processed"),
+            "{source}: {out} {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        assert!(claimed(&server, source, "sent-1").is_some(), "{source}");
+    }
+    // A scheme that sends its type in a header needs --type.
+    let (code, _, err) = cli(&[
+        "send",
+        "--config",
+        config,
+        "--source",
+        "gh",
+        file.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("--type is needed") && err.contains("X-GitHub-Event"),
+        "{err}"
+    );
+}
+
+/// A database made by the release before sources (schema 2, Stripe only) is migrated in place:
+/// every row kept, its events still duplicates, the same ids from another source new.
+#[test]
+fn a_database_from_the_release_before_sources_keeps_every_row() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/db/v2-stripe-only.db"),
+        dir.path().join("hookledger.db"),
+    )
+    .unwrap();
+    let config = example_config();
+    let server = Server::start_with_env(
+        dir.path(),
+        &["--config", config.to_str().unwrap()],
+        &[
+            ("RUST_LOG", "info"),
+            ("GITHUB_WEBHOOK_SECRET", GITHUB_SECRET),
+            ("SHOPIFY_CLIENT_SECRET", SHOPIFY_SECRET),
+            ("CLERK_WEBHOOK_SECRET", CLERK_SECRET),
+            ("ACME_WEBHOOK_SECRET", ACME_SECRET),
+        ],
+    );
+    let db = server.db();
+    let version: i64 = db
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(version, 3);
+    assert_eq!(
+        strings(&db, "SELECT source || '/' || event_id || '/' || length(payload) FROM webhook_events ORDER BY event_id"),
+        [
+            "stripe/evt_1Pgci1B7WZ01zgkWrMGF0FaA/5228",
+            "stripe/evt_1PgcrTB7WZ01zgkWcMx8mdhS/4844"
+        ]
+    );
+    assert_eq!(
+        strings(
+            &db,
+            "SELECT source || '/' || key || '/' || status FROM outbox ORDER BY key"
+        ),
+        [
+            "stripe/evt_1Pgci1B7WZ01zgkWrMGF0FaA/pending",
+            "stripe/evt_1PgcrTB7WZ01zgkWcMx8mdhS/pending"
+        ]
+    );
+    let body = fixture("invoice.paid");
+    assert_outcome(
+        &server.send(&body),
+        "evt_1Pgci1B7WZ01zgkWrMGF0FaA",
+        "duplicate",
+    );
+    let id = "evt_1Pgci1B7WZ01zgkWrMGF0FaA";
+    assert_outcome(
+        &post(
+            &server,
+            "gh",
+            &body,
+            &github_headers(GITHUB_SECRET, id, "push", &body),
+        ),
+        id,
+        "processed",
+    );
+}
