@@ -146,7 +146,7 @@ impl Rejection {
         Rejection::new(
             StatusCode::NOT_FOUND,
             "unknown_source",
-            "no such webhook source; this hookledger receives POST /webhooks/stripe",
+            "no such webhook source; check the URL set at the provider (POST /webhooks/<source name>)",
         )
     }
 
@@ -154,7 +154,7 @@ impl Rejection {
         Rejection::new(
             StatusCode::NOT_FOUND,
             "not_found",
-            "no such path; webhooks go to POST /webhooks/stripe",
+            "no such path; webhooks go to POST /webhooks/<source name>",
         )
     }
 
