@@ -57,24 +57,10 @@ pub(crate) fn prune(
 
 /// `2026-11-30 03:15:58` (UTC) for a Unix time.
 pub(crate) fn format_time(t: i64) -> String {
-    let days = t.div_euclid(86_400);
-    let secs = t.rem_euclid(86_400);
-    // Civil-from-days (Howard Hinnant's algorithm), proleptic Gregorian, UTC.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}",
-        secs / 3600,
-        secs % 3600 / 60,
-        secs % 60
-    )
+    crate::source::standard::format_rfc3339(t)
+        .replacen('T', " ", 1)
+        .trim_end_matches('Z')
+        .to_string()
 }
 
 pub(crate) fn render_outbox(rows: &[OutboxRow]) -> String {
@@ -84,6 +70,7 @@ pub(crate) fn render_outbox(rows: &[OutboxRow]) -> String {
             vec![
                 r.id.to_string(),
                 r.kind.clone(),
+                r.source.clone(),
                 r.key.clone(),
                 r.status.clone(),
                 r.attempts.to_string(),
@@ -100,6 +87,7 @@ pub(crate) fn render_outbox(rows: &[OutboxRow]) -> String {
         &[
             "id",
             "kind",
+            "source",
             "key",
             "status",
             "attempts",

@@ -536,3 +536,72 @@ fn a_database_from_the_release_before_sources_keeps_every_row() {
         "processed",
     );
 }
+
+/// GitHub signs no timestamp: the claim is the only replay guard. A captured delivery resent a
+/// year later, after retention ran, is still a duplicate (its payload is gone, its claim not).
+#[test]
+fn a_github_delivery_resent_a_year_later_is_still_a_duplicate() {
+    let server = start();
+    let body = br#"{"ref":"refs/heads/main"}"#;
+    let headers = github_headers(GITHUB_SECRET, "d-captured", "push", body);
+    assert_outcome(
+        &post(&server, "gh", body, &headers),
+        "d-captured",
+        "processed",
+    );
+    server
+        .db()
+        .execute(
+            "UPDATE webhook_events SET received_at = received_at - 365 * 86400",
+            [],
+        )
+        .unwrap();
+    let db = server.db_path();
+    let (code, out, err) = cli(&["prune", "--db", db.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("cleared 1 payloads"), "{out}");
+    assert_outcome(
+        &post(&server, "gh", body, &headers),
+        "d-captured",
+        "duplicate",
+    );
+    assert_eq!(
+        strings(
+            &server.db(),
+            "SELECT source || '/' || event_id || '/' || (payload IS NULL) FROM webhook_events"
+        ),
+        ["gh/d-captured/1"]
+    );
+}
+
+#[test]
+fn the_config_file_may_come_from_hookledger_config_and_send_help_shows_each_scheme() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = example_config();
+    let server = Server::start_with_env(
+        dir.path(),
+        &[],
+        &[
+            ("RUST_LOG", "info"),
+            ("HOOKLEDGER_CONFIG", config.to_str().unwrap()),
+            ("GITHUB_WEBHOOK_SECRET", GITHUB_SECRET),
+            ("SHOPIFY_CLIENT_SECRET", SHOPIFY_SECRET),
+            ("CLERK_WEBHOOK_SECRET", CLERK_SECRET),
+            ("ACME_WEBHOOK_SECRET", ACME_SECRET),
+        ],
+    );
+    let body = br#"{"zen":"x"}"#;
+    let headers = github_headers(GITHUB_SECRET, "d-env", "ping", body);
+    assert_outcome(&post(&server, "gh", body, &headers), "d-env", "processed");
+
+    let (code, help, _) = cli(&["send", "--help"]);
+    assert_eq!(code, 0);
+    for example in [
+        "--source gh --type push",
+        "--source shop",
+        "--source clerk",
+        "--source acme",
+    ] {
+        assert!(help.contains(example), "{example}: {help}");
+    }
+}

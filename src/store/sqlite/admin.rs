@@ -9,6 +9,7 @@ use serde_json::json;
 pub(crate) struct OutboxRow {
     pub(crate) id: i64,
     pub(crate) kind: String,
+    pub(crate) source: String,
     pub(crate) key: String,
     pub(crate) status: String,
     pub(crate) attempts: i64,
@@ -39,7 +40,8 @@ pub(crate) fn outbox_list(
         }
     }
     let mut stmt = conn.prepare(
-        "SELECT id, kind, key, status, attempts, next_attempt_at, last_error, created_at, done_at
+        "SELECT id, kind, source, key, status, attempts, next_attempt_at, last_error, created_at,
+                done_at
          FROM outbox WHERE ?1 IS NULL OR status = ?1 ORDER BY id",
     )?;
     let rows = stmt
@@ -47,13 +49,14 @@ pub(crate) fn outbox_list(
             Ok(OutboxRow {
                 id: r.get(0)?,
                 kind: r.get(1)?,
-                key: r.get(2)?,
-                status: r.get(3)?,
-                attempts: r.get(4)?,
-                next_attempt_at: r.get(5)?,
-                last_error: r.get(6)?,
-                created_at: r.get(7)?,
-                done_at: r.get(8)?,
+                source: r.get(2)?,
+                key: r.get(3)?,
+                status: r.get(4)?,
+                attempts: r.get(5)?,
+                next_attempt_at: r.get(6)?,
+                last_error: r.get(7)?,
+                created_at: r.get(8)?,
+                done_at: r.get(9)?,
             })
         })?
         .collect::<Result<_, _>>()?;
