@@ -265,12 +265,18 @@ enum Failure {
 /// The header that names the source of a delivered event.
 pub(crate) const SOURCE_HEADER: &str = "webhook-source";
 
+/// The header with the delivered event's type (GitHub's and Shopify's are not in the body).
+pub(crate) const TYPE_HEADER: &str = "webhook-type";
+
 /// POSTs the verified event body with the Standard Webhooks headers and the source's name.
 fn post(agent: &ureq::Agent, url: &str, key: &SigningKey, row: &PendingRow) -> Result<(), Failure> {
     let timestamp = unix_now();
     let signature = key.sign(&row.key, timestamp, &row.payload);
-    let result = agent
-        .post(url)
+    let mut request = agent.post(url);
+    if let Some(kind) = &row.event_type {
+        request = request.set(TYPE_HEADER, kind);
+    }
+    let result = request
         .set("Content-Type", "application/json")
         .set("Idempotency-Key", &row.key)
         .set(standard::ID_HEADER, &row.key)

@@ -16,6 +16,8 @@ pub(crate) struct PendingRow {
     /// The source of the event that queued the row.
     pub(crate) source: String,
     pub(crate) key: String,
+    /// The type of the event a `forward` row delivers (rows made before 0.2 may have none).
+    pub(crate) event_type: Option<String>,
     pub(crate) payload: Vec<u8>,
     pub(crate) attempts: i64,
     /// How many times the row was queued (see `store::sqlite::outbox::record`).

@@ -9,7 +9,7 @@ use anyhow::{bail, Context};
 use clap::Args;
 
 use crate::app::Hookledger;
-use crate::config::{self, Config, ForwardConfig, SourceConfig};
+use crate::config::{self, Config, ForwardConfig, SchemeName, SourceConfig};
 use crate::source::Secret;
 
 use super::Exit;
@@ -133,13 +133,17 @@ impl ServeArgs {
         );
         set(&mut config.retention.claim_days, self.retention_days);
         set(&mut config.retention.payload_days, self.payload_days);
-        if self.payload_days.is_none() {
-            // A claim age below the payload age shortens the payload age with it.
+        if self.retention_days.is_some() && self.payload_days.is_none() {
+            // A claim age given below the payload age shortens the payload age with it.
             config.retention.payload_days = config
                 .retention
                 .payload_days
                 .min(config.retention.claim_days);
         }
+        // clap fills --stripe-secret from the environment too; the same value there means it
+        // came from there.
+        let from_env = self.stripe_secret.is_some()
+            && std::env::var("STRIPE_WEBHOOK_SECRET").ok() == self.stripe_secret;
         let stripe_secrets = match secret_source(
             self.stripe_secret.as_deref(),
             self.stripe_secret_file.as_deref(),
@@ -149,8 +153,8 @@ impl ServeArgs {
                 "--stripe-secret-file",
             ),
         )? {
-            Some(SecretFrom::Value(list)) => Some(config::parse_secret_list(list)),
-            Some(SecretFrom::File(file)) => Some(read_secret_file(file)?),
+            Some(SecretFrom::Value(list)) => Some((config::parse_secret_list(list), from_env)),
+            Some(SecretFrom::File(file)) => Some((read_secret_file(file)?, false)),
             None => None,
         };
         overlay_stripe(&mut config, stripe_secrets, self.tolerance, from_file)?;
@@ -218,15 +222,22 @@ impl ServeArgs {
     }
 }
 
-/// The Stripe flags over `config`: the secrets (flag, file or `STRIPE_WEBHOOK_SECRET`) and the
-/// tolerance of the source named `stripe`. Without a config file they make that source (the
-/// quick start: `stripe` with the `stripe-billing` handler).
+/// The Stripe flags over `config`: the secrets and the tolerance of the source named `stripe`
+/// (which must have scheme stripe). Without a config file they make that source (the quick
+/// start: `stripe` with the `stripe-billing` handler). With one, `STRIPE_WEBHOOK_SECRET` from
+/// the environment counts only where the file names it (`env:STRIPE_WEBHOOK_SECRET`): only
+/// the flags override the file.
 fn overlay_stripe(
     config: &mut Config,
-    secrets: Option<Vec<Secret>>,
+    secrets: Option<(Vec<Secret>, bool)>,
     tolerance: Option<u64>,
     from_file: bool,
 ) -> anyhow::Result<()> {
+    let secrets = match secrets {
+        Some((_, from_env)) if from_file && from_env => None,
+        Some((secrets, _)) => Some(secrets),
+        None => None,
+    };
     for secret in secrets.iter().flatten() {
         config::check_secret(secret.expose()).map_err(|why| {
             anyhow::anyhow!(
@@ -240,23 +251,29 @@ fn overlay_stripe(
             Some(secrets) if !from_file => {
                 config.sources.push(SourceConfig::stripe(secrets.clone()))
             }
-            // The file names its sources; a Stripe secret in the environment is not one.
-            Some(_) if std::env::var_os("STRIPE_WEBHOOK_SECRET").is_some() => {}
-            Some(_) => {
-                bail!("--stripe-secret: the config file has no source named `stripe` to give it to")
+            Some(_) => bail!(
+                "--stripe-secret / --stripe-secret-file: the config file has no source named \
+                 `stripe` to give it to"
+            ),
+            None if tolerance.is_some() => {
+                bail!("--tolerance applies to the source named `stripe`, and there is none")
             }
-            None => {}
+            None => return Ok(()),
         }
     }
-    if let Some(source) = config.source_mut("stripe") {
-        if let Some(secrets) = secrets {
-            source.secrets = secrets;
-        }
-        if let Some(tolerance) = tolerance {
-            source.tolerance = Some(Duration::from_secs(tolerance));
-        }
-    } else if tolerance.is_some() {
-        bail!("--tolerance applies to the source named `stripe`, and there is none");
+    let source = config.source_mut("stripe").expect("found or made above");
+    if source.scheme != SchemeName::Stripe && (secrets.is_some() || tolerance.is_some()) {
+        bail!(
+            "--stripe-secret, --stripe-secret-file and --tolerance apply to a source named \
+             `stripe` with scheme stripe; the config file's has scheme {}",
+            source.scheme.as_str()
+        );
+    }
+    if let Some(secrets) = secrets {
+        source.secrets = secrets;
+    }
+    if let Some(tolerance) = tolerance {
+        source.tolerance = Some(Duration::from_secs(tolerance));
     }
     Ok(())
 }
@@ -374,4 +391,83 @@ fn read_secret_file(path: &Path) -> anyhow::Result<Vec<Secret>> {
         bail!("secret file {} holds no secret", path.display());
     }
     Ok(secrets)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file_config(text: &str) -> Config {
+        let mut config: Config = toml::from_str(text).unwrap();
+        for source in &mut config.sources {
+            source.resolve_secrets(Path::new(".")).unwrap();
+        }
+        config
+    }
+
+    const STRIPE_FILE: &str = r#"
+        [[source]]
+        name = "stripe"
+        scheme = "stripe"
+        secrets = ["whsec_from_the_file_1", "whsec_from_the_file_2"]
+    "#;
+
+    fn secrets(config: &mut Config) -> Vec<String> {
+        let source = config.source_mut("stripe").unwrap();
+        source
+            .secrets
+            .iter()
+            .map(|s| s.expose().to_string())
+            .collect()
+    }
+
+    #[test]
+    fn with_a_config_file_the_environment_does_not_replace_the_file_s_stripe_secrets() {
+        let mut config = file_config(STRIPE_FILE);
+        let env = Some((vec![Secret::new("whsec_from_the_environment")], true));
+        overlay_stripe(&mut config, env, None, true).unwrap();
+        assert_eq!(
+            secrets(&mut config),
+            ["whsec_from_the_file_1", "whsec_from_the_file_2"]
+        );
+        // A flag does.
+        let flag = Some((vec![Secret::new("whsec_from_the_flag_0")], false));
+        overlay_stripe(&mut config, flag, Some(60), true).unwrap();
+        assert_eq!(secrets(&mut config), ["whsec_from_the_flag_0"]);
+        let tolerance = config.source_mut("stripe").unwrap().tolerance;
+        assert_eq!(tolerance, Some(Duration::from_secs(60)));
+    }
+
+    #[test]
+    fn without_a_config_file_the_environment_makes_the_quick_start_source() {
+        let mut config = Config::default();
+        let env = Some((vec![Secret::new("whsec_from_the_environment")], true));
+        overlay_stripe(&mut config, env, Some(0), false).unwrap();
+        assert_eq!(config.sources.len(), 1);
+        assert_eq!(config.sources[0].handlers, ["stripe-billing"]);
+        assert_eq!(config.sources[0].tolerance, Some(Duration::ZERO));
+    }
+
+    #[test]
+    fn a_stripe_flag_for_a_source_of_another_scheme_or_none_is_refused() {
+        let mut config = file_config(
+            r#"
+            [[source]]
+            name = "stripe"
+            scheme = "github"
+            secrets = ["github_secret_12"]
+            "#,
+        );
+        let flag = Some((vec![Secret::new("whsec_from_the_flag_0")], false));
+        let err = overlay_stripe(&mut config, flag.clone(), None, true).unwrap_err();
+        assert!(err.to_string().contains("scheme github"), "{err}");
+        let mut config = file_config(
+            &STRIPE_FILE.replace("\"stripe\"\n        scheme", "\"billing\"\n        scheme"),
+        );
+        let err = overlay_stripe(&mut config, flag, None, true).unwrap_err();
+        assert!(
+            err.to_string().contains("no source named `stripe`"),
+            "{err}"
+        );
+    }
 }

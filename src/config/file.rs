@@ -42,12 +42,21 @@ impl Config {
     /// Parses `text`, resolving relative paths against `folder`; secrets stay as written.
     fn parse(text: &str, folder: &Path) -> anyhow::Result<Config> {
         let mut config: Config = toml::from_str(text).map_err(|e| {
-            let source = e
-                .span()
-                .and_then(|span| source_around(text, span.start))
-                .map(|name| format!("source `{name}`: "))
-                .unwrap_or_default();
-            anyhow!("{source}{}", e.to_string().trim_end())
+            // The parser's own text quotes the offending line, which may hold a literal
+            // secret: the message alone, with where it is.
+            let (source, place) = match e.span() {
+                Some(span) => {
+                    let before = &text[..span.start.min(text.len())];
+                    let line = before.matches('\n').count() + 1;
+                    let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+                    let source = source_around(text, span.start)
+                        .map(|name| format!("source `{name}`: "))
+                        .unwrap_or_default();
+                    (source, format!("line {line}, column {column}: "))
+                }
+                None => (String::new(), String::new()),
+            };
+            anyhow!("{source}{place}{}", without_values(e.message().trim_end()))
         })?;
         if config.database.is_relative() {
             config.database = folder.join(&config.database);
@@ -69,6 +78,21 @@ impl Config {
         }
         Ok(())
     }
+}
+
+/// `message` with every double-quoted value (serde quotes the value of a wrong type, which may
+/// be a secret) replaced by `"…"`. Keys and variants are quoted with backticks and stay.
+fn without_values(message: &str) -> String {
+    let mut out = String::with_capacity(message.len());
+    let mut parts = message.split('"');
+    out.push_str(parts.next().unwrap_or_default());
+    let mut inside = true;
+    for part in parts {
+        out.push('"');
+        out.push_str(if inside { "…" } else { part });
+        inside = !inside;
+    }
+    out
 }
 
 /// The `name` of the `[[source]]` table that contains byte `offset` of `text`, if any.
@@ -115,6 +139,25 @@ secret = ["oops"]
         assert!(text.contains("source `gh`"), "{text}");
         assert!(text.contains("unknown field `secret`"), "{text}");
         assert!(text.contains("line 10"), "{text}");
+    }
+
+    #[test]
+    fn a_parse_error_does_not_quote_a_literal_secret() {
+        let text =
+            "[[source]]\nname = \"gh\"\nscheme = \"github\"\nsecret = [\"gh_TOPSECRET_literal\"]\n";
+        let err = format!("{:#}", Config::from_toml(text, Path::new(".")).unwrap_err());
+        assert!(
+            err.contains("unknown field `secret`") && err.contains("line 4"),
+            "{err}"
+        );
+        assert!(!err.contains("TOPSECRET"), "{err}");
+        let text =
+            "[[source]]\nname = \"gh\"\nscheme = \"github\"\nsecrets = \"gh_TOPSECRET_literal\"\n";
+        let err = format!("{:#}", Config::from_toml(text, Path::new(".")).unwrap_err());
+        assert!(
+            err.contains("invalid type") && !err.contains("TOPSECRET"),
+            "{err}"
+        );
     }
 
     #[test]

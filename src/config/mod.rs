@@ -258,12 +258,12 @@ impl Config {
             }
         }
         if self.http.max_body == 0 {
-            bail!("--max-body must be at least 1 byte");
+            bail!("--max-body (http.max_body) must be at least 1 byte");
         }
         if self.http.body_budget < self.http.max_body {
             bail!(
-                "--max-body-in-flight ({}) must be at least --max-body ({}), or no body of the \
-                 largest size could ever be read",
+                "--max-body-in-flight (http.body_budget: {}) must be at least --max-body \
+                 (http.max_body: {}), or no body of the largest size could ever be read",
                 self.http.body_budget,
                 self.http.max_body
             );
@@ -272,7 +272,10 @@ impl Config {
             || self.writer.queue_depth == 0
             || self.http.max_connections == 0
         {
-            bail!("--batch-max, --queue-depth and --max-connections must be at least 1");
+            bail!(
+                "--batch-max, --queue-depth and --max-connections (writer.batch_max, \
+                 writer.queue_depth, http.max_connections) must be at least 1"
+            );
         }
         check_retention(self.retention.claim_days)?;
         if self.retention.payload_days > self.retention.claim_days {
@@ -298,29 +301,30 @@ pub(crate) const MAX_FORWARD_TIMEOUT: Duration = Duration::from_secs(3600);
 
 impl ForwardConfig {
     /// Refuses a target that cannot be delivered to and settings that are typos, naming the
-    /// flag. The secret is checked where it is decoded ([`crate::delivery::Target`]).
+    /// flag and the config file's key. The secret is checked where it is decoded ([`crate::delivery::Target`]).
     fn validate(&self) -> anyhow::Result<()> {
         // The URL itself is not repeated: it may hold credentials.
         let url = url::Url::parse(&self.url)
-            .map_err(|e| anyhow::anyhow!("--forward-to is not a URL: {e}"))?;
+            .map_err(|e| anyhow::anyhow!("--forward-to (forward.url) is not a URL: {e}"))?;
         if !matches!(url.scheme(), "http" | "https") || !url.has_host() {
             bail!(
-                "--forward-to must be an http:// or https:// URL with a host (the app's webhook \
-                 endpoint), not `{}://…`",
+                "--forward-to (forward.url) must be an http:// or https:// URL with a host (the \
+                 app's webhook endpoint), not `{}://…`",
                 url.scheme()
             );
         }
         if self.schedule.is_empty() {
-            bail!("--forward-schedule needs at least one delay");
+            bail!("--forward-schedule (forward.schedule) needs at least one delay");
         }
         if let Some(long) = self.schedule.iter().find(|d| **d > MAX_FORWARD_DELAY) {
             bail!(
-                "--forward-schedule: a delay of {long:?} is longer than the most allowed, 30 days"
+                "--forward-schedule (forward.schedule): a delay of {long:?} is longer than the \
+                 most allowed, 30 days"
             );
         }
         if self.timeout.is_zero() || self.timeout > MAX_FORWARD_TIMEOUT {
             bail!(
-                "--forward-timeout must be more than 0 and at most 1h, not {:?}",
+                "--forward-timeout (forward.timeout) must be more than 0 and at most 1h, not {:?}",
                 self.timeout
             );
         }
@@ -332,7 +336,7 @@ impl ForwardConfig {
 pub(crate) fn check_retention(days: u64) -> anyhow::Result<()> {
     if days < MIN_RETENTION_DAYS {
         bail!(
-            "retention of {days} day(s) is shorter than Stripe's retry window of \
+            "retention (--retention-days, retention.claim_days) of {days} day(s) is shorter than Stripe's retry window of \
              {MIN_RETENTION_DAYS} days: a retried event would be applied twice. Use at least \
              {MIN_RETENTION_DAYS} (default {DEFAULT_CLAIM_DAYS})."
         );

@@ -56,6 +56,7 @@ pub(crate) fn signed_as_source(
         Some(secret) => source.secrets = vec![Secret::new(secret.trim())],
         None => source.resolve_secrets(&folder)?,
     }
+    source.validate()?;
     let id = match &args.id {
         Some(id) => id.clone(),
         None => random_id()?,

@@ -69,6 +69,8 @@ fn processed_event_is_delivered_signed_with_idempotency_key() {
     assert_eq!(d.headers["content-type"], "application/json");
     assert_eq!(d.headers["idempotency-key"], "evt_fwd");
     assert_eq!(d.headers["webhook-id"], "evt_fwd");
+    assert_eq!(d.headers["webhook-source"], "stripe");
+    assert_eq!(d.headers["webhook-type"], "invoice.paid");
     assert_standard_signature(d);
     assert_eq!(
         delivered[1].headers["webhook-id"], "evt_fwd_unknown",

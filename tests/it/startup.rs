@@ -134,7 +134,7 @@ fn forwarding_settings_that_cannot_work_stop_start_up_naming_the_flag() {
     for (args, expected) in [
         (
             &["--forward-to", "not a url"][..],
-            "--forward-to is not a URL",
+            "--forward-to (forward.url) is not a URL",
         ),
         (
             &["--forward-to", "ftp://example.com/hooks"],

@@ -237,14 +237,7 @@ impl Store for SqliteStore {
             }
         }
         if forward {
-            outbox::enqueue(
-                &self.conn,
-                FORWARD,
-                &event.source,
-                &event.id,
-                &event.body,
-                now,
-            )?;
+            outbox::enqueue(&self.conn, FORWARD, &event, &event.body, now)?;
         }
         Ok(Outcome::Processed)
     }
@@ -481,7 +474,13 @@ mod tests {
              VALUES ('evt_1', 'x', 'stripe', 1, x'7b7d')",
         )
         .unwrap();
-        outbox::enqueue(&conn, FORWARD, "stripe", "evt_1", b"{}", 1).unwrap();
+        let event = crate::event::Event {
+            source: "stripe".into(),
+            id: "evt_1".into(),
+            kind: "x".into(),
+            ..crate::event::Event::default()
+        };
+        outbox::enqueue(&conn, FORWARD, &event, b"{}", 1).unwrap();
         let row = outbox::due(&conn, 1, 10).unwrap().remove(0);
         // The attempt is in flight when the event is replayed; then it succeeds.
         assert!(outbox::replay(&conn, "stripe", "evt_1", 2).unwrap());

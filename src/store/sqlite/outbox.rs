@@ -3,6 +3,7 @@
 
 use rusqlite::{params, Connection};
 
+use crate::event::Event;
 use crate::outbox::{Attempt, PendingRow, FORWARD};
 
 /// Queues an effect inside the caller's transaction. `(kind, source, key)` is unique, so a
@@ -10,25 +11,31 @@ use crate::outbox::{Attempt, PendingRow, FORWARD};
 pub(crate) fn enqueue(
     tx: &Connection,
     kind: &str,
-    source: &str,
-    key: &str,
+    event: &Event,
     payload: &[u8],
     now: i64,
 ) -> rusqlite::Result<bool> {
     let inserted = tx
         .prepare_cached(
             "INSERT OR IGNORE INTO outbox
-                 (kind, source, key, payload, status, next_attempt_at, created_at)
-             VALUES (?1, ?2, ?3, ?4, 'pending', ?5, ?5)",
+                 (kind, source, key, event_type, payload, status, next_attempt_at, created_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, 'pending', ?6, ?6)",
         )?
-        .execute(params![kind, source, key, payload, now])?;
+        .execute(params![
+            kind,
+            event.source,
+            event.id,
+            event.kind,
+            payload,
+            now
+        ])?;
     Ok(inserted == 1)
 }
 
 /// Up to `limit` pending rows that are due at `now`, in id order.
 pub(crate) fn due(conn: &Connection, now: i64, limit: usize) -> rusqlite::Result<Vec<PendingRow>> {
     conn.prepare_cached(
-        "SELECT id, kind, source, key, payload, attempts, queued FROM outbox
+        "SELECT id, kind, source, key, event_type, payload, attempts, queued FROM outbox
          WHERE status = 'pending' AND next_attempt_at <= ?1
          ORDER BY id LIMIT ?2",
     )?
@@ -38,9 +45,10 @@ pub(crate) fn due(conn: &Connection, now: i64, limit: usize) -> rusqlite::Result
             kind: r.get(1)?,
             source: r.get(2)?,
             key: r.get(3)?,
-            payload: r.get(4)?,
-            attempts: r.get(5)?,
-            queued: r.get(6)?,
+            event_type: r.get(4)?,
+            payload: r.get(5)?,
+            attempts: r.get(6)?,
+            queued: r.get(7)?,
         })
     })?
     .collect()
@@ -118,8 +126,9 @@ pub(crate) fn replay(
 ) -> rusqlite::Result<bool> {
     let changed = tx
         .prepare_cached(
-            "INSERT INTO outbox (kind, source, key, payload, status, next_attempt_at, created_at)
-             SELECT ?1, source, event_id, payload, 'pending', ?4, ?4 FROM webhook_events
+            "INSERT INTO outbox
+                 (kind, source, key, event_type, payload, status, next_attempt_at, created_at)
+             SELECT ?1, source, event_id, event_type, payload, 'pending', ?4, ?4 FROM webhook_events
              WHERE source = ?2 AND event_id = ?3 AND payload IS NOT NULL
              ON CONFLICT (kind, source, key) DO UPDATE SET
                  status = 'pending', attempts = 0, next_attempt_at = ?4, done_at = NULL,
