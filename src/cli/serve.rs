@@ -167,6 +167,10 @@ impl ServeArgs {
                 "--forward-secret-file",
             ),
         )?;
+        // As for Stripe: with a file that forwards, the environment counts only through it.
+        let secret_from_env = self.forward_secret.is_some()
+            && std::env::var("HOOKLEDGER_FORWARD_SECRET").ok() == self.forward_secret;
+        let secret = secret.filter(|_| !(secret_from_env && config.forward.is_some()));
         let Some(url) = self.forward_to else {
             // Forwarding flags without a target would be silently ignored (unless the file
             // forwards: then they adjust it).
