@@ -318,6 +318,9 @@ pub(super) fn run(args: ServeArgs) -> anyhow::Result<Exit> {
             .await
             .with_context(|| format!("cannot listen on {}", config.listen))?;
         let addr = listener.local_addr()?;
+        // Signals are handled from before the address is announced: a SIGTERM sent as soon as
+        // it is seen still stops the server gracefully.
+        let shutdown = shutdown_signal()?;
         for source in &config.sources {
             log::info!(
                 "listening on http://{addr}/webhooks/{} ({}, {} secret(s))",
@@ -329,7 +332,7 @@ pub(super) fn run(args: ServeArgs) -> anyhow::Result<Exit> {
         log::info!("database {}", config.database.display());
         // A machine-readable line for scripts and tests that start us on port 0.
         println!("hookledger listening on {addr}");
-        hookledger.serve(listener, shutdown_signal()?).await
+        hookledger.serve(listener, shutdown).await
     })?;
     Ok(Exit::Ok)
 }
