@@ -20,8 +20,9 @@ use anyhow::Context;
 use axum::Router;
 use tokio::net::TcpListener;
 
-use crate::config::Config;
+use crate::config::{split_statements, Config, EffectConfig, PARAMETERS};
 use crate::delivery;
+use crate::handler::sql::{SqlEffect, SqlEffects};
 use crate::http::body::BodyBudget;
 use crate::http::ingest::Ingest;
 use crate::http::server;
@@ -62,7 +63,16 @@ impl Hookledger {
             })
             .collect::<anyhow::Result<HashMap<_, _>>>()?;
         let lock = sqlite::lock_for_serve(&config.database)?;
-        let store = SqliteStore::open(&config.database, config.storage.busy_timeout)?;
+        let mut store = SqliteStore::open(&config.database, config.storage.busy_timeout)?;
+        if let Some(folder) = &config.schema.migrations {
+            store.migrate_app(folder)?;
+        }
+        let mut sources = sources;
+        for (name, effects) in compile_effects(&store, &config.effects)? {
+            if let Some(source) = sources.get_mut(name.as_str()) {
+                source.handlers.push(Arc::new(SqlEffects(effects)));
+            }
+        }
         let (waker, woken) = delivery::Worker::channel();
         let on_commit = waker.clone();
         let (handle, writer) = writer::spawn(
@@ -137,6 +147,49 @@ impl Hookledger {
         log::info!("hookledger stopped");
         Ok(())
     }
+}
+
+/// The `[[effect]]` entries, grouped by source in config order, each statement checked against
+/// the (migrated) database: it must compile and name only the known parameters.
+fn compile_effects(
+    store: &SqliteStore,
+    effects: &[EffectConfig],
+) -> anyhow::Result<Vec<(String, Vec<SqlEffect>)>> {
+    let mut by_source: Vec<(String, Vec<SqlEffect>)> = Vec::new();
+    for (i, effect) in effects.iter().enumerate() {
+        let index = i + 1;
+        let statements = split_statements(&effect.sql);
+        for (j, sql) in statements.iter().enumerate() {
+            let at = format!(
+                "effect {index} (source `{}`), statement {}",
+                effect.source,
+                j + 1
+            );
+            let names = store
+                .parameters_of(sql)
+                .map_err(|e| anyhow::anyhow!("{at}: {e}"))?;
+            for name in names {
+                match name {
+                    Some(name) if PARAMETERS.contains(&name.as_str()) => {}
+                    name => anyhow::bail!(
+                        "{at}: unknown parameter `{}`; the parameters are {}",
+                        name.as_deref().unwrap_or("?"),
+                        PARAMETERS.join(", ")
+                    ),
+                }
+            }
+        }
+        let compiled = SqlEffect {
+            index,
+            config: effect.clone(),
+            statements,
+        };
+        match by_source.iter_mut().find(|(s, _)| *s == effect.source) {
+            Some((_, list)) => list.push(compiled),
+            None => by_source.push((effect.source.clone(), vec![compiled])),
+        }
+    }
+    Ok(by_source)
 }
 
 /// A server running on its own runtime thread (for the demo and for embedding tests).

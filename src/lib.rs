@@ -41,8 +41,9 @@ mod writer;
 
 pub use app::{Hookledger, RunningServer};
 pub use config::{
-    Config, ForwardConfig, HmacAlgorithm, HmacConfig, HmacEncoding, HttpConfig, Locator,
-    RetentionConfig, SchemeName, SourceConfig, StorageConfig, StripeBillingConfig, WriterConfig,
+    Config, EffectConfig, ForwardConfig, HmacAlgorithm, HmacConfig, HmacEncoding, HttpConfig,
+    Locator, RetentionConfig, SchemaConfig, SchemeName, SourceConfig, StorageConfig,
+    StripeBillingConfig, WriterConfig,
 };
 pub use event::{Event, JsonError, ParseError};
 pub use handler::{Handler, Prepared, Tx};

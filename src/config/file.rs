@@ -61,6 +61,11 @@ impl Config {
         if config.database.is_relative() {
             config.database = folder.join(&config.database);
         }
+        if let Some(migrations) = &mut config.schema.migrations {
+            if migrations.is_relative() {
+                *migrations = folder.join(&*migrations);
+            }
+        }
         Ok(config)
     }
 

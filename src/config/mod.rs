@@ -3,9 +3,12 @@
 //! ([`Config::load`], `file.rs`); the CLI's flags are an overlay on it (`cli/serve.rs`), and
 //! the parts borrow their section of it. `[[source]]` entries are in `source.rs`.
 
+mod effect;
 mod file;
 mod source;
 
+pub(crate) use effect::{split_statements, PARAMETERS};
+pub use effect::{EffectConfig, SchemaConfig};
 pub use source::{HmacAlgorithm, HmacConfig, HmacEncoding, Locator, SchemeName, SourceConfig};
 
 use std::net::SocketAddr;
@@ -92,6 +95,11 @@ pub struct Config {
     pub sources: Vec<SourceConfig>,
     /// Settings of the `stripe-billing` handler.
     pub stripe_billing: StripeBillingConfig,
+    /// `[[effect]]`: the app's SQL, run for matching events inside the claim's transaction.
+    #[serde(rename = "effect")]
+    pub effects: Vec<EffectConfig>,
+    /// The app's own migrations, applied at start-up.
+    pub schema: SchemaConfig,
     /// Delivery of every processed event to the app; `None` without `--forward-to`.
     pub forward: Option<ForwardConfig>,
     pub retention: RetentionConfig,
@@ -220,6 +228,8 @@ impl Default for Config {
             writer: WriterConfig::default(),
             sources: Vec::new(),
             stripe_billing: StripeBillingConfig::default(),
+            effects: Vec::new(),
+            schema: SchemaConfig::default(),
             forward: None,
             retention: RetentionConfig::default(),
         }
@@ -256,6 +266,10 @@ impl Config {
             if self.sources[..i].iter().any(|s| s.name == source.name) {
                 bail!("source `{}`: name: two sources have this name", source.name);
             }
+        }
+        let names: Vec<&str> = self.sources.iter().map(|s| s.name.as_str()).collect();
+        for (i, effect) in self.effects.iter().enumerate() {
+            effect.validate(i + 1, &names)?;
         }
         if self.http.max_body == 0 {
             bail!("--max-body (http.max_body) must be at least 1 byte");

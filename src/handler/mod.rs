@@ -9,6 +9,7 @@
 //! belongs in [`Handler::prepare`]: it runs on the request path, in parallel and before the
 //! single writer, and its error is the sender's fault (400).
 
+pub(crate) mod sql;
 pub(crate) mod stripe_billing;
 #[cfg(test)]
 mod stripe_billing_props;

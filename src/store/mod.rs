@@ -31,6 +31,19 @@ pub enum StoreError {
     Database(String),
 }
 
+impl StoreError {
+    /// The same error, its detail prefixed with `what` (for the log: which effect failed).
+    pub(crate) fn context(self, what: &str) -> StoreError {
+        match self {
+            StoreError::Busy(d) => StoreError::Busy(format!("{what}: {d}")),
+            StoreError::DiskFull(d) => StoreError::DiskFull(format!("{what}: {d}")),
+            StoreError::ReadOnly(d) => StoreError::ReadOnly(format!("{what}: {d}")),
+            StoreError::Database(d) => StoreError::Database(format!("{what}: {d}")),
+            other => other,
+        }
+    }
+}
+
 /// What happened to an event that was written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {

@@ -6,6 +6,7 @@ mod util;
 
 mod billing;
 mod crash;
+mod effects;
 mod faults;
 mod fixtures;
 mod hostile;

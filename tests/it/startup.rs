@@ -11,6 +11,14 @@ use crate::util::*;
 /// `STRIPE_WEBHOOK_SECRET`), expecting a refusal: returns stderr after checking exit code 2
 /// and that no database was created.
 fn refused(args: &[&str], env: &[(&str, &str)]) -> String {
+    let (stderr, created) = refused_at_open(args, env);
+    assert!(!created, "{args:?}: the database was created");
+    stderr
+}
+
+/// As [`refused`], for what can only be checked against the database (an effect's SQL): it
+/// may have been created; returns stderr and whether it was.
+fn refused_at_open(args: &[&str], env: &[(&str, &str)]) -> (String, bool) {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("never.db");
     let mut child = Command::new(env!("CARGO_BIN_EXE_hookledger"))
@@ -36,8 +44,7 @@ fn refused(args: &[&str], env: &[(&str, &str)]) -> String {
         Some(2),
         "{args:?} {env:?}: {stderr}"
     );
-    assert!(!db.exists(), "{args:?}: the database was created");
-    stderr
+    (stderr, db.exists())
 }
 
 #[test]
@@ -376,5 +383,90 @@ handlers = ["stripe-billing"]
         &server.send(&paid("evt_good_config")),
         "evt_good_config",
         "processed",
+    );
+}
+
+/// Effects are checked at start-up, before anything listens: an unknown source, SQL that does
+/// not compile (with the effect's index and SQLite's message), an unknown parameter, a changed
+/// migration.
+#[test]
+fn bad_effects_and_changed_migrations_stop_start_up() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("migrations")).unwrap();
+    write(
+        &dir.path().join("migrations"),
+        "001_t.sql",
+        "CREATE TABLE t (x INTEGER NOT NULL);",
+    );
+    let config = |effect: &str| {
+        format!(
+            "[schema]\nmigrations = \"migrations/\"\n\n[[source]]\nname = \"stripe\"\n\
+             scheme = \"stripe\"\nsecrets = [\"env:HOOKLEDGER_TEST_STRIPE\"]\n\n{effect}"
+        )
+    };
+    let env = [("HOOKLEDGER_TEST_STRIPE", SECRET)];
+    let path = write(
+        dir.path(),
+        "a.toml",
+        &config("[[effect]]\nsource = \"gh\"\non = \"*\"\nsql = \"INSERT INTO t VALUES (1)\"\n"),
+    );
+    let err = refused(&["--config", &path], &env);
+    assert!(
+        err.contains("effect 1: source `gh` is not a [[source]]"),
+        "{err}"
+    );
+    for (effect, expected) in [
+        (
+            "[[effect]]\nsource = \"stripe\"\non = \"*\"\nsql = \"INSERT INTO t VALUES (1); INSERT INTO nope VALUES (1)\"\n",
+            vec!["effect 1 (source `stripe`), statement 2", "no such table: nope"],
+        ),
+        (
+            "[[effect]]\nsource = \"stripe\"\non = \"*\"\nsql = \"INSERT INTO t VALUES (:amount)\"\n",
+            vec!["effect 1 (source `stripe`), statement 1", "unknown parameter `:amount`", ":body"],
+        ),
+        (
+            "[[effect]]\nsource = \"stripe\"\non = \"*\"\nsql = \"INSERT INTO t VALUES (?)\"\n",
+            vec!["unknown parameter `?`"],
+        ),
+    ] {
+        let path = write(dir.path(), "b.toml", &config(effect));
+        let (err, _) = refused_at_open(&["--config", &path], &env);
+        for part in expected {
+            assert!(err.contains(part), "`{part}` not in: {err}");
+        }
+    }
+    // A migration edited after it was applied.
+    let path = write(dir.path(), "c.toml", &config(""));
+    let db_dir = tempfile::tempdir().unwrap();
+    let mut server = Server::start_with_env(
+        db_dir.path(),
+        &["--config", &path],
+        &[("RUST_LOG", "info"), ("HOOKLEDGER_TEST_STRIPE", SECRET)],
+    );
+    assert_eq!(server.terminate(), Some(0));
+    write(
+        &dir.path().join("migrations"),
+        "001_t.sql",
+        "CREATE TABLE t (x INTEGER);",
+    );
+    let output = Command::new(env!("CARGO_BIN_EXE_hookledger"))
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--config",
+            &path,
+            "--db",
+        ])
+        .arg(db_dir.path().join("hookledger.db"))
+        .env("HOOKLEDGER_TEST_STRIPE", SECRET)
+        .env_remove("STRIPE_WEBHOOK_SECRET")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("migration 001_t.sql changed after it was applied"),
+        "{err}"
     );
 }

@@ -15,6 +15,7 @@
 //!   one; the WAL is copied back by [`checkpoint`], off the commit path.
 
 pub(crate) mod admin;
+mod app_schema;
 mod checkpoint;
 pub(crate) mod ledger;
 pub(crate) mod outbox;
@@ -88,6 +89,21 @@ impl SqliteStore {
         Ok(store)
     }
 
+    /// Applies the app's migrations in `folder` (see `app_schema`).
+    pub(crate) fn migrate_app(&mut self, folder: &Path) -> anyhow::Result<usize> {
+        app_schema::migrate(&mut self.conn, folder)
+    }
+
+    /// The parameter names of one statement `sql` (`None` for a positional `?`), prepared
+    /// against the database: errors are SQLite's own (no such table, a syntax error, more
+    /// than one statement).
+    pub(crate) fn parameters_of(&self, sql: &str) -> rusqlite::Result<Vec<Option<String>>> {
+        let stmt = self.conn.prepare(sql)?;
+        Ok((1..=stmt.parameter_count())
+            .map(|i| stmt.parameter_name(i).map(str::to_string))
+            .collect())
+    }
+
     /// Opens the database for one command's writes, with SQLite's own checkpoints.
     fn open_for_cli(path: &Path, busy_timeout: Duration) -> anyhow::Result<SqliteStore> {
         let mut conn = Connection::open(path)
@@ -133,7 +149,12 @@ impl SqliteStore {
         let running = handler.clone();
         conn.authorizer(Some(
             move |ctx: rusqlite::hooks::AuthContext<'_>| match ctx.action {
-                AuthAction::Transaction { .. } | AuthAction::Savepoint { .. }
+                // ATTACH too: a transaction across attached WAL databases is not atomic on a
+                // crash, so a handler's effects stay in this file.
+                AuthAction::Transaction { .. }
+                | AuthAction::Savepoint { .. }
+                | AuthAction::Attach { .. }
+                | AuthAction::Detach { .. }
                     if running.running() =>
                 {
                     Authorization::Deny

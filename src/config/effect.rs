@@ -1,0 +1,183 @@
+//! `[[effect]]` (SQL run for a source's events inside the claim's transaction) and `[schema]`
+//! (the app's own migrations).
+
+use std::path::PathBuf;
+
+use anyhow::bail;
+use serde::Deserialize;
+
+/// SQL run, in config order, for the events of `source` whose type `on` matches.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EffectConfig {
+    pub source: String,
+    /// Exact types, `prefix.*` patterns, or `*`; one string or a list.
+    #[serde(deserialize_with = "one_or_many")]
+    pub on: Vec<String>,
+    /// One or more statements separated by `;`, with the named parameters `:source`,
+    /// `:event_id`, `:event_type`, `:created` (NULL if the scheme has no event time) and
+    /// `:body` (the verified raw body, as text).
+    pub sql: String,
+}
+
+/// The app's own schema.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SchemaConfig {
+    /// A folder of `*.sql` files, applied once each in name order at start-up (relative to
+    /// the config file).
+    pub migrations: Option<PathBuf>,
+}
+
+/// The parameters an effect's SQL may name.
+pub(crate) const PARAMETERS: &[&str] =
+    &[":source", ":event_id", ":event_type", ":created", ":body"];
+
+impl EffectConfig {
+    /// Whether events of type `kind` run this effect.
+    pub(crate) fn matches(&self, kind: &str) -> bool {
+        self.on
+            .iter()
+            .any(|pattern| match pattern.strip_suffix('*') {
+                Some(prefix) => kind.starts_with(prefix),
+                None => pattern == kind,
+            })
+    }
+
+    /// Refuses what cannot work (the SQL itself is checked against the database later);
+    /// `index` (from 1) and the source name it in errors.
+    pub(crate) fn validate(&self, index: usize, sources: &[&str]) -> anyhow::Result<()> {
+        let source = &self.source;
+        if !sources.contains(&source.as_str()) {
+            bail!(
+                "effect {index}: source `{source}` is not a [[source]] (there are: {})",
+                sources.join(", ")
+            );
+        }
+        if self.on.is_empty() || self.on.iter().any(|p| p.trim().is_empty()) {
+            bail!(
+                "effect {index} (source `{source}`): on must name event types, `prefix.*` or `*`"
+            );
+        }
+        if let Some(bad) = self
+            .on
+            .iter()
+            .find(|p| p.contains('*') && !p.ends_with('*'))
+        {
+            bail!("effect {index} (source `{source}`): on: `{bad}`: `*` may only end a pattern");
+        }
+        if split_statements(&self.sql).is_empty() {
+            bail!("effect {index} (source `{source}`): sql is empty");
+        }
+        Ok(())
+    }
+}
+
+/// The statements of `sql`, split at each `;` outside quotes, brackets and comments. (An
+/// effect holds plain statements; `CREATE TRIGGER … BEGIN …; END` belongs in a migration.)
+pub(crate) fn split_statements(sql: &str) -> Vec<String> {
+    let mut statements = Vec::new();
+    let mut current = String::new();
+    let mut chars = sql.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\'' | '"' | '`' | '[' => {
+                let close = if c == '[' { ']' } else { c };
+                current.push(c);
+                for d in chars.by_ref() {
+                    current.push(d);
+                    if d == close {
+                        break;
+                    }
+                }
+            }
+            '-' if chars.peek() == Some(&'-') => {
+                for d in chars.by_ref() {
+                    if d == '\n' {
+                        current.push('\n');
+                        break;
+                    }
+                }
+            }
+            '/' if chars.peek() == Some(&'*') => {
+                chars.next();
+                let mut last = ' ';
+                for d in chars.by_ref() {
+                    if last == '*' && d == '/' {
+                        break;
+                    }
+                    last = d;
+                }
+                current.push(' ');
+            }
+            ';' => {
+                if !current.trim().is_empty() {
+                    statements.push(current.trim().to_string());
+                }
+                current.clear();
+            }
+            _ => current.push(c),
+        }
+    }
+    if !current.trim().is_empty() {
+        statements.push(current.trim().to_string());
+    }
+    statements
+}
+
+fn one_or_many<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Written {
+        One(String),
+        Many(Vec<String>),
+    }
+    Ok(match Written::deserialize(d)? {
+        Written::One(one) => vec![one],
+        Written::Many(many) => many,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statements_split_at_semicolons_outside_strings_and_comments() {
+        let sql = "INSERT INTO t VALUES ('a;b', \"c;d\"); -- a comment; with a semicolon\n\
+                   UPDATE t SET x = 1 /* ; */ WHERE y = [e;f];\n\n  ;";
+        assert_eq!(
+            split_statements(sql),
+            [
+                "INSERT INTO t VALUES ('a;b', \"c;d\")",
+                "UPDATE t SET x = 1   WHERE y = [e;f]"
+            ]
+        );
+        assert!(split_statements(" ; -- nothing\n").is_empty());
+    }
+
+    #[test]
+    fn patterns_match_exact_types_prefixes_and_everything() {
+        let effect = |on: &[&str]| EffectConfig {
+            source: "s".into(),
+            on: on.iter().map(|s| s.to_string()).collect(),
+            sql: "SELECT 1".into(),
+        };
+        assert!(effect(&["invoice.paid"]).matches("invoice.paid"));
+        assert!(!effect(&["invoice.paid"]).matches("invoice.paid.x"));
+        assert!(effect(&["invoice.*"]).matches("invoice.payment_succeeded"));
+        assert!(!effect(&["invoice.*"]).matches("invoices"));
+        assert!(effect(&["*"]).matches("anything"));
+        assert!(effect(&["a", "b"]).matches("b"));
+        let sources = ["s"];
+        assert!(effect(&["in*voice"]).validate(1, &sources).is_err());
+        assert!(effect(&[]).validate(1, &sources).is_err());
+        let err = EffectConfig {
+            source: "nope".into(),
+            ..effect(&["*"])
+        }
+        .validate(2, &sources)
+        .unwrap_err();
+        assert!(err.to_string().contains("effect 2: source `nope`"), "{err}");
+    }
+}

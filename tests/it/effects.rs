@@ -1,0 +1,202 @@
+//! The app's own effects: `[schema]` migrations and `[[effect]]` SQL, run inside the claim's
+//! transaction, asserted on the app's tables.
+
+use std::path::Path;
+use std::time::Duration;
+
+use hookledger::internals::invoice_event;
+
+use crate::util::*;
+
+const MIGRATION: &str = "
+CREATE TABLE orders (
+    invoice_id TEXT PRIMARY KEY,
+    event_id   TEXT NOT NULL,
+    source     TEXT NOT NULL,
+    amount     INTEGER NOT NULL CHECK (amount >= 0)
+);
+CREATE TABLE totals (name TEXT PRIMARY KEY, amount INTEGER NOT NULL);
+INSERT INTO totals VALUES ('paid', 0);
+CREATE TABLE seen (source TEXT, event_id TEXT, event_type TEXT, created INTEGER);
+";
+
+const CONFIG: &str = r#"
+[schema]
+migrations = "migrations/"
+
+[[source]]
+name = "stripe"
+scheme = "stripe"
+secrets = ["env:STRIPE_WEBHOOK_SECRET"]
+
+[[effect]]
+source = "stripe"
+on = ["invoice.paid", "invoice.payment_succeeded"]
+sql = """
+-- One order per invoice, whichever event reports it first.
+INSERT INTO orders (invoice_id, event_id, source, amount)
+VALUES (json_extract(:body, '$.data.object.id'), :event_id, :source,
+        json_extract(:body, '$.data.object.amount_paid'))
+ON CONFLICT (invoice_id) DO NOTHING;
+UPDATE totals SET amount = amount + json_extract(:body, '$.data.object.amount_paid')
+WHERE name = 'paid' AND changes() = 1;
+"""
+
+[[effect]]
+source = "stripe"
+on = "*"
+sql = "INSERT INTO seen VALUES (:source, :event_id, :event_type, :created)"
+"#;
+
+/// A folder with the config file and its migration; returns the config's path.
+fn app_dir(dir: &Path, config: &str) -> String {
+    std::fs::create_dir_all(dir.join("migrations")).unwrap();
+    std::fs::write(dir.join("migrations/001_orders.sql"), MIGRATION).unwrap();
+    let path = dir.join("hookledger.toml");
+    std::fs::write(&path, config).unwrap();
+    path.to_str().unwrap().to_string()
+}
+
+fn start(dir: &Path) -> Server {
+    let config = app_dir(dir, CONFIG);
+    Server::start_in(dir, &["--config", &config])
+}
+
+fn total(server: &Server) -> i64 {
+    count(
+        &server.db(),
+        "SELECT amount FROM totals WHERE name = 'paid'",
+    )
+}
+
+#[test]
+fn effects_run_once_per_event_with_their_parameters() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(dir.path());
+    let paid = paid_invoice("evt_a", "in_a");
+    assert_outcome(&server.send(&paid), "evt_a", "processed");
+    assert_outcome(&server.send(&paid), "evt_a", "duplicate");
+    let second = invoice_event(
+        "evt_b",
+        "invoice.payment_succeeded",
+        now(),
+        "in_a",
+        "cus_1",
+        "acct_1",
+    );
+    assert_outcome(&server.send(second.as_bytes()), "evt_b", "processed");
+    let other =
+        br#"{"id":"evt_c","type":"customer.created","created":1700000000,"data":{"object":{}}}"#;
+    assert_outcome(&server.send(other), "evt_c", "processed");
+
+    let db = server.db();
+    assert_eq!(
+        strings(
+            &db,
+            "SELECT invoice_id || '/' || event_id || '/' || source || '/' || amount FROM orders"
+        ),
+        ["in_a/evt_a/stripe/2000"]
+    );
+    assert_eq!(
+        total(&server),
+        2000,
+        "the second report of in_a adds nothing"
+    );
+    assert_eq!(
+        strings(&db, "SELECT event_id || '/' || event_type || '/' || coalesce(created, 'null') FROM seen ORDER BY event_id"),
+        [
+            format!("evt_a/invoice.paid/{}", now_ish(&db, "evt_a")),
+            format!("evt_b/invoice.payment_succeeded/{}", now_ish(&db, "evt_b")),
+            "evt_c/customer.created/1700000000".to_string()
+        ]
+    );
+    // The built-in stripe-billing handler is not enabled on this source.
+    assert_eq!(count(&db, "SELECT count(*) FROM accounts"), 0);
+}
+
+/// The `created` the ledger recorded for `id` (the body's, which the effect got as :created).
+fn now_ish(db: &rusqlite::Connection, id: &str) -> i64 {
+    db.query_row(
+        "SELECT created FROM webhook_events WHERE event_id = ?1",
+        [id],
+        |r| r.get(0),
+    )
+    .unwrap()
+}
+
+/// A statement that raises rolls back that event alone: 500, no ledger row, no effect; the
+/// provider's retry applies it once the cause is gone.
+#[test]
+fn a_raising_statement_rolls_back_its_event_and_the_retry_applies_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(dir.path());
+    let db = server.db();
+    db.execute_batch(
+        "CREATE TRIGGER refuse_in_x BEFORE INSERT ON orders WHEN new.invoice_id = 'in_x'
+         BEGIN SELECT RAISE(ABORT, 'injected by the test'); END;",
+    )
+    .unwrap();
+    assert_outcome(&server.send(&paid("evt_ok")), "evt_ok", "processed");
+    let body = paid_invoice("evt_x", "in_x");
+    let reply = server.send(&body);
+    assert_error(&reply, 500, "internal");
+    assert!(!reply.body.contains("injected"), "{}", reply.body);
+    assert_eq!(
+        strings(&db, "SELECT event_id FROM webhook_events"),
+        ["evt_ok"]
+    );
+    assert_eq!(
+        count(&db, "SELECT count(*) FROM seen"),
+        1,
+        "the other effect rolled back too"
+    );
+    wait_for(Duration::from_secs(5), || {
+        let log = server.log();
+        (log.contains("effect 1") && log.contains("injected by the test")).then_some(())
+    })
+    .expect("the log names the effect and SQLite's message");
+
+    db.execute_batch("DROP TRIGGER refuse_in_x").unwrap();
+    assert_outcome(&server.send(&body), "evt_x", "processed");
+    assert_eq!(total(&server), 4000);
+    // A CHECK constraint raises too (no Rust handler refuses a negative amount here).
+    let negative = String::from_utf8(paid_invoice("evt_neg_amount", "in_neg"))
+        .unwrap()
+        .replace("\"amount_paid\": 2000", "\"amount_paid\": -5");
+    assert_error(&server.send(negative.as_bytes()), 500, "internal");
+    assert_eq!(
+        count(
+            &db,
+            "SELECT count(*) FROM webhook_events WHERE event_id = 'evt_neg_amount'"
+        ),
+        0
+    );
+    assert_eq!(total(&server), 4000);
+}
+
+/// SIGKILL while events stream in: after the restart the app's tables hold exactly one effect
+/// per claimed event.
+#[test]
+fn sigkill_during_a_stream_applies_each_sql_effect_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = app_dir(dir.path(), CONFIG);
+    let mut server = Server::start_in(dir.path(), &["--config", &config]);
+    let url = server.url();
+    let streamed = stream_until(&url, 4, paid_numbered("evt_s"), &[], |acked| {
+        wait_for(Duration::from_secs(30), || (acked() >= 200).then_some(()))
+            .expect("events were not acknowledged");
+        server.kill();
+    });
+    let restarted = Server::start_in(dir.path(), &["--config", &config]);
+    let db = restarted.db();
+    assert!(missing_from_ledger(&db, &streamed.acked).is_empty());
+    let claims = ledger_count(&db);
+    assert_eq!(count(&db, "SELECT count(*) FROM orders"), claims);
+    assert_eq!(count(&db, "SELECT count(*) FROM seen"), claims);
+    assert_eq!(total(&restarted), 2000 * claims);
+    assert_eq!(
+        count(&db, "SELECT count(*) FROM hookledger_app_migrations"),
+        1,
+        "the migration ran once, not again on restart"
+    );
+}
