@@ -268,3 +268,129 @@ fn empty_object_ids_and_a_negative_amount_are_refused_and_write_nothing() {
     }
     assert_eq!(snapshot(&server.db()), snapshot(&Server::start(&[]).db()));
 }
+
+/// The tables the billing writes, as text, for comparing two databases.
+fn billing_tables(server: &Server) -> Vec<(String, Vec<String>)> {
+    snapshot(&server.db())
+        .into_iter()
+        .filter(|(table, _)| {
+            ["accounts", "counters", "invoice_payments", "subscriptions"].contains(&table.as_str())
+        })
+        .collect()
+}
+
+/// The seeds' scenario, each step's replies as text: a failure mid-apply and its retry, ten
+/// concurrent copies, a second event for one invoice, out-of-order and same-second
+/// subscription events, a $0 invoice, and every real-shaped fixture event.
+fn billing_scenario(server: &Server) -> Vec<String> {
+    let replies = std::cell::RefCell::new(Vec::new());
+    let send = |body: &[u8]| {
+        let reply = server.send(body);
+        let outcome = json(&reply)["outcome"].as_str().unwrap_or("-").to_string();
+        replies
+            .borrow_mut()
+            .push(format!("{} {outcome}", reply.status));
+    };
+    let db = server.db();
+    send(&paid_invoice("evt_first", "in_first"));
+    db.execute_batch(
+        "CREATE TRIGGER fail_credit BEFORE UPDATE ON accounts
+         BEGIN SELECT RAISE(ABORT, 'injected'); END;",
+    )
+    .unwrap();
+    send(&paid_invoice("evt_fail", "in_fail"));
+    db.execute_batch("DROP TRIGGER fail_credit").unwrap();
+    send(&paid_invoice("evt_fail", "in_fail"));
+    let copies = paid_invoice("evt_par", "in_par");
+    let mut outcomes: Vec<String> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..10).map(|_| s.spawn(|| server.send(&copies))).collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                json(&h.join().unwrap())["outcome"]
+                    .as_str()
+                    .unwrap()
+                    .to_string()
+            })
+            .collect()
+    });
+    outcomes.sort();
+    replies.borrow_mut().push(outcomes.join(","));
+    let second = invoice_event(
+        "evt_par2",
+        "invoice.payment_succeeded",
+        now(),
+        "in_par",
+        "cus_1",
+        "acct_1",
+    );
+    send(second.as_bytes());
+    let t = 1_700_000_000;
+    for (id, kind, created, sub, status) in [
+        ("evt_s1", "updated", t + 10, "sub_1", "canceled"),
+        ("evt_s2", "created", t, "sub_1", "active"),
+        ("evt_s3", "deleted", t, "sub_2", "canceled"),
+        ("evt_s4", "updated", t, "sub_2", "active"),
+        ("evt_s5", "updated", t, "sub_3", "past_due"),
+        ("evt_s6", "updated", t, "sub_3", "active"),
+        ("evt_s7", "resumed", t + 1, "sub_3", "active"),
+    ] {
+        let kind = format!("customer.subscription.{kind}");
+        send(subscription_event(id, &kind, created, sub, "cus_2", "acct_2", status).as_bytes());
+    }
+    let trial = String::from_utf8(paid_invoice("evt_trial", "in_trial"))
+        .unwrap()
+        .replace("\"amount_paid\": 2000", "\"amount_paid\": 0");
+    send(trial.as_bytes());
+    for name in fixture_names() {
+        send(&fixture(&name));
+    }
+    replies.into_inner()
+}
+
+/// `examples/stripe-billing-sql`: the built-in handler's billing in SQL alone, with no Rust
+/// handler. The same events through both give the same answers and the same tables, row for
+/// row.
+#[test]
+fn the_sql_only_billing_example_matches_the_built_in_handler_table_for_table() {
+    let built_in = Server::start(&[]);
+    let dir = tempfile::tempdir().unwrap();
+    let config = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("examples/stripe-billing-sql/hookledger.toml");
+    let sql_only = Server::start_in(dir.path(), &["--config", config.to_str().unwrap()]);
+
+    let with_handler = billing_scenario(&built_in);
+    let with_sql = billing_scenario(&sql_only);
+    assert_eq!(with_handler, with_sql, "the same answers");
+    assert!(
+        with_handler.contains(&"500 -".to_string()),
+        "{with_handler:?}"
+    );
+    assert_eq!(billing_tables(&built_in), billing_tables(&sql_only));
+    // And the scenario did what the seeds say.
+    let db = sql_only.db();
+    assert_eq!(
+        credits(&db, "acct_1"),
+        300,
+        "in_first, in_fail, in_par, once each; trial none"
+    );
+    assert_eq!(
+        subscription_status(&db, "sub_1").as_deref(),
+        Some("canceled")
+    );
+    assert_eq!(
+        subscription_status(&db, "sub_2").as_deref(),
+        Some("canceled")
+    );
+    assert_eq!(
+        count(
+            &db,
+            "SELECT value FROM counters WHERE name = 'subscription_ties'"
+        ),
+        1
+    );
+    assert_eq!(
+        count(&db, "SELECT count(*) FROM hookledger_app_migrations"),
+        1
+    );
+}
