@@ -48,11 +48,7 @@ impl Hookledger {
     /// background workers. Nothing listens yet.
     pub fn open(config: Config) -> anyhow::Result<Hookledger> {
         config.validate()?;
-        let target = config
-            .forward
-            .as_ref()
-            .map(delivery::Target::new)
-            .transpose()?;
+        let target = delivery::Targets::of(&config)?;
         let sources = config
             .sources
             .iter()

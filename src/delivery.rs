@@ -27,7 +27,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::config::ForwardConfig;
-use crate::outbox::{next_delay, Attempt, PendingRow};
+use crate::outbox::{next_delay, Attempt, PendingRow, FORWARD};
 use crate::source::standard::{self, SigningKey};
 use crate::store::sqlite::{self, ReadPool};
 use crate::store::Write;
@@ -42,24 +42,58 @@ const IDLE_POLL: Duration = Duration::from_secs(1);
 /// that rows revived meanwhile (by the CLI) wait at most one round.
 const BATCH: usize = 32;
 
-/// Where and how the worker delivers: [`ForwardConfig`] with its secret decoded.
+/// Where and how the worker delivers rows of one kind: [`ForwardConfig`] with its secret
+/// decoded and its HTTP client.
 pub(crate) struct Target {
     url: String,
     key: SigningKey,
     schedule: Vec<Duration>,
-    timeout: Duration,
+    agent: ureq::Agent,
 }
 
 impl Target {
-    /// Decodes the forwarding secret; a bad one is refused here, at start-up.
+    /// Decodes the signing secret; a bad one is refused here, at start-up.
     pub(crate) fn new(config: &ForwardConfig) -> anyhow::Result<Target> {
         let key = SigningKey::from_secret(config.secret.expose()).map_err(anyhow::Error::msg)?;
         Ok(Target {
             url: config.url.clone(),
             key,
             schedule: config.schedule.clone(),
-            timeout: config.timeout,
+            agent: ureq::AgentBuilder::new()
+                .timeout(config.timeout)
+                .redirects(0)
+                .user_agent(concat!("hookledger/", env!("CARGO_PKG_VERSION")))
+                .build(),
         })
+    }
+}
+
+/// The targets by outbox kind: `forward` and each `[[delivery]]`.
+pub(crate) struct Targets(Vec<(String, Target)>);
+
+impl Targets {
+    /// Every target of `config`; `None` if there is none (no worker is needed).
+    pub(crate) fn of(config: &crate::config::Config) -> anyhow::Result<Option<Targets>> {
+        let mut targets = Vec::new();
+        if let Some(forward) = &config.forward {
+            targets.push((FORWARD.to_string(), Target::new(forward)?));
+        }
+        for delivery in &config.deliveries {
+            let target = Target::new(&delivery.target(config.forward.as_ref())?)
+                .map_err(|e| anyhow::anyhow!("delivery `{}`: {e}", delivery.kind))?;
+            targets.push((delivery.kind.clone(), target));
+        }
+        Ok((!targets.is_empty()).then_some(Targets(targets)))
+    }
+
+    fn get(&self, kind: &str) -> Option<&Target> {
+        self.0.iter().find(|(k, _)| k == kind).map(|(_, t)| t)
+    }
+
+    /// The kinds, as the JSON array the outbox queries take.
+    fn kinds(&self) -> String {
+        serde_json::to_string(&self.0.iter().map(|(k, _)| k).collect::<Vec<_>>())
+            .expect("strings serialize")
     }
 }
 
@@ -91,7 +125,7 @@ impl Worker {
     }
 
     pub(crate) fn spawn(
-        config: Target,
+        config: Targets,
         pool: ReadPool,
         writer: WriterHandle,
         waker: Waker,
@@ -120,19 +154,15 @@ impl Worker {
 }
 
 fn run(
-    config: &Target,
+    targets: &Targets,
     pool: &ReadPool,
     writer: &WriterHandle,
     woken: &Receiver<()>,
     stop: &AtomicBool,
 ) {
-    let agent = ureq::AgentBuilder::new()
-        .timeout(config.timeout)
-        .redirects(0)
-        .user_agent(concat!("hookledger/", env!("CARGO_PKG_VERSION")))
-        .build();
+    let kinds = targets.kinds();
     while !stop.load(Ordering::SeqCst) {
-        let rows = match poll(pool) {
+        let rows = match poll(pool, &kinds) {
             Ok(rows) => rows,
             Err(e) => {
                 log::error!("outbox: cannot read pending rows: {e:#}");
@@ -141,7 +171,7 @@ fn run(
             }
         };
         if rows.is_empty() {
-            let _ = woken.recv_timeout(idle_wait(pool));
+            let _ = woken.recv_timeout(idle_wait(pool, &kinds));
             continue;
         }
         for row in rows {
@@ -149,7 +179,10 @@ fn run(
                 break;
             }
             let (id, queued) = (row.id, row.queued);
-            let attempt = attempt(&agent, config, &row);
+            let Some(target) = targets.get(&row.kind) else {
+                continue; // only kinds with a target are polled
+            };
+            let attempt = attempt(target, &row);
             match writer.run_blocking(Write::Record {
                 id,
                 queued,
@@ -174,16 +207,21 @@ fn run(
     log::debug!("outbox worker stopped");
 }
 
-fn poll(pool: &ReadPool) -> anyhow::Result<Vec<PendingRow>> {
-    Ok(sqlite::outbox::due(&*pool.get()?, unix_now(), BATCH)?)
+fn poll(pool: &ReadPool, kinds: &str) -> anyhow::Result<Vec<PendingRow>> {
+    Ok(sqlite::outbox::due(
+        &*pool.get()?,
+        kinds,
+        unix_now(),
+        BATCH,
+    )?)
 }
 
 /// How long to sleep until the next row is due (at most [`IDLE_POLL`]).
-fn idle_wait(pool: &ReadPool) -> Duration {
+fn idle_wait(pool: &ReadPool, kinds: &str) -> Duration {
     let next = pool
         .get()
         .ok()
-        .and_then(|conn| sqlite::outbox::next_due_at(&conn).ok().flatten());
+        .and_then(|conn| sqlite::outbox::next_due_at(&conn, kinds).ok().flatten());
     match next {
         Some(at) => Duration::from_secs(at.saturating_sub(unix_now()).max(0) as u64)
             .clamp(Duration::from_millis(50), IDLE_POLL),
@@ -192,7 +230,7 @@ fn idle_wait(pool: &ReadPool) -> Duration {
 }
 
 /// One delivery attempt of `row`, classified.
-fn attempt(agent: &ureq::Agent, config: &Target, row: &PendingRow) -> Attempt {
+fn attempt(config: &Target, row: &PendingRow) -> Attempt {
     let attempts = usize::try_from(row.attempts)
         .unwrap_or(usize::MAX)
         .saturating_add(1);
@@ -222,7 +260,7 @@ fn attempt(agent: &ureq::Agent, config: &Target, row: &PendingRow) -> Attempt {
             Attempt::Dead { error }
         }
     };
-    match post(agent, &config.url, &config.key, row) {
+    match post(&config.agent, &config.url, &config.key, row) {
         Ok(()) => {
             log::info!(
                 "outbox: {} {} delivered (attempt {attempts})",

@@ -41,8 +41,8 @@ mod writer;
 
 pub use app::{Hookledger, RunningServer};
 pub use config::{
-    Config, EffectConfig, ForwardConfig, HmacAlgorithm, HmacConfig, HmacEncoding, HttpConfig,
-    Locator, RetentionConfig, SchemaConfig, SchemeName, SourceConfig, StorageConfig,
+    Config, DeliveryConfig, EffectConfig, ForwardConfig, HmacAlgorithm, HmacConfig, HmacEncoding,
+    HttpConfig, Locator, RetentionConfig, SchemaConfig, SchemeName, SourceConfig, StorageConfig,
     StripeBillingConfig, WriterConfig,
 };
 pub use event::{Event, JsonError, ParseError};

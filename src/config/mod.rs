@@ -102,6 +102,9 @@ pub struct Config {
     pub schema: SchemaConfig,
     /// Delivery of every processed event to the app; `None` without `--forward-to`.
     pub forward: Option<ForwardConfig>,
+    /// `[[delivery]]`: where the outbox rows of each kind that effects queue are POSTed.
+    #[serde(rename = "delivery")]
+    pub deliveries: Vec<DeliveryConfig>,
     pub retention: RetentionConfig,
 }
 
@@ -155,6 +158,56 @@ pub struct ForwardConfig {
     pub schedule: Vec<Duration>,
     #[serde(default = "default_forward_timeout", with = "duration")]
     pub timeout: Duration,
+}
+
+/// Where outbox rows of one `kind`, queued by effects, are delivered: as `forward` rows are
+/// (signed, retried, dead-lettered), to their own URL.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeliveryConfig {
+    pub kind: String,
+    pub url: String,
+    /// The Standard Webhooks signing secret; default: the `[forward]` secret.
+    #[serde(default)]
+    pub secret: Option<Secret>,
+    #[serde(default, with = "option_durations")]
+    pub schedule: Option<Vec<Duration>>,
+    #[serde(default, with = "option_duration")]
+    pub timeout: Option<Duration>,
+}
+
+impl DeliveryConfig {
+    /// As a [`ForwardConfig`], the `[forward]` one filling what is not set; errors name the
+    /// delivery.
+    pub(crate) fn target(&self, forward: Option<&ForwardConfig>) -> anyhow::Result<ForwardConfig> {
+        let kind = &self.kind;
+        let secret = match (&self.secret, forward) {
+            (Some(secret), _) => secret.clone(),
+            (None, Some(forward)) => forward.secret.clone(),
+            (None, None) => bail!(
+                "delivery `{kind}`: secret is missing, and there is no [forward] secret to share"
+            ),
+        };
+        let target = ForwardConfig {
+            url: self.url.clone(),
+            secret,
+            schedule: self
+                .schedule
+                .clone()
+                .unwrap_or_else(crate::outbox::default_schedule),
+            timeout: self.timeout.unwrap_or(DEFAULT_FORWARD_TIMEOUT),
+        };
+        target.validate().map_err(|e| {
+            // The checks are [forward]'s; name this delivery's keys instead.
+            let text = e
+                .to_string()
+                .replace("--forward-to (forward.url)", "url")
+                .replace("--forward-schedule (forward.schedule)", "schedule")
+                .replace("--forward-timeout (forward.timeout)", "timeout");
+            anyhow::anyhow!("delivery `{kind}`: {text}")
+        })?;
+        Ok(target)
+    }
 }
 
 /// What the ledger remembers.
@@ -231,6 +284,7 @@ impl Default for Config {
             effects: Vec::new(),
             schema: SchemaConfig::default(),
             forward: None,
+            deliveries: Vec::new(),
             retention: RetentionConfig::default(),
         }
     }
@@ -302,6 +356,21 @@ impl Config {
         }
         if let Some(forward) = &self.forward {
             forward.validate()?;
+        }
+        for (i, delivery) in self.deliveries.iter().enumerate() {
+            if delivery.kind.trim().is_empty() || delivery.kind == crate::outbox::FORWARD {
+                bail!(
+                    "delivery {}: kind must name the rows' kind, and `forward` is [forward]'s",
+                    i + 1
+                );
+            }
+            if self.deliveries[..i].iter().any(|d| d.kind == delivery.kind) {
+                bail!(
+                    "delivery `{}`: two deliveries have this kind",
+                    delivery.kind
+                );
+            }
+            delivery.target(self.forward.as_ref())?;
         }
         Ok(())
     }
@@ -455,6 +524,32 @@ mod tolerance {
                 .map(Some)
                 .map_err(serde::de::Error::custom),
         }
+    }
+}
+
+/// An optional duration in a config file.
+mod option_duration {
+    use std::time::Duration;
+
+    use serde::Deserializer;
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<Duration>, D::Error> {
+        super::duration::deserialize(d).map(Some)
+    }
+}
+
+/// An optional list of durations in a config file.
+mod option_durations {
+    use std::time::Duration;
+
+    use serde::Deserializer;
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<Vec<Duration>>, D::Error> {
+        super::durations::deserialize(d).map(Some)
     }
 }
 

@@ -200,3 +200,76 @@ fn sigkill_during_a_stream_applies_each_sql_effect_once() {
         "the migration ran once, not again on restart"
     );
 }
+
+/// An effect queues its own external call: one outbox row per key, however many events name
+/// it, delivered by the worker to its kind's URL, signed like `forward`.
+#[test]
+fn an_effect_queues_a_delivery_of_its_own_kind_once_per_key() {
+    let app = FakeApp::start(&[]);
+    let dir = tempfile::tempdir().unwrap();
+    let config = format!(
+        r#"{CONFIG}
+[[delivery]]
+kind = "send_receipt"
+url = "{}"
+secret = "{FORWARD_SECRET}"
+schedule = ["1s"]
+
+[[effect]]
+source = "stripe"
+on = "invoice.*"
+sql = """
+INSERT INTO outbox (kind, source, key, payload)
+VALUES ('send_receipt', :source, json_extract(:body, '$.data.object.id'),
+        json_object('invoice', json_extract(:body, '$.data.object.id'),
+                    'amount', json_extract(:body, '$.data.object.amount_paid')))
+ON CONFLICT DO NOTHING
+"""
+"#,
+        app.url()
+    );
+    let path = app_dir(dir.path(), &config);
+    let server = Server::start_in(dir.path(), &["--config", &path]);
+    assert_outcome(
+        &server.send(&paid_invoice("evt_r1", "in_r")),
+        "evt_r1",
+        "processed",
+    );
+    let second = invoice_event(
+        "evt_r2",
+        "invoice.payment_succeeded",
+        now(),
+        "in_r",
+        "cus_1",
+        "acct_1",
+    );
+    assert_outcome(&server.send(second.as_bytes()), "evt_r2", "processed");
+
+    let delivered = app.wait_delivered(1, Duration::from_secs(20));
+    let d = &delivered[0];
+    assert_eq!(d.headers["webhook-id"], "in_r");
+    assert_eq!(d.headers["webhook-source"], "stripe");
+    let payload: serde_json::Value = serde_json::from_slice(&d.body).unwrap();
+    assert_eq!(
+        payload,
+        serde_json::json!({"invoice": "in_r", "amount": 2000})
+    );
+    let db = server.db();
+    wait_for(Duration::from_secs(20), || {
+        (count(
+            &db,
+            "SELECT count(*) FROM outbox WHERE kind = 'send_receipt' AND status = 'done'",
+        ) == 1)
+            .then_some(())
+    })
+    .expect("the receipt row is done");
+    assert_eq!(
+        count(
+            &db,
+            "SELECT count(*) FROM outbox WHERE kind = 'send_receipt'"
+        ),
+        1
+    );
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(app.deliveries().len(), 1, "once per key");
+}

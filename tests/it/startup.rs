@@ -470,3 +470,25 @@ fn bad_effects_and_changed_migrations_stop_start_up() {
         "{err}"
     );
 }
+
+#[test]
+fn a_delivery_without_a_url_or_a_secret_stops_start_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = "[[source]]\nname = \"stripe\"\nscheme = \"stripe\"\nsecrets = [\"env:HOOKLEDGER_TEST_STRIPE\"]\n\n";
+    let env = [("HOOKLEDGER_TEST_STRIPE", SECRET)];
+    for (delivery, expected) in [
+        ("[[delivery]]\nkind = \"send_receipt\"\n", "missing field `url`"),
+        (
+            "[[delivery]]\nkind = \"send_receipt\"\nurl = \"http://127.0.0.1:9/r\"\n",
+            "delivery `send_receipt`: secret is missing",
+        ),
+        (
+            "[[delivery]]\nkind = \"send_receipt\"\nurl = \"ftp://x/r\"\nsecret = \"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"\n",
+            "delivery `send_receipt`: url must be an http",
+        ),
+    ] {
+        let path = write(dir.path(), "d.toml", &format!("{base}{delivery}"));
+        let err = refused(&["--config", &path], &env);
+        assert!(err.contains(expected), "`{expected}` not in: {err}");
+    }
+}

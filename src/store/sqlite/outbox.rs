@@ -32,14 +32,23 @@ pub(crate) fn enqueue(
     Ok(inserted == 1)
 }
 
-/// Up to `limit` pending rows that are due at `now`, in id order.
-pub(crate) fn due(conn: &Connection, now: i64, limit: usize) -> rusqlite::Result<Vec<PendingRow>> {
+/// Up to `limit` pending rows of `kinds` that are due at `now`, in id order.
+/// `kinds` is a JSON array of the kinds that have somewhere to go; rows of other kinds wait.
+pub(crate) fn due(
+    conn: &Connection,
+    kinds: &str,
+    now: i64,
+    limit: usize,
+) -> rusqlite::Result<Vec<PendingRow>> {
+    // An effect may have written its payload as text (json_object): the bytes either way.
     conn.prepare_cached(
-        "SELECT id, kind, source, key, event_type, payload, attempts, queued FROM outbox
+        "SELECT id, kind, source, key, event_type, CAST(payload AS BLOB), attempts, queued
+         FROM outbox
          WHERE status = 'pending' AND next_attempt_at <= ?1
+           AND kind IN (SELECT value FROM json_each(?3))
          ORDER BY id LIMIT ?2",
     )?
-    .query_map(params![now, limit as i64], |r| {
+    .query_map(params![now, limit as i64, kinds], |r| {
         Ok(PendingRow {
             id: r.get(0)?,
             kind: r.get(1)?,
@@ -55,9 +64,13 @@ pub(crate) fn due(conn: &Connection, now: i64, limit: usize) -> rusqlite::Result
 }
 
 /// When the next pending row is due, if any.
-pub(crate) fn next_due_at(conn: &Connection) -> rusqlite::Result<Option<i64>> {
-    conn.prepare_cached("SELECT min(next_attempt_at) FROM outbox WHERE status = 'pending'")?
-        .query_row([], |r| r.get(0))
+/// When the next pending row of `kinds` (a JSON array) is due, if any.
+pub(crate) fn next_due_at(conn: &Connection, kinds: &str) -> rusqlite::Result<Option<i64>> {
+    conn.prepare_cached(
+        "SELECT min(next_attempt_at) FROM outbox
+         WHERE status = 'pending' AND kind IN (SELECT value FROM json_each(?1))",
+    )?
+    .query_row([kinds], |r| r.get(0))
 }
 
 /// Records an attempt on row `id`, made on the row as it was when queued for the `queued`-th

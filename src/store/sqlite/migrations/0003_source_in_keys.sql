@@ -1,5 +1,6 @@
 -- Migration 3: the ledger key becomes (source, event_id), so two sources may send the same
--- event id; outbox rows name their source and their event's type too. SQLite cannot alter a primary key or a
+-- event id; outbox rows name their source and their event's type too, and an effect can queue
+-- a row of its own with just (kind, source, key, payload): the rest has defaults. SQLite cannot alter a primary key or a
 -- unique constraint, so both tables are rebuilt, in this migration's transaction, keeping
 -- every row (all of them came from the one source of earlier versions, `stripe`).
 
@@ -27,11 +28,11 @@ CREATE TABLE outbox_v3 (
     key             TEXT NOT NULL,
     event_type      TEXT,             -- of the event a `forward` row delivers
     payload         BLOB NOT NULL,
-    status          TEXT NOT NULL CHECK (status IN ('pending', 'done', 'dead')),
+    status          TEXT NOT NULL DEFAULT 'pending' CHECK (status IN ('pending', 'done', 'dead')),
     attempts        INTEGER NOT NULL DEFAULT 0,
-    next_attempt_at INTEGER NOT NULL,
+    next_attempt_at INTEGER NOT NULL DEFAULT (unixepoch()),
     last_error      TEXT,
-    created_at      INTEGER NOT NULL,
+    created_at      INTEGER NOT NULL DEFAULT (unixepoch()),
     done_at         INTEGER,
     queued          INTEGER NOT NULL DEFAULT 0,
     UNIQUE (kind, source, key)
