@@ -14,15 +14,19 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context;
 use axum::Router;
 use tokio::net::TcpListener;
 
-use crate::config::{split_statements, Config, EffectConfig, PARAMETERS};
+use crate::config::{
+    split_statements, Config, EffectConfig, ForwardConfig, SourceConfig, PARAMETERS,
+};
 use crate::delivery;
 use crate::handler::sql::{SqlEffect, SqlEffects};
+use crate::handler::Handler;
 use crate::http::body::BodyBudget;
 use crate::http::ingest::Ingest;
 use crate::http::server;
@@ -43,11 +47,79 @@ pub struct Hookledger {
     lock: sqlite::ServeLock,
 }
 
+/// Builds a [`Hookledger`] in code: its config (or parts of it) and the app's own Rust
+/// handlers. `Hookledger::builder().database("app.db").source(SourceConfig::stripe(secrets))
+/// .handler("stripe", MyHandler).build()?`
+#[derive(Default)]
+pub struct Builder {
+    config: Config,
+    handlers: Vec<(String, Arc<dyn Handler>)>,
+}
+
+impl Builder {
+    /// Starts from `config` (a file's, say); later calls change it.
+    pub fn config(mut self, config: Config) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// The SQLite database file (the store).
+    pub fn database(mut self, path: impl Into<PathBuf>) -> Self {
+        self.config.database = path.into();
+        self
+    }
+
+    /// Adds a source: `POST /webhooks/{name}`.
+    pub fn source(mut self, source: SourceConfig) -> Self {
+        self.config.sources.push(source);
+        self
+    }
+
+    /// Runs `handler` for every new event of `source`, inside the claim's transaction, after
+    /// the source's built-in handlers and before its SQL effects.
+    pub fn handler(mut self, source: &str, handler: impl Handler) -> Self {
+        self.handlers.push((source.to_string(), Arc::new(handler)));
+        self
+    }
+
+    /// Forwards every processed event to the app at `forward.url`.
+    pub fn forward(mut self, forward: ForwardConfig) -> Self {
+        self.config.forward = Some(forward);
+        self
+    }
+
+    /// Checks everything, opens (and migrates) the database and starts the writer and the
+    /// background workers. Nothing listens yet.
+    pub fn build(self) -> anyhow::Result<Hookledger> {
+        Hookledger::start(self.config, self.handlers)
+    }
+}
+
 impl Hookledger {
+    /// A [`Builder`], to set hookledger up in code (and add Rust handlers).
+    pub fn builder() -> Builder {
+        Builder::default()
+    }
+
     /// Checks `config`, opens (and migrates) the database and starts the writer and the
     /// background workers. Nothing listens yet.
     pub fn open(config: Config) -> anyhow::Result<Hookledger> {
+        Hookledger::start(config, Vec::new())
+    }
+
+    fn start(
+        config: Config,
+        handlers: Vec<(String, Arc<dyn Handler>)>,
+    ) -> anyhow::Result<Hookledger> {
         config.validate()?;
+        for (source, handler) in &handlers {
+            if !config.sources.iter().any(|s| s.name == *source) {
+                anyhow::bail!(
+                    "handler `{}`: there is no source `{source}`",
+                    handler.name()
+                );
+            }
+        }
         let target = delivery::Targets::of(&config)?;
         let sources = config
             .sources
@@ -64,6 +136,11 @@ impl Hookledger {
             store.migrate_app(folder)?;
         }
         let mut sources = sources;
+        for (name, handler) in handlers {
+            if let Some(source) = sources.get_mut(name.as_str()) {
+                source.handlers.push(handler);
+            }
+        }
         for (name, effects) in compile_effects(&store, &config.effects)? {
             if let Some(source) = sources.get_mut(name.as_str()) {
                 source.handlers.push(Arc::new(SqlEffects(effects)));
@@ -119,17 +196,25 @@ impl Hookledger {
         listener: TcpListener,
         shutdown: impl Future<Output = ()>,
     ) -> anyhow::Result<()> {
+        server::serve(listener, self.app.clone(), &self.config.http, shutdown).await;
+        self.shutdown().await
+    }
+
+    /// Stops the background workers and the writer once everything queued is committed. For
+    /// an app that mounted [`Hookledger::router`] in its own server: call it after that server
+    /// has stopped and dropped the router (the writer ends when the last route is gone).
+    pub async fn shutdown(self) -> anyhow::Result<()> {
         let Hookledger {
-            config,
+            config: _,
             app,
             writer,
             worker,
             retention,
             lock,
         } = self;
-        server::serve(listener, app, &config.http, shutdown).await;
-        // The router is gone; the worker finishes its current attempt, retention its batch.
-        // Then the last writer handle is dropped: the writer commits its queue and ends.
+        drop(app);
+        // The worker finishes its current attempt, retention its batch. Then the last writer
+        // handle is dropped: the writer commits its queue and ends.
         tokio::task::spawn_blocking(move || {
             if let Some(worker) = worker {
                 worker.stop();
@@ -243,5 +328,45 @@ impl RunningServer {
 impl Drop for RunningServer {
     fn drop(&mut self) {
         let _ = self.shutdown();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::handler::{Prepared, Tx};
+    use crate::store::StoreError;
+
+    struct Nothing;
+
+    impl Handler for Nothing {
+        fn name(&self) -> &str {
+            "nothing"
+        }
+
+        fn handle(&self, _: &Tx<'_>, _: &crate::Event, _: Prepared) -> Result<(), StoreError> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_handler_for_a_source_that_does_not_exist_is_refused_before_the_database_is_made() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("h.db");
+        let err = Hookledger::builder()
+            .database(&db)
+            .source(SourceConfig::stripe(vec![crate::Secret::new(
+                "whsec_a_secret_of_some_length",
+            )]))
+            .handler("gh", Nothing)
+            .build()
+            .err()
+            .expect("refused");
+        assert!(
+            err.to_string()
+                .contains("handler `nothing`: there is no source `gh`"),
+            "{err}"
+        );
+        assert!(!db.exists());
     }
 }

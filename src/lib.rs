@@ -39,7 +39,7 @@ mod source;
 mod store;
 mod writer;
 
-pub use app::{Hookledger, RunningServer};
+pub use app::{Builder, Hookledger, RunningServer};
 pub use config::{
     Config, DeliveryConfig, EffectConfig, ForwardConfig, HmacAlgorithm, HmacConfig, HmacEncoding,
     HttpConfig, Locator, RetentionConfig, SchemaConfig, SchemeName, SourceConfig, StorageConfig,

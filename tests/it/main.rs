@@ -7,6 +7,7 @@ mod util;
 mod billing;
 mod crash;
 mod effects;
+mod embed;
 mod faults;
 mod fixtures;
 mod hostile;

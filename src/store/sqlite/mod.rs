@@ -502,7 +502,9 @@ mod tests {
             ..crate::event::Event::default()
         };
         outbox::enqueue(&conn, FORWARD, &event, b"{}", 1).unwrap();
-        let row = outbox::due(&conn, r#"["forward"]"#, 1, 10).unwrap().remove(0);
+        let row = outbox::due(&conn, r#"["forward"]"#, 1, 10)
+            .unwrap()
+            .remove(0);
         // The attempt is in flight when the event is replayed; then it succeeds.
         assert!(outbox::replay(&conn, "stripe", "evt_1", 2).unwrap());
         let delivered = crate::outbox::Attempt::Delivered;
@@ -516,7 +518,9 @@ mod tests {
             outbox::record(&conn, row.id, again[0].queued, &delivered, 4).unwrap(),
             1
         );
-        assert!(outbox::due(&conn, r#"["forward"]"#, 5, 10).unwrap().is_empty());
+        assert!(outbox::due(&conn, r#"["forward"]"#, 5, 10)
+            .unwrap()
+            .is_empty());
     }
 
     #[test]
