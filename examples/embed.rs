@@ -61,12 +61,12 @@ async fn main() -> anyhow::Result<()> {
         .merge(hookledger.router());
 
     let listener = tokio::net::TcpListener::bind(&listen).await?;
+    // The handler exists before the address is announced: a SIGTERM right after it stops us
+    // gracefully too.
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     println!("embed listening on {}", listener.local_addr()?);
     axum::serve(listener, app)
-        .with_graceful_shutdown(async {
-            let mut term =
-                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-                    .expect("a SIGTERM handler");
+        .with_graceful_shutdown(async move {
             tokio::select! {
                 _ = tokio::signal::ctrl_c() => {}
                 _ = term.recv() => {}

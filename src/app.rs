@@ -246,9 +246,15 @@ fn compile_effects(
                 effect.source,
                 j + 1
             );
-            let names = store
+            let (names, returns_rows) = store
                 .parameters_of(sql)
                 .map_err(|e| anyhow::anyhow!("{at}: {e}"))?;
+            if returns_rows {
+                anyhow::bail!(
+                    "{at}: it returns rows (a SELECT, or RETURNING); an effect's statements \
+                     change data and return nothing"
+                );
+            }
             for name in names {
                 match name {
                     Some(name) if PARAMETERS.contains(&name.as_str()) => {}
@@ -347,6 +353,28 @@ mod tests {
         fn handle(&self, _: &Tx<'_>, _: &crate::Event, _: Prepared) -> Result<(), StoreError> {
             Ok(())
         }
+    }
+
+    #[test]
+    fn shutdown_ends_even_while_an_app_still_holds_a_router() {
+        let dir = tempfile::tempdir().unwrap();
+        let hookledger = Hookledger::builder()
+            .database(dir.path().join("h.db"))
+            .source(SourceConfig::stripe(vec![crate::Secret::new(
+                "whsec_a_secret_of_some_length",
+            )]))
+            .build()
+            .unwrap();
+        let kept = hookledger.router();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let stopped = runtime.block_on(async {
+            tokio::time::timeout(std::time::Duration::from_secs(10), hookledger.shutdown()).await
+        });
+        assert!(matches!(stopped, Ok(Ok(()))), "shutdown hung or failed");
+        drop(kept);
     }
 
     #[test]

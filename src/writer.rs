@@ -53,11 +53,17 @@ pub(crate) enum Job {
     },
 }
 
-/// The sending side of the writer's queue. Cloned by every producer; when the last clone is
-/// dropped the writer finishes the queued jobs and its thread ends.
+/// What the queue carries: jobs, and the request to stop after those already queued.
+enum Message {
+    Job(Job),
+    Close,
+}
+
+/// The sending side of the writer's queue. Cloned by every producer; the writer ends when the
+/// last clone is dropped or when [`Writer::join`] closes it, after the jobs queued before.
 #[derive(Clone)]
 pub(crate) struct WriterHandle {
-    queue: SyncSender<Job>,
+    queue: SyncSender<Message>,
 }
 
 impl WriterHandle {
@@ -71,7 +77,7 @@ impl WriterHandle {
             submission: Some(submission),
             reply,
         };
-        match self.queue.try_send(job) {
+        match self.queue.try_send(Message::Job(job)) {
             Ok(()) => Ok(rx),
             Err(TrySendError::Full(_)) => Err(StoreError::QueueFull),
             Err(TrySendError::Disconnected(_)) => Err(StoreError::ShuttingDown),
@@ -83,20 +89,25 @@ impl WriterHandle {
     pub(crate) fn run_blocking(&self, write: Write) -> Result<u64, StoreError> {
         let (reply, rx) = oneshot::channel();
         self.queue
-            .send(Job::Write { write, reply })
+            .send(Message::Job(Job::Write { write, reply }))
             .map_err(|_| StoreError::ShuttingDown)?;
         rx.blocking_recv().map_err(|_| StoreError::ShuttingDown)?
     }
 }
 
-/// The running writer thread. `join` waits until every job queued before the last handle was
-/// dropped has been committed and answered.
+/// The running writer thread.
 pub(crate) struct Writer {
     thread: JoinHandle<()>,
+    close: SyncSender<Message>,
 }
 
 impl Writer {
+    /// Closes the queue and waits until every job queued before has been committed and
+    /// answered. Jobs queued after (by a handle still alive, e.g. a router an app kept) are
+    /// answered `ShuttingDown` and never run.
     pub(crate) fn join(self) {
+        let _ = self.close.send(Message::Close);
+        drop(self.close);
         if self.thread.join().is_err() {
             log::error!("writer thread panicked");
         }
@@ -114,22 +125,28 @@ pub(crate) fn spawn<S: Store>(
     let thread = std::thread::Builder::new()
         .name("hookledger-writer".into())
         .spawn(move || run(store, rx, config.batch_max, on_commit.as_deref()))?;
-    Ok((WriterHandle { queue }, Writer { thread }))
+    let close = queue.clone();
+    Ok((WriterHandle { queue }, Writer { thread, close }))
 }
 
 fn run<S: Store>(
     mut store: S,
-    rx: Receiver<Job>,
+    rx: Receiver<Message>,
     batch_max: usize,
     on_commit: Option<&(dyn Fn() + Send)>,
 ) {
     let batch_max = batch_max.max(1);
     let mut batch = Vec::with_capacity(batch_max);
-    while let Ok(first) = rx.recv() {
+    let mut closing = false;
+    while let Ok(Message::Job(first)) = rx.recv() {
         batch.push(first);
         while batch.len() < batch_max {
             match rx.try_recv() {
-                Ok(job) => batch.push(job),
+                Ok(Message::Job(job)) => batch.push(job),
+                Ok(Message::Close) => {
+                    closing = true;
+                    break;
+                }
                 Err(_) => break,
             }
         }
@@ -142,13 +159,22 @@ fn run<S: Store>(
             Ok(false) => {}
             // The jobs that queued up meanwhile have waited out a busy timeout already: they
             // get the same answer now instead of waiting for a second one.
-            Err(busy) => {
-                while let Ok(job) = rx.try_recv() {
-                    fail(job, &busy);
+            Err(busy) => loop {
+                match rx.try_recv() {
+                    Ok(Message::Job(job)) => fail(job, &busy),
+                    Ok(Message::Close) => {
+                        closing = true;
+                        break;
+                    }
+                    Err(_) => break,
                 }
-            }
+            },
+        }
+        if closing {
+            break;
         }
     }
+    // Jobs still queued (after a close) are dropped unrun: their senders get `ShuttingDown`.
     log::debug!("writer: queue closed, exiting");
 }
 

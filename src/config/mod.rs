@@ -191,11 +191,16 @@ impl DeliveryConfig {
         let target = ForwardConfig {
             url: self.url.clone(),
             secret,
-            schedule: self
-                .schedule
-                .clone()
-                .unwrap_or_else(crate::outbox::default_schedule),
-            timeout: self.timeout.unwrap_or(DEFAULT_FORWARD_TIMEOUT),
+            schedule: match (&self.schedule, forward) {
+                (Some(schedule), _) => schedule.clone(),
+                (None, Some(forward)) => forward.schedule.clone(),
+                (None, None) => crate::outbox::default_schedule(),
+            },
+            timeout: match (self.timeout, forward) {
+                (Some(timeout), _) => timeout,
+                (None, Some(forward)) => forward.timeout,
+                (None, None) => DEFAULT_FORWARD_TIMEOUT,
+            },
         };
         target.validate().map_err(|e| {
             // The checks are [forward]'s; name this delivery's keys instead.
@@ -641,6 +646,38 @@ mod tests {
             "{shown}"
         );
         assert_eq!(config.sources[0].secrets.len(), 2);
+    }
+
+    #[test]
+    fn a_delivery_takes_what_it_does_not_set_from_forward() {
+        let forward = ForwardConfig {
+            url: "http://127.0.0.1:1/forward".into(),
+            secret: Secret::new("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"),
+            schedule: vec![Duration::from_secs(7)],
+            timeout: Duration::from_secs(3),
+        };
+        let delivery = DeliveryConfig {
+            kind: "send_receipt".into(),
+            url: "http://127.0.0.1:1/receipts".into(),
+            secret: None,
+            schedule: None,
+            timeout: None,
+        };
+        let target = delivery.target(Some(&forward)).unwrap();
+        assert_eq!(target.url, "http://127.0.0.1:1/receipts");
+        assert_eq!(target.secret, forward.secret);
+        assert_eq!(target.schedule, forward.schedule);
+        assert_eq!(target.timeout, forward.timeout);
+        let own = DeliveryConfig {
+            timeout: Some(Duration::from_secs(9)),
+            ..delivery.clone()
+        };
+        assert_eq!(
+            own.target(Some(&forward)).unwrap().timeout,
+            Duration::from_secs(9)
+        );
+        let err = delivery.target(None).unwrap_err().to_string();
+        assert!(err.contains("secret is missing"), "{err}");
     }
 
     #[test]

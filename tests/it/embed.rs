@@ -14,7 +14,11 @@ fn the_embedding_example_serves_its_routes_and_hookledger_s_with_its_handler() {
         .parent()
         .unwrap()
         .join("examples/embed");
-    assert!(exe.exists(), "{} was not built", exe.display());
+    assert!(
+        exe.exists(),
+        "{} was not built: `cargo test` (without --test) builds the examples",
+        exe.display()
+    );
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("embed.db");
     let mut child = Command::new(&exe)

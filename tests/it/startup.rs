@@ -428,6 +428,10 @@ fn bad_effects_and_changed_migrations_stop_start_up() {
             "[[effect]]\nsource = \"stripe\"\non = \"*\"\nsql = \"INSERT INTO t VALUES (?)\"\n",
             vec!["unknown parameter `?`"],
         ),
+        (
+            "[[effect]]\nsource = \"stripe\"\non = \"*\"\nsql = \"SELECT x FROM t\"\n",
+            vec!["statement 1: it returns rows"],
+        ),
     ] {
         let path = write(dir.path(), "b.toml", &config(effect));
         let (err, _) = refused_at_open(&["--config", &path], &env);

@@ -94,14 +94,22 @@ impl SqliteStore {
         app_schema::migrate(&mut self.conn, folder)
     }
 
-    /// The parameter names of one statement `sql` (`None` for a positional `?`), prepared
-    /// against the database: errors are SQLite's own (no such table, a syntax error, more
-    /// than one statement).
-    pub(crate) fn parameters_of(&self, sql: &str) -> rusqlite::Result<Vec<Option<String>>> {
-        let stmt = self.conn.prepare(sql)?;
-        Ok((1..=stmt.parameter_count())
+    /// The parameter names of one statement `sql` (`None` for a positional `?`) and whether
+    /// it returns rows, prepared against the database: errors are SQLite's own (no such
+    /// table, a syntax error, more than one statement).
+    pub(crate) fn parameters_of(&self, sql: &str) -> rusqlite::Result<(Vec<Option<String>>, bool)> {
+        // Prepared as a handler's statement would be: what a handler may not do is refused
+        // here too (and a PRAGMA, which SQLite applies when preparing, never reaches the
+        // connection).
+        let was = self.handler.running();
+        self.handler.set(true);
+        let stmt = self.conn.prepare(sql);
+        self.handler.set(was);
+        let stmt = stmt?;
+        let names = (1..=stmt.parameter_count())
             .map(|i| stmt.parameter_name(i).map(str::to_string))
-            .collect())
+            .collect();
+        Ok((names, stmt.column_count() > 0))
     }
 
     /// Opens the database for one command's writes, with SQLite's own checkpoints.
@@ -150,11 +158,14 @@ impl SqliteStore {
         conn.authorizer(Some(
             move |ctx: rusqlite::hooks::AuthContext<'_>| match ctx.action {
                 // ATTACH too: a transaction across attached WAL databases is not atomic on a
-                // crash, so a handler's effects stay in this file.
+                // crash, so a handler's effects stay in this file. And PRAGMA: it changes the
+                // writer's connection for every later event (query_only, foreign_keys, ...),
+                // and a savepoint does not roll it back.
                 AuthAction::Transaction { .. }
                 | AuthAction::Savepoint { .. }
                 | AuthAction::Attach { .. }
                 | AuthAction::Detach { .. }
+                | AuthAction::Pragma { .. }
                     if running.running() =>
                 {
                     Authorization::Deny
@@ -544,10 +555,29 @@ mod tests {
         let store = SqliteStore::open_in_memory().unwrap();
         store.conn.execute_batch("BEGIN IMMEDIATE").unwrap();
         store.handler.set(true);
-        for sql in ["COMMIT", "ROLLBACK", "SAVEPOINT x", "RELEASE x", "BEGIN"] {
+        for sql in [
+            "COMMIT",
+            "ROLLBACK",
+            "SAVEPOINT x",
+            "RELEASE x",
+            "BEGIN",
+            "ATTACH DATABASE ':memory:' AS other",
+            "DETACH DATABASE other",
+            "PRAGMA query_only = 1",
+            "PRAGMA foreign_keys = OFF",
+        ] {
             assert!(store.tx().execute(sql, []).is_err(), "{sql} was allowed");
+            assert!(
+                store.parameters_of(sql).is_err(),
+                "{sql} passed the start-up check"
+            );
         }
         store.handler.set(false);
+        let on: i64 = store
+            .conn
+            .query_row("PRAGMA foreign_keys", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(on, 1, "a refused PRAGMA changed nothing");
         assert!(!store.conn.is_autocommit(), "the transaction is still open");
         store.conn.execute_batch("COMMIT").unwrap();
     }

@@ -40,9 +40,11 @@ pub(crate) fn due(
     now: i64,
     limit: usize,
 ) -> rusqlite::Result<Vec<PendingRow>> {
-    // An effect may have written its payload as text (json_object): the bytes either way.
+    // An effect may have written its payload as text (json_object), or a key as a number or a
+    // blob: each is read as the type the worker needs, so one odd row cannot stop the others.
     conn.prepare_cached(
-        "SELECT id, kind, source, key, event_type, CAST(payload AS BLOB), attempts, queued
+        "SELECT id, CAST(kind AS TEXT), CAST(source AS TEXT), CAST(key AS TEXT),
+                CAST(event_type AS TEXT), CAST(payload AS BLOB), attempts, queued
          FROM outbox
          WHERE status = 'pending' AND next_attempt_at <= ?1
            AND kind IN (SELECT value FROM json_each(?3))
