@@ -125,8 +125,12 @@ impl Hookledger {
             .sources
             .iter()
             .map(|c| {
-                let source =
-                    Source::from_config(c, &config.stripe_billing, config.forward.is_some())?;
+                let source = Source::from_config(
+                    c,
+                    &config.stripe_billing,
+                    config.forward.is_some(),
+                    config.http.max_body,
+                )?;
                 Ok((source.name.clone(), source))
             })
             .collect::<anyhow::Result<HashMap<_, _>>>()?;

@@ -322,6 +322,15 @@ impl Config {
         }
         for (i, source) in self.sources.iter().enumerate() {
             source.validate()?;
+            let max_body = source.max_body(self.http.max_body);
+            if max_body == 0 || max_body > self.http.body_budget {
+                bail!(
+                    "source `{}`: max_body ({max_body}) must be at least 1 and at most \
+                     http.body_budget (--max-body-in-flight: {})",
+                    source.name,
+                    self.http.body_budget
+                );
+            }
             if self.sources[..i].iter().any(|s| s.name == source.name) {
                 bail!("source `{}`: name: two sources have this name", source.name);
             }

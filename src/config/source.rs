@@ -27,6 +27,10 @@ pub struct SourceConfig {
     /// Built-in handlers run for its events inside the claim's transaction, in order.
     #[serde(default)]
     pub handlers: Vec<String>,
+    /// Largest body in bytes. Default: `http.max_body` (`--max-body`, 1 MiB), and 25 MiB for
+    /// scheme github (GitHub's own cap on a payload).
+    #[serde(default)]
+    pub max_body: Option<usize>,
     /// Scheme `hmac` only: how the signature is made.
     #[serde(default)]
     pub hmac: Option<HmacConfig>,
@@ -106,6 +110,9 @@ pub enum Locator {
     Json(String),
 }
 
+/// GitHub caps a webhook payload at 25 MB.
+pub(crate) const GITHUB_MAX_BODY: usize = 25 * 1024 * 1024;
+
 /// The handlers hookledger has built in.
 pub(crate) const HANDLERS: &[&str] = &["stripe-billing"];
 
@@ -118,10 +125,19 @@ impl SourceConfig {
             secrets,
             tolerance: None,
             handlers: vec!["stripe-billing".into()],
+            max_body: None,
             hmac: None,
             id: None,
             kind: None,
         }
+    }
+
+    /// The largest body this source accepts, given the listener's default.
+    pub(crate) fn max_body(&self, default: usize) -> usize {
+        self.max_body.unwrap_or(match self.scheme {
+            SchemeName::Github => GITHUB_MAX_BODY.max(default),
+            _ => default,
+        })
     }
 
     /// Replaces each `env:NAME` and `file:PATH` secret with what it names (`file:` paths

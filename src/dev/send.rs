@@ -61,7 +61,7 @@ pub(crate) fn signed_as_source(
         Some(id) => id.clone(),
         None => random_id()?,
     };
-    let scheme = Source::from_config(&source, &config.stripe_billing, false)?.scheme;
+    let scheme = Source::from_config(&source, &config.stripe_billing, false, usize::MAX)?.scheme;
     let url = args
         .url
         .clone()

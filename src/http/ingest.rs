@@ -97,9 +97,9 @@ async fn receive(
         .scheme
         .precheck(&parts.headers, unix_now())
         .map_err(|e| no_id(e.into()))?;
-    let size = declared_size(&parts.headers, http.max_body).map_err(no_id)?;
+    let size = declared_size(&parts.headers, source.max_body).map_err(no_id)?;
     let mut room = ingest.budget.reserve(size).map_err(no_id)?;
-    let body = read_body(body, http.max_body, http.read_timeout, &mut room)
+    let body = read_body(body, source.max_body, http.read_timeout, &mut room)
         .await
         .map_err(no_id)?;
     source

@@ -59,6 +59,8 @@ pub(crate) struct Source {
     pub(crate) handlers: Vec<Arc<dyn Handler>>,
     /// Queue every new event for delivery to the app.
     pub(crate) forward: bool,
+    /// Largest body in bytes.
+    pub(crate) max_body: usize,
 }
 
 impl Source {
@@ -67,6 +69,7 @@ impl Source {
         config: &SourceConfig,
         billing: &StripeBillingConfig,
         forward: bool,
+        default_max_body: usize,
     ) -> anyhow::Result<Source> {
         let secrets = config.secrets.clone();
         let tolerance = config
@@ -104,6 +107,7 @@ impl Source {
             scheme,
             handlers,
             forward,
+            max_body: config.max_body(default_max_body),
         })
     }
 }

@@ -605,3 +605,20 @@ fn the_config_file_may_come_from_hookledger_config_and_send_help_shows_each_sche
         assert!(help.contains(example), "{example}: {help}");
     }
 }
+
+/// Body limits are per source: GitHub's payloads may reach 25 MB (its default), while the
+/// Stripe source keeps the listener's 1 MiB.
+#[test]
+fn a_github_source_takes_bodies_beyond_the_default_limit_and_stripe_does_not() {
+    let server = start();
+    let big = format!(
+        r#"{{"ref":"refs/heads/main","padding":"{}"}}"#,
+        "x".repeat(2 * 1024 * 1024)
+    )
+    .into_bytes();
+    let headers = github_headers(GITHUB_SECRET, "d-big", "push", &big);
+    assert_outcome(&post(&server, "gh", &big, &headers), "d-big", "processed");
+    let stripe_headers = vec![("Stripe-Signature".to_string(), signature(&big))];
+    let reply = post(&server, "stripe", &big, &stripe_headers);
+    assert_error(&reply, 413, "body_too_large");
+}

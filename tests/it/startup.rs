@@ -361,6 +361,11 @@ handlers = ["stripe-billing"]
             vec!["source `stripe`", "handlers", "unknown handler `stripe-biling`"],
         ),
         (
+            "max_body over the budget",
+            format!("{good}\n[[source]]\nname = \"gh\"\nscheme = \"github\"\nsecrets = [\"github_secret_1\"]\nmax_body = 99999999999\n"),
+            vec!["source `gh`", "max_body (99999999999)", "--max-body-in-flight"],
+        ),
+        (
             "tolerance on github",
             format!("{good}\n[[source]]\nname = \"gh\"\nscheme = \"github\"\nsecrets = [\"github_secret_1\"]\ntolerance = \"5m\"\n"),
             vec!["source `gh`", "tolerance does not apply"],
