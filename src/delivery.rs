@@ -29,8 +29,7 @@ use std::time::Duration;
 use crate::config::ForwardConfig;
 use crate::outbox::{next_delay, Attempt, PendingRow, FORWARD};
 use crate::source::standard::{self, SigningKey};
-use crate::store::sqlite::{self, ReadPool};
-use crate::store::Write;
+use crate::store::{OutboxReader, Write};
 use crate::unix_now;
 use crate::writer::WriterHandle;
 
@@ -126,7 +125,7 @@ impl Worker {
 
     pub(crate) fn spawn(
         config: Targets,
-        pool: ReadPool,
+        pool: impl OutboxReader,
         writer: WriterHandle,
         waker: Waker,
         woken: Receiver<()>,
@@ -155,7 +154,7 @@ impl Worker {
 
 fn run(
     targets: &Targets,
-    pool: &ReadPool,
+    pool: &impl OutboxReader,
     writer: &WriterHandle,
     woken: &Receiver<()>,
     stop: &AtomicBool,
@@ -207,21 +206,13 @@ fn run(
     log::debug!("outbox worker stopped");
 }
 
-fn poll(pool: &ReadPool, kinds: &str) -> anyhow::Result<Vec<PendingRow>> {
-    Ok(sqlite::outbox::due(
-        &*pool.get()?,
-        kinds,
-        unix_now(),
-        BATCH,
-    )?)
+fn poll(pool: &impl OutboxReader, kinds: &str) -> anyhow::Result<Vec<PendingRow>> {
+    pool.due(kinds, unix_now(), BATCH)
 }
 
 /// How long to sleep until the next row is due (at most [`IDLE_POLL`]).
-fn idle_wait(pool: &ReadPool, kinds: &str) -> Duration {
-    let next = pool
-        .get()
-        .ok()
-        .and_then(|conn| sqlite::outbox::next_due_at(&conn, kinds).ok().flatten());
+fn idle_wait(pool: &impl OutboxReader, kinds: &str) -> Duration {
+    let next = pool.next_due_at(kinds).ok().flatten();
     match next {
         Some(at) => Duration::from_secs(at.saturating_sub(unix_now()).max(0) as u64)
             .clamp(Duration::from_millis(50), IDLE_POLL),

@@ -9,7 +9,7 @@
 pub(crate) mod sqlite;
 
 use crate::handler::Submission;
-use crate::outbox::Attempt;
+use crate::outbox::{Attempt, PendingRow};
 
 /// Why a write did not happen. Mapped to HTTP in `http::error`.
 ///
@@ -104,4 +104,14 @@ pub(crate) trait Store: Send + 'static {
     fn apply(&mut self, submission: Submission, now: i64) -> Result<Outcome, StoreError>;
     /// Returns a count for the caller: rows changed or deleted.
     fn write(&mut self, write: &Write, now: i64) -> Result<u64, StoreError>;
+}
+
+/// The outbox worker's view of a database: which rows are due. It reads on connections of its
+/// own; the results of its attempts go through the writer ([`Write::Record`]).
+pub(crate) trait OutboxReader: Send + 'static {
+    /// Up to `limit` pending rows of `kinds` (a JSON array) due at `now`, in id order.
+    fn due(&self, kinds: &str, now: i64, limit: usize) -> anyhow::Result<Vec<PendingRow>>;
+
+    /// When the next pending row of `kinds` is due, if any.
+    fn next_due_at(&self, kinds: &str) -> anyhow::Result<Option<i64>>;
 }

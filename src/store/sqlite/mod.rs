@@ -31,7 +31,7 @@ use rusqlite::hooks::{AuthAction, Authorization};
 use rusqlite::{Connection, ErrorCode, OpenFlags};
 
 use crate::handler::Submission;
-use crate::outbox::FORWARD;
+use crate::outbox::{PendingRow, FORWARD};
 use crate::store::{Outcome, Store, StoreError, Write};
 
 use checkpoint::Checkpointer;
@@ -386,6 +386,16 @@ pub(crate) fn read_pool(path: &Path, size: u32) -> anyhow::Result<ReadPool> {
         .max_size(size)
         .build(manager)
         .with_context(|| format!("cannot open read connections to {}", path.display()))
+}
+
+impl crate::store::OutboxReader for ReadPool {
+    fn due(&self, kinds: &str, now: i64, limit: usize) -> anyhow::Result<Vec<PendingRow>> {
+        Ok(outbox::due(&*self.get()?, kinds, now, limit)?)
+    }
+
+    fn next_due_at(&self, kinds: &str) -> anyhow::Result<Option<i64>> {
+        Ok(outbox::next_due_at(&*self.get()?, kinds)?)
+    }
 }
 
 /// Opens a read-only connection to an existing database (the CLI's listings).
