@@ -16,34 +16,39 @@ fn refused(args: &[&str], env: &[(&str, &str)]) -> String {
     stderr
 }
 
-/// As [`refused`], for what can only be checked against the database (an effect's SQL): it
-/// may have been created; returns stderr and whether it was.
-fn refused_at_open(args: &[&str], env: &[(&str, &str)]) -> (String, bool) {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("never.db");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_hookledger"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--db"])
-        .arg(&db)
-        .args(args)
-        .env_remove("STRIPE_WEBHOOK_SECRET")
-        .env_remove("HOOKLEDGER_FORWARD_SECRET")
-        .envs(env.iter().copied())
+/// Runs `cmd` until it exits, with stderr captured: its exit code and stderr. One that is
+/// still running after 10 s (a server that started instead of refusing) is killed, and its
+/// code is `None`.
+fn exit_of(cmd: &mut Command) -> (Option<i32>, String) {
+    let mut child = cmd
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    // A server that starts instead of refusing is stopped, and the test fails.
     let status = wait_for(Duration::from_secs(10), || child.try_wait().unwrap());
     if status.is_none() {
         let _ = child.kill();
     }
     let output = child.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
-    assert_eq!(
-        status.and_then(|s| s.code()),
-        Some(2),
-        "{args:?} {env:?}: {stderr}"
+    (status.and_then(|s| s.code()), stderr)
+}
+
+/// As [`refused`], for what can only be checked against the database (an effect's SQL): it
+/// may have been created; returns stderr and whether it was.
+fn refused_at_open(args: &[&str], env: &[(&str, &str)]) -> (String, bool) {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("never.db");
+    let (code, stderr) = exit_of(
+        Command::new(env!("CARGO_BIN_EXE_hookledger"))
+            .args(["serve", "--listen", "127.0.0.1:0", "--db"])
+            .arg(&db)
+            .args(args)
+            .env_remove("STRIPE_WEBHOOK_SECRET")
+            .env_remove("HOOKLEDGER_FORWARD_SECRET")
+            .envs(env.iter().copied()),
     );
+    assert_eq!(code, Some(2), "{args:?} {env:?}: {stderr}");
     (stderr, db.exists())
 }
 
@@ -198,22 +203,14 @@ fn forwarding_settings_that_cannot_work_stop_start_up_naming_the_flag() {
 fn a_second_serve_on_the_same_database_is_refused_and_cli_commands_still_work() {
     let first = Server::start(&[]);
     let (_, args) = down_app();
-    let mut second = Command::new(env!("CARGO_BIN_EXE_hookledger"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--db"])
-        .arg(first.dir.join("hookledger.db"))
-        .args(&args)
-        .env("STRIPE_WEBHOOK_SECRET", SECRET)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let status = wait_for(Duration::from_secs(10), || second.try_wait().unwrap());
-    if status.is_none() {
-        let _ = second.kill();
-    }
-    let output = second.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(status.and_then(|s| s.code()), Some(2), "{stderr}");
+    let (code, stderr) = exit_of(
+        Command::new(env!("CARGO_BIN_EXE_hookledger"))
+            .args(["serve", "--listen", "127.0.0.1:0", "--db"])
+            .arg(first.dir.join("hookledger.db"))
+            .args(&args)
+            .env("STRIPE_WEBHOOK_SECRET", SECRET),
+    );
+    assert_eq!(code, Some(2), "{stderr}");
     assert!(
         stderr.contains("another hookledger serve is using this database"),
         "{stderr}"
@@ -261,20 +258,11 @@ fn a_read_only_database_file_stops_start_up_with_the_reason() {
     } else {
         Command::new(env!("CARGO_BIN_EXE_hookledger"))
     };
-    let output = cmd
-        .args(["serve", "--listen", "127.0.0.1:0", "--db"])
-        .arg(&db)
-        .env("STRIPE_WEBHOOK_SECRET", SECRET)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut child = output;
-    let status = wait_for(Duration::from_secs(10), || child.try_wait().unwrap());
-    if status.is_none() {
-        let _ = child.kill();
-    }
-    let stderr = String::from_utf8_lossy(&child.wait_with_output().unwrap().stderr).into_owned();
+    let (code, stderr) = exit_of(
+        cmd.args(["serve", "--listen", "127.0.0.1:0", "--db"])
+            .arg(&db)
+            .env("STRIPE_WEBHOOK_SECRET", SECRET),
+    );
     let dropped = !(root && stderr.contains("setpriv"));
     if !prerequisite(
         dropped,
@@ -283,7 +271,7 @@ fn a_read_only_database_file_stops_start_up_with_the_reason() {
     ) {
         return;
     }
-    assert_eq!(status.and_then(|s| s.code()), Some(2), "{stderr}");
+    assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("is read-only"), "{stderr}");
 }
 
@@ -458,22 +446,21 @@ fn bad_effects_and_changed_migrations_stop_start_up() {
         "001_t.sql",
         "CREATE TABLE t (x INTEGER);",
     );
-    let output = Command::new(env!("CARGO_BIN_EXE_hookledger"))
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--config",
-            &path,
-            "--db",
-        ])
-        .arg(db_dir.path().join("hookledger.db"))
-        .env("HOOKLEDGER_TEST_STRIPE", SECRET)
-        .env_remove("STRIPE_WEBHOOK_SECRET")
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(2), "{err}");
+    let (code, err) = exit_of(
+        Command::new(env!("CARGO_BIN_EXE_hookledger"))
+            .args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--config",
+                &path,
+                "--db",
+            ])
+            .arg(db_dir.path().join("hookledger.db"))
+            .env("HOOKLEDGER_TEST_STRIPE", SECRET)
+            .env_remove("STRIPE_WEBHOOK_SECRET"),
+    );
+    assert_eq!(code, Some(2), "{err}");
     assert!(
         err.contains("migration 001_t.sql changed after it was applied"),
         "{err}"
