@@ -2,7 +2,7 @@
 //! each request is signed here by an implementation of its own (the `hmac` crate, or Python's
 //! `hmac` for GitHub), not by hookledger's signers.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use base64::Engine;
 use hmac::Mac;
@@ -15,6 +15,22 @@ const SHOPIFY_SECRET: &str = "shopify_client_secret_1";
 const CLERK_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 const ACME_SECRET: &str = "acme_secret_for_tests";
 
+/// The environment the example config reads its sources' secrets from.
+const SECRETS: [(&str, &str); 4] = [
+    ("GITHUB_WEBHOOK_SECRET", GITHUB_SECRET),
+    ("SHOPIFY_CLIENT_SECRET", SHOPIFY_SECRET),
+    ("CLERK_WEBHOOK_SECRET", CLERK_SECRET),
+    ("ACME_WEBHOOK_SECRET", ACME_SECRET),
+];
+
+/// A server on `dir` with `args`, the sources' secrets and `env` in its environment.
+fn start_in(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Server {
+    let mut all = vec![("RUST_LOG", "info")];
+    all.extend(SECRETS);
+    all.extend(env);
+    Server::start_with_env(dir, args, &all)
+}
+
 fn example_config() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples/hookledger.toml")
 }
@@ -23,17 +39,7 @@ fn example_config() -> PathBuf {
 fn start() -> Server {
     let dir = tempfile::tempdir().unwrap();
     let config = example_config();
-    let mut server = Server::start_with_env(
-        dir.path(),
-        &["--config", config.to_str().unwrap()],
-        &[
-            ("RUST_LOG", "info"),
-            ("GITHUB_WEBHOOK_SECRET", GITHUB_SECRET),
-            ("SHOPIFY_CLIENT_SECRET", SHOPIFY_SECRET),
-            ("CLERK_WEBHOOK_SECRET", CLERK_SECRET),
-            ("ACME_WEBHOOK_SECRET", ACME_SECRET),
-        ],
-    );
+    let mut server = start_in(dir.path(), &["--config", config.to_str().unwrap()], &[]);
     server.keep(dir);
     server
 }
@@ -443,10 +449,7 @@ fn send_signs_as_each_source_of_the_config_file() {
         args.push(file.to_str().unwrap());
         let output = std::process::Command::new(env!("CARGO_BIN_EXE_hookledger"))
             .args(&args)
-            .env("GITHUB_WEBHOOK_SECRET", GITHUB_SECRET)
-            .env("SHOPIFY_CLIENT_SECRET", SHOPIFY_SECRET)
-            .env("CLERK_WEBHOOK_SECRET", CLERK_SECRET)
-            .env("ACME_WEBHOOK_SECRET", ACME_SECRET)
+            .envs(SECRETS)
             .env("STRIPE_WEBHOOK_SECRET", SECRET)
             .output()
             .unwrap();
@@ -485,17 +488,7 @@ fn a_database_from_the_release_before_sources_keeps_every_row() {
     )
     .unwrap();
     let config = example_config();
-    let server = Server::start_with_env(
-        dir.path(),
-        &["--config", config.to_str().unwrap()],
-        &[
-            ("RUST_LOG", "info"),
-            ("GITHUB_WEBHOOK_SECRET", GITHUB_SECRET),
-            ("SHOPIFY_CLIENT_SECRET", SHOPIFY_SECRET),
-            ("CLERK_WEBHOOK_SECRET", CLERK_SECRET),
-            ("ACME_WEBHOOK_SECRET", ACME_SECRET),
-        ],
-    );
+    let server = start_in(dir.path(), &["--config", config.to_str().unwrap()], &[]);
     let db = server.db();
     let version: i64 = db
         .query_row("PRAGMA user_version", [], |r| r.get(0))
@@ -578,17 +571,10 @@ fn a_github_delivery_resent_a_year_later_is_still_a_duplicate() {
 fn the_config_file_may_come_from_hookledger_config_and_send_help_shows_each_scheme() {
     let dir = tempfile::tempdir().unwrap();
     let config = example_config();
-    let server = Server::start_with_env(
+    let server = start_in(
         dir.path(),
         &[],
-        &[
-            ("RUST_LOG", "info"),
-            ("HOOKLEDGER_CONFIG", config.to_str().unwrap()),
-            ("GITHUB_WEBHOOK_SECRET", GITHUB_SECRET),
-            ("SHOPIFY_CLIENT_SECRET", SHOPIFY_SECRET),
-            ("CLERK_WEBHOOK_SECRET", CLERK_SECRET),
-            ("ACME_WEBHOOK_SECRET", ACME_SECRET),
-        ],
+        &[("HOOKLEDGER_CONFIG", config.to_str().unwrap())],
     );
     let body = br#"{"zen":"x"}"#;
     let headers = github_headers(GITHUB_SECRET, "d-env", "ping", body);
