@@ -167,6 +167,12 @@ pub struct SendArgs {
     pub kind: Option<String>,
 }
 
+/// Whether a flag's `value` came from the environment variable `var`: clap fills the flag from
+/// it too, and the same value there means it came from there.
+pub(crate) fn from_environment(value: &Option<String>, var: &str) -> bool {
+    value.is_some() && std::env::var(var).ok() == *value
+}
+
 /// What `main` turns into an exit code.
 pub enum Exit {
     Ok,

@@ -12,7 +12,7 @@ use crate::app::Hookledger;
 use crate::config::{self, Config, ForwardConfig, SchemeName, SourceConfig};
 use crate::source::Secret;
 
-use super::Exit;
+use super::{from_environment, Exit};
 
 /// The flags of `serve`. Each is optional: a flag that is given replaces the config file's
 /// value (or the default), one that is not leaves it.
@@ -140,10 +140,7 @@ impl ServeArgs {
                 .payload_days
                 .min(config.retention.claim_days);
         }
-        // clap fills --stripe-secret from the environment too; the same value there means it
-        // came from there.
-        let from_env = self.stripe_secret.is_some()
-            && std::env::var("STRIPE_WEBHOOK_SECRET").ok() == self.stripe_secret;
+        let from_env = from_environment(&self.stripe_secret, "STRIPE_WEBHOOK_SECRET");
         let stripe_secrets = match secret_source(
             self.stripe_secret.as_deref(),
             self.stripe_secret_file.as_deref(),
@@ -168,8 +165,7 @@ impl ServeArgs {
             ),
         )?;
         // As for Stripe: with a file that forwards, the environment counts only through it.
-        let secret_from_env = self.forward_secret.is_some()
-            && std::env::var("HOOKLEDGER_FORWARD_SECRET").ok() == self.forward_secret;
+        let secret_from_env = from_environment(&self.forward_secret, "HOOKLEDGER_FORWARD_SECRET");
         let secret = secret.filter(|_| !(secret_from_env && config.forward.is_some()));
         let Some(url) = self.forward_to else {
             // Forwarding flags without a target would be silently ignored (unless the file

@@ -231,9 +231,7 @@ struct DemoDir(std::path::PathBuf);
 
 impl DemoDir {
     fn create() -> anyhow::Result<DemoDir> {
-        let mut suffix = [0u8; 8];
-        getrandom::fill(&mut suffix).map_err(std::io::Error::from)?;
-        let path = std::env::temp_dir().join(format!("hookledger-demo-{}", hex::encode(suffix)));
+        let path = std::env::temp_dir().join(format!("hookledger-demo-{}", super::random_hex()?));
         let mut builder = std::fs::DirBuilder::new();
         #[cfg(unix)]
         std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);

@@ -47,12 +47,8 @@ pub(crate) fn signed_as_source(
     };
     // `--secret` replaces the source's own secrets; STRIPE_WEBHOOK_SECRET (which also fills
     // it) is for Stripe without a config file, not for the config's sources.
-    let from_env = std::env::var("STRIPE_WEBHOOK_SECRET").ok();
-    match args
-        .secret
-        .as_ref()
-        .filter(|s| Some(*s) != from_env.as_ref())
-    {
+    let from_env = crate::cli::from_environment(&args.secret, "STRIPE_WEBHOOK_SECRET");
+    match args.secret.as_ref().filter(|_| !from_env) {
         Some(secret) => source.secrets = vec![Secret::new(secret.trim())],
         None => source.resolve_secrets(&folder)?,
     }
@@ -71,7 +67,5 @@ pub(crate) fn signed_as_source(
 
 /// A fresh delivery id (`hl_` and 16 random hex digits).
 fn random_id() -> anyhow::Result<String> {
-    let mut bytes = [0u8; 8];
-    getrandom::fill(&mut bytes).map_err(std::io::Error::from)?;
-    Ok(format!("hl_{}", hex::encode(bytes)))
+    Ok(format!("hl_{}", super::random_hex()?))
 }
