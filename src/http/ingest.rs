@@ -64,13 +64,9 @@ pub(crate) async fn webhook(
         }
         Err((id, err)) => {
             let rejection = Rejection::of(&err);
-            if let Some(held_back) = ingest.rejection_log.admit(unix_now()) {
+            if let Some(more) = ingest.rejection_log.admit(unix_now(), "rejections") {
                 let (code, kind) = (rejection.status.as_u16(), rejection.kind);
                 let id = id.as_deref().unwrap_or("-");
-                let more = match held_back {
-                    0 => String::new(),
-                    n => format!(" ({n} earlier rejections not logged)"),
-                };
                 if rejection.status.is_server_error() {
                     log::error!("{name} {id} {kind} {code}: {err} {ms:.1}ms{more}");
                 } else {

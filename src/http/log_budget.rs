@@ -35,9 +35,10 @@ struct State {
 }
 
 impl LogBudget {
-    /// Whether a line may be written at `now` (Unix seconds): `Some(n)` with the number of
-    /// lines held back before it, or `None` (this one is held back and counted).
-    pub(crate) fn admit(&self, now: i64) -> Option<u64> {
+    /// Whether a line may be written at `now` (Unix seconds): `Some` with what to add to it
+    /// (empty, or how many earlier `what` were held back), or `None` (this one is held back
+    /// and counted).
+    pub(crate) fn admit(&self, now: i64, what: &str) -> Option<String> {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         if state.second != now {
             state.second = now;
@@ -45,7 +46,10 @@ impl LogBudget {
         }
         if state.written < LINES_PER_SECOND {
             state.written += 1;
-            Some(std::mem::take(&mut state.held_back))
+            Some(match std::mem::take(&mut state.held_back) {
+                0 => String::new(),
+                n => format!(" ({n} earlier {what} not logged)"),
+            })
         } else {
             state.held_back += 1;
             None
@@ -60,15 +64,15 @@ mod tests {
     #[test]
     fn writes_ten_a_second_and_reports_the_rest_with_the_next() {
         let budget = LogBudget::default();
-        let first: Vec<_> = (0..25).map(|_| budget.admit(100)).collect();
+        let first: Vec<_> = (0..25).map(|_| budget.admit(100, "lines")).collect();
         assert_eq!(first.iter().filter(|a| a.is_some()).count(), 10);
-        assert!(first[..10].iter().all(|a| *a == Some(0)));
+        assert!(first[..10].iter().all(|a| a.as_deref() == Some("")));
         assert!(first[10..].iter().all(Option::is_none));
         assert_eq!(
-            budget.admit(101),
-            Some(15),
+            budget.admit(101, "lines").as_deref(),
+            Some(" (15 earlier lines not logged)"),
             "the next second reports what was held"
         );
-        assert_eq!(budget.admit(101), Some(0));
+        assert_eq!(budget.admit(101, "lines").as_deref(), Some(""));
     }
 }

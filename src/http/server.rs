@@ -117,11 +117,7 @@ static REFUSED_LOG: LogBudget = LogBudget::new();
 /// Answers a connection over the cap with a 503 and closes it (lingering, so the answer
 /// arrives), without reading the request.
 async fn refuse(stream: TcpStream, peer: SocketAddr) {
-    if let Some(held_back) = REFUSED_LOG.admit(crate::unix_now()) {
-        let more = match held_back {
-            0 => String::new(),
-            n => format!(" ({n} earlier refusals not logged)"),
-        };
+    if let Some(more) = REFUSED_LOG.admit(crate::unix_now(), "refusals") {
         log::warn!("connection limit reached; refusing {peer}{more}");
     }
     let response = Rejection::too_many_connections().to_http1();
