@@ -25,12 +25,13 @@ impl Handler for CountByType {
     }
 
     fn handle(&self, tx: &Tx<'_>, event: &Event, _: Prepared) -> Result<(), StoreError> {
+        // `$1` parameters and SQL that SQLite and PostgreSQL both run: the handler works on
+        // either store.
         tx.execute(
-            "INSERT INTO events_by_type (event_type, n) VALUES (?1, 1)
-             ON CONFLICT (event_type) DO UPDATE SET n = n + 1",
-            [&event.kind],
-        )
-        .map_err(|e| StoreError::Database(e.to_string()))?;
+            "INSERT INTO events_by_type (event_type, n) VALUES ($1, 1)
+             ON CONFLICT (event_type) DO UPDATE SET n = events_by_type.n + 1",
+            &[&event.kind],
+        )?;
         Ok(())
     }
 }

@@ -14,7 +14,6 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context;
@@ -22,7 +21,7 @@ use axum::Router;
 use tokio::net::TcpListener;
 
 use crate::config::{
-    split_statements, Config, EffectConfig, ForwardConfig, SourceConfig, PARAMETERS,
+    bind_parameters, split_statements, Config, Database, EffectConfig, ForwardConfig, SourceConfig,
 };
 use crate::delivery;
 use crate::handler::sql::{SqlEffect, SqlEffects};
@@ -32,7 +31,7 @@ use crate::http::ingest::Ingest;
 use crate::http::server;
 use crate::retention::Retention;
 use crate::source::Source;
-use crate::store::sqlite::{self, SqliteStore};
+use crate::store::{self, ServeGuard, Store};
 use crate::writer;
 
 /// hookledger opened and ready to serve: database migrated, writer running, routes built.
@@ -44,7 +43,7 @@ pub struct Hookledger {
     worker: Option<delivery::Worker>,
     retention: Retention,
     /// No second server on this database while this one lives.
-    lock: sqlite::ServeLock,
+    lock: ServeGuard,
 }
 
 /// Builds a [`Hookledger`] in code: its config (or parts of it) and the app's own Rust
@@ -63,9 +62,9 @@ impl Builder {
         self
     }
 
-    /// The SQLite database file (the store).
-    pub fn database(mut self, path: impl Into<PathBuf>) -> Self {
-        self.config.database = path.into();
+    /// The store: a SQLite database file, or a PostgreSQL URL.
+    pub fn database(mut self, database: impl Into<Database>) -> Self {
+        self.config.database = database.into();
         self
     }
 
@@ -134,8 +133,7 @@ impl Hookledger {
                 Ok((source.name.clone(), source))
             })
             .collect::<anyhow::Result<HashMap<_, _>>>()?;
-        let lock = sqlite::lock_for_serve(&config.database)?;
-        let mut store = SqliteStore::open(&config.database, config.storage.busy_timeout)?;
+        let (mut store, lock) = store::open_for_serve(&config.database, &config.storage)?;
         if let Some(folder) = &config.schema.migrations {
             store.migrate_app(folder)?;
         }
@@ -145,7 +143,7 @@ impl Hookledger {
                 source.handlers.push(handler);
             }
         }
-        for (name, effects) in compile_effects(&store, &config.effects)? {
+        for (name, effects) in compile_effects(&mut *store, &config.effects)? {
             if let Some(source) = sources.get_mut(name.as_str()) {
                 source.handlers.push(Arc::new(SqlEffects(effects)));
             }
@@ -161,7 +159,7 @@ impl Hookledger {
         let worker = match target {
             Some(target) => Some(delivery::Worker::spawn(
                 target,
-                sqlite::read_pool(&config.database, 2)?,
+                store::outbox_reader(&config.database, &config.storage)?,
                 handle.clone(),
                 waker,
                 woken,
@@ -237,21 +235,22 @@ impl Hookledger {
 /// The `[[effect]]` entries, grouped by source in config order, each statement checked against
 /// the (migrated) database: it must compile and name only the known parameters.
 fn compile_effects(
-    store: &SqliteStore,
+    store: &mut dyn Store,
     effects: &[EffectConfig],
 ) -> anyhow::Result<Vec<(String, Vec<SqlEffect>)>> {
     let mut by_source: Vec<(String, Vec<SqlEffect>)> = Vec::new();
     for (i, effect) in effects.iter().enumerate() {
         let index = i + 1;
-        let statements = split_statements(&effect.sql);
-        for (j, sql) in statements.iter().enumerate() {
+        let mut statements = Vec::new();
+        for (j, sql) in split_statements(&effect.sql).iter().enumerate() {
             let at = format!(
                 "effect {index} (source `{}`), statement {}",
                 effect.source,
                 j + 1
             );
-            let (names, returns_rows) = store
-                .parameters_of(sql)
+            let bound = bind_parameters(sql).map_err(|e| anyhow::anyhow!("{at}: {e}"))?;
+            let returns_rows = store
+                .check_statement(&bound.sql, bound.parameters.len())
                 .map_err(|e| anyhow::anyhow!("{at}: {e}"))?;
             if returns_rows {
                 anyhow::bail!(
@@ -259,16 +258,7 @@ fn compile_effects(
                      change data and return nothing"
                 );
             }
-            for name in names {
-                match name {
-                    Some(name) if PARAMETERS.contains(&name.as_str()) => {}
-                    name => anyhow::bail!(
-                        "{at}: unknown parameter `{}`; the parameters are {}",
-                        name.as_deref().unwrap_or("?"),
-                        PARAMETERS.join(", ")
-                    ),
-                }
-            }
+            statements.push(bound);
         }
         let compiled = SqlEffect {
             index,

@@ -41,14 +41,14 @@ mod writer;
 
 pub use app::{Builder, Hookledger, RunningServer};
 pub use config::{
-    Config, DeliveryConfig, EffectConfig, ForwardConfig, HmacAlgorithm, HmacConfig, HmacEncoding,
-    HttpConfig, Locator, RetentionConfig, SchemaConfig, SchemeName, SourceConfig, StorageConfig,
-    StripeBillingConfig, WriterConfig,
+    Config, Database, DeliveryConfig, EffectConfig, ForwardConfig, HmacAlgorithm, HmacConfig,
+    HmacEncoding, HttpConfig, Locator, RetentionConfig, SchemaConfig, SchemeName, SourceConfig,
+    StorageConfig, StripeBillingConfig, WriterConfig,
 };
 pub use event::{Event, JsonError, ParseError};
 pub use handler::{Handler, Prepared, Tx};
 pub use source::{Secret, VerifyError};
-pub use store::{Outcome, StoreError};
+pub use store::{FromValue, Outcome, Param, Row, StoreError, ToParam, Value};
 
 /// The command line, for the `hookledger` binary.
 #[doc(hidden)]

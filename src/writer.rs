@@ -116,8 +116,8 @@ impl Writer {
 
 /// Starts the writer on `store`. `on_commit` runs after every commit that processed an event
 /// (it wakes the outbox worker).
-pub(crate) fn spawn<S: Store>(
-    store: S,
+pub(crate) fn spawn(
+    store: Box<dyn Store>,
     config: WriterConfig,
     on_commit: Option<Box<dyn Fn() + Send>>,
 ) -> std::io::Result<(WriterHandle, Writer)> {
@@ -129,8 +129,8 @@ pub(crate) fn spawn<S: Store>(
     Ok((WriterHandle { queue }, Writer { thread, close }))
 }
 
-fn run<S: Store>(
-    mut store: S,
+fn run(
+    mut store: Box<dyn Store>,
     rx: Receiver<Message>,
     batch_max: usize,
     on_commit: Option<&(dyn Fn() + Send)>,
@@ -150,7 +150,7 @@ fn run<S: Store>(
                 Err(_) => break,
             }
         }
-        match run_batch(&mut store, &mut batch) {
+        match run_batch(&mut *store, &mut batch) {
             Ok(true) => {
                 if let Some(wake) = on_commit {
                     wake();
@@ -207,7 +207,7 @@ fn fail(job: Job, err: &StoreError) {
 
 /// Runs one batch in one transaction and answers every job. Returns whether an event was
 /// processed (so the outbox may have new rows), or the error if the database was busy.
-fn run_batch<S: Store>(store: &mut S, batch: &mut Vec<Job>) -> Result<bool, StoreError> {
+fn run_batch(store: &mut dyn Store, batch: &mut Vec<Job>) -> Result<bool, StoreError> {
     let started = Instant::now();
     let mut busy = None;
     let results = match apply_batch(store, batch) {
@@ -252,7 +252,7 @@ fn run_batch<S: Store>(store: &mut S, batch: &mut Vec<Job>) -> Result<bool, Stor
 
 /// Begin, one savepoint per job, commit. An `Err` means the whole transaction is lost;
 /// per-job failures are inside the `Ok`.
-fn apply_batch<S: Store>(store: &mut S, batch: &mut [Job]) -> Result<Vec<Done>, StoreError> {
+fn apply_batch(store: &mut dyn Store, batch: &mut [Job]) -> Result<Vec<Done>, StoreError> {
     let now = unix_now();
     store.begin()?;
     let mut results = Vec::with_capacity(batch.len());
@@ -330,7 +330,7 @@ pub(crate) mod ceiling {
             queue_depth: in_flight.max(1),
             ..WriterConfig::default()
         };
-        let (handle, writer) = super::spawn(store, config, None)?;
+        let (handle, writer) = super::spawn(Box::new(store), config, None)?;
         let started = Instant::now();
         let mut waiting = VecDeque::new();
         while !submissions.is_empty() || !waiting.is_empty() {
@@ -356,7 +356,8 @@ mod tests {
     use super::*;
     use crate::event::Event;
     use crate::handler::{Handler, Prepared};
-    use crate::store::sqlite::{SqliteStore, Tx};
+    use crate::store::sqlite::SqliteStore;
+    use crate::store::Tx;
     use std::sync::Arc;
 
     /// Records each event in `seen`; a trigger on `seen` can make it fail.
@@ -367,7 +368,7 @@ mod tests {
             "record"
         }
         fn handle(&self, tx: &Tx<'_>, event: &Event, _: Prepared) -> Result<(), StoreError> {
-            tx.execute("INSERT INTO seen (event_id) VALUES (?1)", [&event.id])?;
+            tx.execute("INSERT INTO seen (event_id) VALUES ($1)", &[&event.id])?;
             Ok(())
         }
     }

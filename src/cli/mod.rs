@@ -11,6 +11,7 @@ use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 
 use crate::config;
+use crate::config::Database;
 use crate::dev::client::Client;
 use crate::source::standard::SigningKey;
 use crate::store::sqlite::{self, admin as listing, SqliteStore};
@@ -71,11 +72,24 @@ pub struct SourceArg {
     pub source: Option<String>,
 }
 
+impl DbArg {
+    fn path(&self) -> anyhow::Result<&std::path::Path> {
+        self.db
+            .sqlite_path()
+            .context("this command does not support PostgreSQL yet")
+    }
+}
+
 #[derive(Debug, Args)]
 pub struct DbArg {
-    /// SQLite database file.
-    #[arg(long, default_value = "./hookledger.db")]
-    pub db: PathBuf,
+    /// SQLite database file, or a PostgreSQL URL (postgres://user:password@host/db).
+    #[arg(
+        long,
+        env = "HOOKLEDGER_DATABASE",
+        hide_env_values = true,
+        default_value = "./hookledger.db"
+    )]
+    pub db: Database,
 }
 
 #[derive(Debug, Subcommand)]
@@ -210,9 +224,13 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
 fn replay(event_id: &str, source: Option<&str>, db: &DbArg) -> anyhow::Result<Exit> {
     let source = match source {
         Some(source) => source.to_string(),
-        None => listing::source_of(&sqlite::open_read(&db.db)?, event_id)?,
+        None => listing::source_of(&sqlite::open_read(db.path()?)?, event_id)?,
     };
-    admin::replay(&mut SqliteStore::open_existing(&db.db)?, &source, event_id)?;
+    admin::replay(
+        &mut SqliteStore::open_existing(db.path()?)?,
+        &source,
+        event_id,
+    )?;
     println!(
         "event {event_id} of source {source} queued for forwarding (a `serve --forward-to` \
          delivers it)"
@@ -221,7 +239,7 @@ fn replay(event_id: &str, source: Option<&str>, db: &DbArg) -> anyhow::Result<Ex
 }
 
 fn prune(retention: &config::RetentionConfig, db: &DbArg) -> anyhow::Result<Exit> {
-    let pruned = admin::prune(&mut SqliteStore::open_existing(&db.db)?, retention)?;
+    let pruned = admin::prune(&mut SqliteStore::open_existing(db.path()?)?, retention)?;
     println!("{}", pruned.describe(retention));
     Ok(Exit::Ok)
 }
@@ -235,7 +253,7 @@ fn gen_secret() -> anyhow::Result<Exit> {
 fn outbox(command: OutboxCommand) -> anyhow::Result<Exit> {
     match command {
         OutboxCommand::List { status, json, db } => {
-            let rows = listing::outbox_list(&sqlite::open_read(&db.db)?, status.as_deref())?;
+            let rows = listing::outbox_list(&sqlite::open_read(db.path()?)?, status.as_deref())?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&rows)?);
             } else {
@@ -243,7 +261,7 @@ fn outbox(command: OutboxCommand) -> anyhow::Result<Exit> {
             }
         }
         OutboxCommand::Retry { id, all_dead, db } => {
-            let mut store = SqliteStore::open_existing(&db.db)?;
+            let mut store = SqliteStore::open_existing(db.path()?)?;
             if all_dead {
                 let n = admin::outbox_retry_all_dead(&mut store)?;
                 println!("{n} dead row(s) back to pending");
@@ -266,8 +284,12 @@ fn events(command: EventsCommand) -> anyhow::Result<Exit> {
             db,
         } => {
             let since = since.map(|d| crate::unix_now() - d.as_secs() as i64);
-            let rows =
-                listing::events_list(&sqlite::open_read(&db.db)?, since, kind.as_deref(), limit)?;
+            let rows = listing::events_list(
+                &sqlite::open_read(db.path()?)?,
+                since,
+                kind.as_deref(),
+                limit,
+            )?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&rows)?);
             } else {
@@ -279,7 +301,7 @@ fn events(command: EventsCommand) -> anyhow::Result<Exit> {
             source,
             db,
         } => {
-            let conn = sqlite::open_read(&db.db)?;
+            let conn = sqlite::open_read(db.path()?)?;
             let source = match source.source {
                 Some(source) => source,
                 None => listing::source_of(&conn, &event_id)?,

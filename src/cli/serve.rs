@@ -9,7 +9,7 @@ use anyhow::{bail, Context};
 use clap::Args;
 
 use crate::app::Hookledger;
-use crate::config::{self, Config, ForwardConfig, SchemeName, SourceConfig};
+use crate::config::{self, Config, Database, ForwardConfig, SchemeName, SourceConfig};
 use crate::source::Secret;
 
 use super::{from_environment, Exit};
@@ -26,9 +26,10 @@ pub struct ServeArgs {
     /// [default: 127.0.0.1:8080]
     #[arg(long)]
     listen: Option<SocketAddr>,
-    /// SQLite database file, created on first start. [default: ./hookledger.db]
-    #[arg(long)]
-    db: Option<PathBuf>,
+    /// SQLite database file, created on first start, or a PostgreSQL URL
+    /// (postgres://user:password@host/db). [default: ./hookledger.db]
+    #[arg(long, env = "HOOKLEDGER_DATABASE", hide_env_values = true)]
+    db: Option<Database>,
     /// Stripe signing secret(s), comma-separated during rotation: the secrets of the source
     /// named `stripe` (without a config file, the one source).
     #[arg(long, env = "STRIPE_WEBHOOK_SECRET", hide_env_values = true)]
@@ -325,7 +326,7 @@ pub(super) fn run(args: ServeArgs) -> anyhow::Result<Exit> {
                 source.secrets.len()
             );
         }
-        log::info!("database {}", config.database.display());
+        log::info!("database {}", config.database);
         // A machine-readable line for scripts and tests that start us on port 0.
         println!("hookledger listening on {addr}");
         hookledger.serve(listener, shutdown).await

@@ -33,6 +33,98 @@ pub struct SchemaConfig {
 pub(crate) const PARAMETERS: &[&str] =
     &[":source", ":event_id", ":event_type", ":created", ":body"];
 
+/// A statement of an effect with its `:name` parameters turned into `$1, $2, …` (in order of
+/// first use), which both stores bind; `parameters[i]` is the index in [`PARAMETERS`] of `$i+1`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct BoundStatement {
+    pub(crate) sql: String,
+    pub(crate) parameters: Vec<usize>,
+}
+
+/// Turns `:name` into `$n` outside quotes and comments, leaving PostgreSQL's `::type` casts
+/// alone. An unknown name, or a `$1` written in the SQL, is refused with a message.
+pub(crate) fn bind_parameters(sql: &str) -> Result<BoundStatement, String> {
+    let mut out = String::with_capacity(sql.len());
+    let mut parameters = Vec::new();
+    let mut chars = sql.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\'' | '"' | '`' => {
+                out.push(c);
+                for d in chars.by_ref() {
+                    out.push(d);
+                    if d == c {
+                        break;
+                    }
+                }
+            }
+            '-' if chars.peek() == Some(&'-') => {
+                out.push(c);
+                for d in chars.by_ref() {
+                    out.push(d);
+                    if d == '\n' {
+                        break;
+                    }
+                }
+            }
+            '/' if chars.peek() == Some(&'*') => {
+                out.push(c);
+                let mut last = ' ';
+                for d in chars.by_ref() {
+                    out.push(d);
+                    if last == '*' && d == '/' {
+                        break;
+                    }
+                    last = d;
+                }
+            }
+            ':' if chars.peek() == Some(&':') => {
+                chars.next();
+                out.push_str("::");
+            }
+            ':' if chars
+                .peek()
+                .is_some_and(|d| d.is_ascii_alphabetic() || *d == '_') =>
+            {
+                let mut name = String::from(":");
+                while let Some(&d) = chars.peek() {
+                    if !(d.is_ascii_alphanumeric() || d == '_') {
+                        break;
+                    }
+                    name.push(d);
+                    chars.next();
+                }
+                let Some(known) = PARAMETERS.iter().position(|p| *p == name) else {
+                    return Err(format!(
+                        "unknown parameter `{name}`; the parameters are {}",
+                        PARAMETERS.join(", ")
+                    ));
+                };
+                let n = match parameters.iter().position(|p| *p == known) {
+                    Some(n) => n,
+                    None => {
+                        parameters.push(known);
+                        parameters.len() - 1
+                    }
+                };
+                out.push_str(&format!("${}", n + 1));
+            }
+            '$' if chars.peek().is_some_and(char::is_ascii_digit) => {
+                return Err(format!(
+                    "positional parameter `${}…`: name it instead ({})",
+                    chars.peek().unwrap_or(&'?'),
+                    PARAMETERS.join(", ")
+                ));
+            }
+            _ => out.push(c),
+        }
+    }
+    Ok(BoundStatement {
+        sql: out,
+        parameters,
+    })
+}
+
 impl EffectConfig {
     /// Whether events of type `kind` run this effect.
     pub(crate) fn matches(&self, kind: &str) -> bool {
@@ -154,6 +246,32 @@ mod tests {
             ]
         );
         assert!(split_statements(" ; -- nothing\n").is_empty());
+    }
+
+    #[test]
+    fn named_parameters_become_numbered_in_order_of_first_use() {
+        let bound = bind_parameters(
+            "INSERT INTO t (a, b, c) VALUES (:event_id, ':body', :created::bigint) -- :nope\n\
+             ON CONFLICT DO UPDATE SET a = :event_id /* :nope */ || \":x\"",
+        )
+        .unwrap();
+        assert_eq!(
+            bound.sql,
+            "INSERT INTO t (a, b, c) VALUES ($1, ':body', $2::bigint) -- :nope\n\
+             ON CONFLICT DO UPDATE SET a = $1 /* :nope */ || \":x\""
+        );
+        assert_eq!(bound.parameters, [1, 3]);
+    }
+
+    #[test]
+    fn unknown_and_positional_parameters_are_refused() {
+        let err = bind_parameters("SELECT :amount").unwrap_err();
+        assert!(err.contains("unknown parameter `:amount`"), "{err}");
+        assert!(err.contains(":body"), "{err}");
+        let err = bind_parameters("SELECT $1").unwrap_err();
+        assert!(err.contains("positional parameter `$1"), "{err}");
+        let none: &[usize] = &[];
+        assert_eq!(bind_parameters("SELECT '$1', x::text").unwrap().parameters, none);
     }
 
     #[test]

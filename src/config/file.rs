@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{anyhow, Context};
 
 use super::source::resolve_secrets;
-use super::Config;
+use super::{Config, Database};
 
 impl Config {
     /// Reads and checks the config file at `path`, its secrets read. Errors name the file,
@@ -58,8 +58,10 @@ impl Config {
             };
             anyhow!("{source}{place}{}", without_values(e.message().trim_end()))
         })?;
-        if config.database.is_relative() {
-            config.database = folder.join(&config.database);
+        if let Database::Sqlite(path) = &mut config.database {
+            if path.is_relative() {
+                *path = folder.join(&*path);
+            }
         }
         if let Some(migrations) = &mut config.schema.migrations {
             if migrations.is_relative() {

@@ -3,11 +3,13 @@
 //! ([`Config::load`], `file.rs`); the CLI's flags are an overlay on it (`cli/serve.rs`), and
 //! the parts borrow their section of it. `[[source]]` entries are in `source.rs`.
 
+mod database;
 mod effect;
 mod file;
 mod source;
 
-pub(crate) use effect::{split_statements, PARAMETERS};
+pub use database::Database;
+pub(crate) use effect::{bind_parameters, split_statements, BoundStatement};
 pub use effect::{EffectConfig, SchemaConfig};
 pub use source::{HmacAlgorithm, HmacConfig, HmacEncoding, Locator, SchemeName, SourceConfig};
 
@@ -85,8 +87,8 @@ pub(crate) const DEFAULT_FORWARD_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct Config {
     /// Where `serve` listens (port 0 picks a free port).
     pub listen: SocketAddr,
-    /// The SQLite database file.
-    pub database: PathBuf,
+    /// The SQLite database file, or a PostgreSQL URL.
+    pub database: Database,
     pub http: HttpConfig,
     pub storage: StorageConfig,
     pub writer: WriterConfig,
@@ -280,7 +282,7 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             listen: DEFAULT_LISTEN.parse().expect("a valid address"),
-            database: PathBuf::from(DEFAULT_DB),
+            database: Database::Sqlite(PathBuf::from(DEFAULT_DB)),
             http: HttpConfig::default(),
             storage: StorageConfig::default(),
             writer: WriterConfig::default(),
@@ -298,9 +300,9 @@ impl Default for Config {
 impl Config {
     /// The quick start: every default, database `db`, and one source, `stripe`, with the
     /// `stripe-billing` handler and these secrets.
-    pub fn new(db: PathBuf, stripe_secrets: Vec<Secret>) -> Self {
+    pub fn new(db: impl Into<Database>, stripe_secrets: Vec<Secret>) -> Self {
         Config {
-            database: db,
+            database: db.into(),
             sources: vec![SourceConfig::stripe(stripe_secrets)],
             ..Config::default()
         }
@@ -648,7 +650,7 @@ mod tests {
 
     #[test]
     fn secrets_are_redacted_in_debug() {
-        let config = Config::new("x.db".into(), parse_secret_list("whsec_abc, whsec_def"));
+        let config = Config::new(PathBuf::from("x.db"), parse_secret_list("whsec_abc, whsec_def"));
         let shown = format!("{config:?}");
         assert!(
             !shown.contains("whsec_abc") && !shown.contains("whsec_def"),
@@ -708,7 +710,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(config.listen.port(), 9000);
-        assert_eq!(config.database, Path::new("/etc/hookledger/data/h.db"));
+        assert_eq!(config.database, Path::new("/etc/hookledger/data/h.db").into());
         assert_eq!(config.http.read_timeout, Duration::from_secs(3));
         assert_eq!(config.http.max_body, DEFAULT_MAX_BODY);
         assert_eq!(config.sources[0].tolerance, Some(Duration::from_secs(300)));

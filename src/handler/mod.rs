@@ -19,8 +19,8 @@ use std::sync::Arc;
 
 use crate::config::StripeBillingConfig;
 use crate::event::{Event, ParseError};
-pub use crate::store::sqlite::Tx;
 use crate::store::StoreError;
+pub use crate::store::Tx;
 
 /// The built-in handler called `name` (as a source's `handlers` names it).
 pub(crate) fn by_name(

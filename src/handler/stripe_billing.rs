@@ -15,7 +15,6 @@
 //! The body is decoded in [`Handler::prepare`], on the request path; only the guarded SQL runs
 //! in the writer.
 
-use rusqlite::{params, OptionalExtension};
 use serde::Deserialize;
 
 use crate::event::{check_id, Event, JsonError, ParseError};
@@ -256,13 +255,14 @@ pub(crate) enum Applied {
 }
 
 /// Applies `change` of event `event_id` (created at `created`) inside the caller's transaction.
+/// The SQL is the same on SQLite and PostgreSQL.
 pub(crate) fn apply(
     tx: &Tx<'_>,
     event_id: &str,
     created: i64,
     change: &Change,
     credits_per_invoice: i64,
-) -> rusqlite::Result<Applied> {
+) -> Result<Applied, StoreError> {
     match change {
         Change::Subscription(s) => upsert_subscription(tx, event_id, created, s),
         Change::InvoicePaid(payment) => record_payment(tx, event_id, payment, credits_per_invoice),
@@ -274,42 +274,43 @@ fn upsert_subscription(
     event_id: &str,
     created: i64,
     s: &SubscriptionChange,
-) -> rusqlite::Result<Applied> {
-    let changed = tx
-        .prepare_cached(
-            "INSERT INTO subscriptions
-                 (id, customer_id, account_id, status, provider_updated_at, event_rank, event_id)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
-             ON CONFLICT (id) DO UPDATE SET
-                 customer_id = excluded.customer_id,
-                 account_id = excluded.account_id,
-                 status = excluded.status,
-                 provider_updated_at = excluded.provider_updated_at,
-                 event_rank = excluded.event_rank,
-                 event_id = excluded.event_id
-             -- only a strictly newer (created, rank) wins: late and equal events change nothing
-             WHERE (excluded.provider_updated_at, excluded.event_rank)
-                 > (subscriptions.provider_updated_at, subscriptions.event_rank)",
-        )?
-        .execute(params![
-            s.id,
-            s.customer_id,
-            s.account_id,
-            s.status,
-            created,
-            s.rank,
-            event_id
-        ])?;
+) -> Result<Applied, StoreError> {
+    let changed = tx.execute(
+        "INSERT INTO subscriptions
+             (id, customer_id, account_id, status, provider_updated_at, event_rank, event_id)
+         VALUES ($1, $2, $3, $4, $5, $6, $7)
+         ON CONFLICT (id) DO UPDATE SET
+             customer_id = excluded.customer_id,
+             account_id = excluded.account_id,
+             status = excluded.status,
+             provider_updated_at = excluded.provider_updated_at,
+             event_rank = excluded.event_rank,
+             event_id = excluded.event_id
+         -- only a strictly newer (created, rank) wins: late and equal events change nothing
+         WHERE (excluded.provider_updated_at, excluded.event_rank)
+             > (subscriptions.provider_updated_at, subscriptions.event_rank)",
+        &[
+            &s.id,
+            &s.customer_id,
+            &s.account_id,
+            &s.status,
+            &created,
+            &s.rank,
+            &event_id,
+        ],
+    )?;
     if changed == 1 {
         return Ok(Applied::Changed);
     }
-    let stored: Option<(i64, i64)> = tx
-        .prepare_cached("SELECT provider_updated_at, event_rank FROM subscriptions WHERE id = ?1")?
-        .query_row([&s.id], |r| Ok((r.get(0)?, r.get(1)?)))
-        .optional()?;
-    if stored == Some((created, s.rank)) {
-        bump_counter(tx, "subscription_ties")?;
-        return Ok(Applied::Tie);
+    let stored = tx.query_opt(
+        "SELECT provider_updated_at, event_rank FROM subscriptions WHERE id = $1",
+        &[&s.id],
+    )?;
+    if let Some(row) = stored {
+        if (row.get::<i64>(0)?, row.get::<i64>(1)?) == (created, s.rank) {
+            bump_counter(tx, "subscription_ties")?;
+            return Ok(Applied::Tie);
+        }
     }
     Ok(Applied::Stale)
 }
@@ -319,15 +320,14 @@ fn record_payment(
     event_id: &str,
     p: &InvoicePayment,
     credits_per_invoice: i64,
-) -> rusqlite::Result<Applied> {
+) -> Result<Applied, StoreError> {
     // The second guard: whichever event reports this invoice first inserts the row.
-    let inserted = tx
-        .prepare_cached(
-            "INSERT OR IGNORE INTO invoice_payments
-                 (stripe_invoice_id, account_id, amount_paid, event_id)
-             VALUES (?1, ?2, ?3, ?4)",
-        )?
-        .execute(params![p.invoice_id, p.account_id, p.amount_paid, event_id])?;
+    let inserted = tx.execute(
+        "INSERT INTO invoice_payments (stripe_invoice_id, account_id, amount_paid, event_id)
+         VALUES ($1, $2, $3, $4)
+         ON CONFLICT (stripe_invoice_id) DO NOTHING",
+        &[&p.invoice_id, &p.account_id, &p.amount_paid, &event_id],
+    )?;
     if inserted == 0 {
         return Ok(Applied::AlreadyCounted);
     }
@@ -338,24 +338,28 @@ fn record_payment(
     } else {
         0
     };
-    tx.prepare_cached(
-        "INSERT INTO accounts (id, credits, plan_until) VALUES (?1, ?2, ?3)
+    tx.execute(
+        "INSERT INTO accounts (id, credits, plan_until) VALUES ($1, $2, $3)
          ON CONFLICT (id) DO UPDATE SET
-             credits = credits + excluded.credits,
-             -- max() keeps the later end, so an old invoice never shortens the plan
-             plan_until = max(coalesce(plan_until, excluded.plan_until),
-                              coalesce(excluded.plan_until, plan_until))",
-    )?
-    .execute(params![p.account_id, credits, p.period_end])?;
+             credits = accounts.credits + excluded.credits,
+             -- the later end wins, so an old invoice never shortens the plan (a CASE, as
+             -- SQLite's max() and PostgreSQL's greatest() differ)
+             plan_until = CASE
+                 WHEN excluded.plan_until > accounts.plan_until OR accounts.plan_until IS NULL
+                 THEN excluded.plan_until
+                 ELSE accounts.plan_until
+             END",
+        &[&p.account_id, &credits, &p.period_end],
+    )?;
     Ok(Applied::Changed)
 }
 
-fn bump_counter(tx: &Tx<'_>, name: &str) -> rusqlite::Result<()> {
-    tx.prepare_cached(
-        "INSERT INTO counters (name, value) VALUES (?1, 1)
-         ON CONFLICT (name) DO UPDATE SET value = value + 1",
-    )?
-    .execute([name])?;
+fn bump_counter(tx: &Tx<'_>, name: &str) -> Result<(), StoreError> {
+    tx.execute(
+        "INSERT INTO counters (name, value) VALUES ($1, 1)
+         ON CONFLICT (name) DO UPDATE SET value = counters.value + 1",
+        &[&name],
+    )?;
     Ok(())
 }
 

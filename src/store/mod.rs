@@ -7,7 +7,11 @@
 //! classification of its errors into [`StoreError`] stay inside it.
 
 pub(crate) mod sqlite;
+pub(crate) mod tx;
 
+pub use tx::{FromValue, Param, Row, ToParam, Tx, Value};
+
+use crate::config::{Database, StorageConfig};
 use crate::handler::Submission;
 use crate::outbox::{Attempt, PendingRow};
 
@@ -76,6 +80,36 @@ pub(crate) enum Write {
     Replay { source: String, event_id: String },
 }
 
+/// What must live as long as a server on its database (the SQLite serve lock).
+pub(crate) type ServeGuard = Box<dyn std::any::Any + Send>;
+
+/// Opens (creating and migrating if needed) `database` for a server's writer, refusing a
+/// second server on a SQLite file.
+pub(crate) fn open_for_serve(
+    database: &Database,
+    storage: &StorageConfig,
+) -> anyhow::Result<(Box<dyn Store>, ServeGuard)> {
+    match database {
+        Database::Sqlite(path) => {
+            let lock = sqlite::lock_for_serve(path)?;
+            let store = sqlite::SqliteStore::open(path, storage.busy_timeout)?;
+            Ok((Box::new(store), Box::new(lock)))
+        }
+        Database::Postgres(_) => anyhow::bail!("PostgreSQL is not supported yet"),
+    }
+}
+
+/// The outbox worker's reads on `database` (opened for serving first).
+pub(crate) fn outbox_reader(
+    database: &Database,
+    _storage: &StorageConfig,
+) -> anyhow::Result<Box<dyn OutboxReader>> {
+    match database {
+        Database::Sqlite(path) => Ok(Box::new(sqlite::read_pool(path, 2)?)),
+        Database::Postgres(_) => anyhow::bail!("PostgreSQL is not supported yet"),
+    }
+}
+
 /// The writer's view of a database: one transaction per batch, a savepoint per job.
 ///
 /// Every method runs on the writer's thread, in this order for a batch: [`begin`], then per
@@ -90,6 +124,11 @@ pub(crate) enum Write {
 /// [`commit`]: Store::commit
 /// [`rollback`]: Store::rollback
 pub(crate) trait Store: Send + 'static {
+    /// Applies the app's own migrations in `folder`, once each, in name order; how many ran.
+    fn migrate_app(&mut self, folder: &std::path::Path) -> anyhow::Result<usize>;
+    /// Prepares `sql` (taking `$1` … `$parameters`) as a handler's statement, against the
+    /// migrated database: whether it returns rows, or why it cannot run.
+    fn check_statement(&mut self, sql: &str, parameters: usize) -> Result<bool, String>;
     fn begin(&mut self) -> Result<(), StoreError>;
     fn savepoint(&mut self) -> Result<(), StoreError>;
     /// Ends the job's savepoint; `keep == false` first undoes the job's writes.
@@ -114,4 +153,14 @@ pub(crate) trait OutboxReader: Send + 'static {
 
     /// When the next pending row of `kinds` is due, if any.
     fn next_due_at(&self, kinds: &str) -> anyhow::Result<Option<i64>>;
+}
+
+impl<T: OutboxReader + ?Sized> OutboxReader for Box<T> {
+    fn due(&self, kinds: &str, now: i64, limit: usize) -> anyhow::Result<Vec<PendingRow>> {
+        (**self).due(kinds, now, limit)
+    }
+
+    fn next_due_at(&self, kinds: &str) -> anyhow::Result<Option<i64>> {
+        (**self).next_due_at(kinds)
+    }
 }

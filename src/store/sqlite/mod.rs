@@ -32,11 +32,10 @@ use rusqlite::{Connection, ErrorCode, OpenFlags};
 
 use crate::handler::Submission;
 use crate::outbox::{PendingRow, FORWARD};
-use crate::store::{Outcome, Store, StoreError, Write};
+use crate::store::{Outcome, Store, StoreError, Tx, Write};
 
 use checkpoint::Checkpointer;
 use tx::HandlerGuard;
-pub use tx::Tx;
 
 /// Append-only. Never edit a released entry; add a new one.
 const MIGRATIONS: &[&str] = &[
@@ -87,29 +86,6 @@ impl SqliteStore {
                 .with_context(|| format!("cannot start checkpoints on {}", path.display()))?,
         );
         Ok(store)
-    }
-
-    /// Applies the app's migrations in `folder` (see `app_schema`).
-    pub(crate) fn migrate_app(&mut self, folder: &Path) -> anyhow::Result<usize> {
-        app_schema::migrate(&mut self.conn, folder)
-    }
-
-    /// The parameter names of one statement `sql` (`None` for a positional `?`) and whether
-    /// it returns rows, prepared against the database: errors are SQLite's own (no such
-    /// table, a syntax error, more than one statement).
-    pub(crate) fn parameters_of(&self, sql: &str) -> rusqlite::Result<(Vec<Option<String>>, bool)> {
-        // Prepared as a handler's statement would be: what a handler may not do is refused
-        // here too (and a PRAGMA, which SQLite applies when preparing, never reaches the
-        // connection).
-        let was = self.handler.running();
-        self.handler.set(true);
-        let stmt = self.conn.prepare(sql);
-        self.handler.set(was);
-        let stmt = stmt?;
-        let names = (1..=stmt.parameter_count())
-            .map(|i| stmt.parameter_name(i).map(str::to_string))
-            .collect();
-        Ok((names, stmt.column_count() > 0))
     }
 
     /// Opens the database for one command's writes, with SQLite's own checkpoints.
@@ -197,6 +173,7 @@ impl SqliteStore {
     }
 
     /// The transaction as a handler sees it.
+    #[cfg(test)]
     pub(crate) fn tx(&self) -> Tx<'_> {
         Tx::new(&self.conn)
     }
@@ -208,6 +185,29 @@ impl SqliteStore {
 }
 
 impl Store for SqliteStore {
+    fn migrate_app(&mut self, folder: &Path) -> anyhow::Result<usize> {
+        app_schema::migrate(&mut self.conn, folder)
+    }
+
+    fn check_statement(&mut self, sql: &str, parameters: usize) -> Result<bool, String> {
+        // Prepared as a handler's statement would be: what a handler may not do is refused
+        // here too (and a PRAGMA, which SQLite applies when preparing, never reaches the
+        // connection). Errors are SQLite's own (no such table, a syntax error, more than one
+        // statement).
+        let was = self.handler.running();
+        self.handler.set(true);
+        let stmt = self.conn.prepare(sql);
+        self.handler.set(was);
+        let stmt = stmt.map_err(|e| e.to_string())?;
+        for i in 1..=stmt.parameter_count() {
+            let name = stmt.parameter_name(i);
+            if !tx_names(parameters).any(|n| Some(n) == name) {
+                return Err(format!("unknown parameter `{}`", name.unwrap_or("?")));
+            }
+        }
+        Ok(stmt.column_count() > 0)
+    }
+
     fn begin(&mut self) -> Result<(), StoreError> {
         Ok(self.conn.execute_batch("BEGIN IMMEDIATE")?)
     }
@@ -258,7 +258,7 @@ impl Store for SqliteStore {
         }
         for (handler, prepared) in handlers {
             self.handler.set(true);
-            let result = handler.handle(&self.tx(), &event, prepared);
+            let result = handler.handle(&Tx::new(&self.conn), &event, prepared);
             self.handler.set(false);
             result?;
             if self.conn.is_autocommit() {
@@ -293,6 +293,11 @@ impl Store for SqliteStore {
         };
         Ok(n)
     }
+}
+
+/// The names of the first `n` positional parameters, `$1` to `$n`.
+fn tx_names(n: usize) -> impl Iterator<Item = &'static str> {
+    crate::store::tx::DOLLAR_NAMES.iter().copied().take(n)
 }
 
 fn configure_writer(conn: &Connection) -> rusqlite::Result<()> {
@@ -562,7 +567,7 @@ mod tests {
 
     #[test]
     fn a_handler_cannot_end_the_batch_transaction() {
-        let store = SqliteStore::open_in_memory().unwrap();
+        let mut store = SqliteStore::open_in_memory().unwrap();
         store.conn.execute_batch("BEGIN IMMEDIATE").unwrap();
         store.handler.set(true);
         for sql in [
@@ -576,9 +581,9 @@ mod tests {
             "PRAGMA query_only = 1",
             "PRAGMA foreign_keys = OFF",
         ] {
-            assert!(store.tx().execute(sql, []).is_err(), "{sql} was allowed");
+            assert!(store.tx().execute(sql, &[]).is_err(), "{sql} was allowed");
             assert!(
-                store.parameters_of(sql).is_err(),
+                store.check_statement(sql, 0).is_err(),
                 "{sql} passed the start-up check"
             );
         }

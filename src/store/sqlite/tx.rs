@@ -1,41 +1,79 @@
-//! [`Tx`]: what a handler gets inside the claim's transaction.
+//! The SQLite side of [`Tx`](crate::store::Tx): statements on the writer's connection, cached,
+//! with `$1, $2, …` bound by name.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use rusqlite::{CachedStatement, Connection, Params, Row};
+use rusqlite::types::{ToSqlOutput, ValueRef};
+use rusqlite::{CachedStatement, Connection};
 
-/// The writer's open transaction, as a handler sees it: it runs statements, and cannot COMMIT,
-/// ROLLBACK, BEGIN or touch savepoints (the connection's authorizer refuses to prepare them
-/// while a handler runs), because the transaction holds a whole batch of other events.
-pub struct Tx<'c> {
+use crate::store::tx::{Param, Row, Session, ToParam, Value, DOLLAR_NAMES};
+use crate::store::StoreError;
+
+/// The cached statement for `sql` with `params` bound: `$n` by name, else the n-th.
+fn bound<'c>(
     conn: &'c Connection,
+    sql: &str,
+    params: &[&dyn ToParam],
+) -> rusqlite::Result<CachedStatement<'c>> {
+    let mut stmt = conn.prepare_cached(sql)?;
+    let expected = stmt.parameter_count();
+    if expected != params.len() {
+        return Err(rusqlite::Error::InvalidParameterCount(
+            params.len(),
+            expected,
+        ));
+    }
+    for (i, param) in params.iter().enumerate() {
+        let index = match DOLLAR_NAMES.get(i) {
+            Some(name) => stmt.parameter_index(name)?.unwrap_or(i + 1),
+            None => i + 1,
+        };
+        stmt.raw_bind_parameter(index, param.to_param())?;
+    }
+    Ok(stmt)
 }
 
-impl<'c> Tx<'c> {
-    pub(crate) fn new(conn: &'c Connection) -> Self {
-        Tx { conn }
+/// The writer's connection is a handler's [`Session`].
+impl Session for Connection {
+    fn execute(&self, sql: &str, params: &[&dyn ToParam]) -> Result<u64, StoreError> {
+        Ok(bound(self, sql, params)?.raw_execute()? as u64)
     }
 
-    /// Runs one statement (prepared once per connection and cached) and returns the number of
-    /// rows it changed.
-    pub fn execute<P: Params>(&self, sql: &str, params: P) -> rusqlite::Result<usize> {
-        self.conn.prepare_cached(sql)?.execute(params)
+    fn query(&self, sql: &str, params: &[&dyn ToParam]) -> Result<Vec<Row>, StoreError> {
+        let mut stmt = bound(self, sql, params)?;
+        let columns = stmt.column_count();
+        let mut rows = stmt.raw_query();
+        let mut out = Vec::new();
+        while let Some(row) = rows.next()? {
+            let values = (0..columns)
+                .map(|i| row.get_ref(i).map(value_of))
+                .collect::<rusqlite::Result<_>>()?;
+            out.push(Row(values));
+        }
+        Ok(out)
     }
+}
 
-    /// Runs a query that returns one row; no row is `Err(QueryReturnedNoRows)` (use
-    /// `rusqlite::OptionalExtension::optional` for `Ok(None)`).
-    pub fn query_row<T, P, F>(&self, sql: &str, params: P, f: F) -> rusqlite::Result<T>
-    where
-        P: Params,
-        F: FnOnce(&Row<'_>) -> rusqlite::Result<T>,
-    {
-        self.conn.prepare_cached(sql)?.query_row(params, f)
+impl rusqlite::ToSql for Param<'_> {
+    fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
+        Ok(ToSqlOutput::Borrowed(match *self {
+            Param::Null => ValueRef::Null,
+            Param::Integer(i) => ValueRef::Integer(i),
+            Param::Real(f) => ValueRef::Real(f),
+            Param::Text(s) => ValueRef::Text(s.as_bytes()),
+            Param::Blob(b) => ValueRef::Blob(b),
+        }))
     }
+}
 
-    /// A cached prepared statement, for queries of several rows.
-    pub fn prepare_cached(&self, sql: &str) -> rusqlite::Result<CachedStatement<'c>> {
-        self.conn.prepare_cached(sql)
+fn value_of(v: ValueRef<'_>) -> Value {
+    match v {
+        ValueRef::Null => Value::Null,
+        ValueRef::Integer(i) => Value::Integer(i),
+        ValueRef::Real(f) => Value::Real(f),
+        ValueRef::Text(t) => Value::Text(String::from_utf8_lossy(t).into_owned()),
+        ValueRef::Blob(b) => Value::Blob(b.to_vec()),
     }
 }
 
