@@ -271,7 +271,10 @@ mod tests {
         let err = bind_parameters("SELECT $1").unwrap_err();
         assert!(err.contains("positional parameter `$1"), "{err}");
         let none: &[usize] = &[];
-        assert_eq!(bind_parameters("SELECT '$1', x::text").unwrap().parameters, none);
+        assert_eq!(
+            bind_parameters("SELECT '$1', x::text").unwrap().parameters,
+            none
+        );
     }
 
     #[test]

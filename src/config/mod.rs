@@ -650,7 +650,10 @@ mod tests {
 
     #[test]
     fn secrets_are_redacted_in_debug() {
-        let config = Config::new(PathBuf::from("x.db"), parse_secret_list("whsec_abc, whsec_def"));
+        let config = Config::new(
+            PathBuf::from("x.db"),
+            parse_secret_list("whsec_abc, whsec_def"),
+        );
         let shown = format!("{config:?}");
         assert!(
             !shown.contains("whsec_abc") && !shown.contains("whsec_def"),
@@ -710,7 +713,10 @@ mod tests {
         )
         .unwrap();
         assert_eq!(config.listen.port(), 9000);
-        assert_eq!(config.database, Path::new("/etc/hookledger/data/h.db").into());
+        assert_eq!(
+            config.database,
+            Path::new("/etc/hookledger/data/h.db").into()
+        );
         assert_eq!(config.http.read_timeout, Duration::from_secs(3));
         assert_eq!(config.http.max_body, DEFAULT_MAX_BODY);
         assert_eq!(config.sources[0].tolerance, Some(Duration::from_secs(300)));
