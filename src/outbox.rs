@@ -20,7 +20,7 @@ pub(crate) struct PendingRow {
     pub(crate) event_type: Option<String>,
     pub(crate) payload: Vec<u8>,
     pub(crate) attempts: i64,
-    /// How many times the row was queued (see `store::sqlite::outbox::record`).
+    /// How many times the row was queued (see `store::outbox::record`).
     pub(crate) queued: i64,
 }
 

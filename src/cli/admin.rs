@@ -12,7 +12,7 @@ use anyhow::bail;
 use crate::cli::table;
 use crate::config::RetentionConfig;
 use crate::retention::{self, Pruned};
-use crate::store::sqlite::admin::{EventRow, OutboxRow};
+use crate::store::admin::{EventRow, OutboxRow};
 use crate::store::sqlite::SqliteStore;
 use crate::store::Write;
 use crate::unix_now;

@@ -14,7 +14,8 @@ use crate::config;
 use crate::config::Database;
 use crate::dev::client::Client;
 use crate::source::standard::SigningKey;
-use crate::store::sqlite::{self, admin as listing, SqliteStore};
+use crate::store::admin as listing;
+use crate::store::sqlite::{self, SqliteStore};
 
 #[derive(Debug, Parser)]
 #[command(

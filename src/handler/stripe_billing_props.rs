@@ -21,7 +21,8 @@ use crate::event::Event;
 use crate::handler::stripe_billing::{self as state, Change, StripeBilling};
 use crate::handler::{Handler, Submission};
 use crate::source::stripe;
-use crate::store::sqlite::{ledger, SqliteStore};
+use crate::store::ledger;
+use crate::store::sqlite::SqliteStore;
 use crate::store::{Outcome, Store};
 use crate::writer;
 

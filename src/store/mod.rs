@@ -6,6 +6,10 @@
 //! is a module of its own (today [`sqlite`]); its SQL, its transaction control and the
 //! classification of its errors into [`StoreError`] stay inside it.
 
+pub(crate) mod admin;
+pub(crate) mod ledger;
+pub(crate) mod outbox;
+mod retention;
 pub(crate) mod sqlite;
 pub(crate) mod tx;
 

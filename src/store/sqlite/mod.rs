@@ -14,12 +14,8 @@
 //! - The SQL of the ledger, the outbox, retention and the listings is in the files beside this
 //!   one; the WAL is copied back by [`checkpoint`], off the commit path.
 
-pub(crate) mod admin;
 mod app_schema;
 mod checkpoint;
-pub(crate) mod ledger;
-pub(crate) mod outbox;
-mod retention;
 mod tx;
 
 use std::path::Path;
@@ -32,7 +28,7 @@ use rusqlite::{Connection, ErrorCode, OpenFlags};
 
 use crate::handler::Submission;
 use crate::outbox::{PendingRow, FORWARD};
-use crate::store::{Outcome, Store, StoreError, Tx, Write};
+use crate::store::{ledger, outbox, retention, Outcome, Store, StoreError, Tx, Write};
 
 use checkpoint::Checkpointer;
 use tx::HandlerGuard;
