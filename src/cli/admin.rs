@@ -13,23 +13,22 @@ use crate::cli::table;
 use crate::config::RetentionConfig;
 use crate::retention::{self, Pruned};
 use crate::store::admin::{EventRow, OutboxRow};
-use crate::store::sqlite::SqliteStore;
-use crate::store::Write;
+use crate::store::{Store, Write};
 use crate::unix_now;
 
 /// Revives one dead row; errors if it is not dead.
-pub(crate) fn outbox_retry(store: &mut SqliteStore, id: i64) -> anyhow::Result<()> {
+pub(crate) fn outbox_retry(store: &mut dyn Store, id: i64) -> anyhow::Result<()> {
     if store.write_now(&Write::Revive { id: Some(id) }, unix_now())? == 0 {
         bail!("outbox row {id} does not exist or is not dead (see: hookledger outbox list)");
     }
     Ok(())
 }
 
-pub(crate) fn outbox_retry_all_dead(store: &mut SqliteStore) -> anyhow::Result<u64> {
+pub(crate) fn outbox_retry_all_dead(store: &mut dyn Store) -> anyhow::Result<u64> {
     Ok(store.write_now(&Write::Revive { id: None }, unix_now())?)
 }
 
-pub(crate) fn replay(store: &mut SqliteStore, source: &str, event_id: &str) -> anyhow::Result<()> {
+pub(crate) fn replay(store: &mut dyn Store, source: &str, event_id: &str) -> anyhow::Result<()> {
     let write = Write::Replay {
         source: source.to_string(),
         event_id: event_id.to_string(),
@@ -45,7 +44,7 @@ pub(crate) fn replay(store: &mut SqliteStore, source: &str, event_id: &str) -> a
 
 /// One prune, each batch its own short transaction.
 pub(crate) fn prune(
-    store: &mut SqliteStore,
+    store: &mut dyn Store,
     retention: &RetentionConfig,
 ) -> anyhow::Result<Pruned> {
     crate::config::check_retention(retention.claim_days)?;

@@ -14,8 +14,7 @@ use crate::config;
 use crate::config::Database;
 use crate::dev::client::Client;
 use crate::source::standard::SigningKey;
-use crate::store::admin as listing;
-use crate::store::sqlite::{self, SqliteStore};
+use crate::store::{self, admin as listing};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -71,14 +70,6 @@ pub struct SourceArg {
     /// The source the event came from (needed when two sources sent the same id).
     #[arg(long)]
     pub source: Option<String>,
-}
-
-impl DbArg {
-    fn path(&self) -> anyhow::Result<&std::path::Path> {
-        self.db
-            .sqlite_path()
-            .context("this command does not support PostgreSQL yet")
-    }
 }
 
 #[derive(Debug, Args)]
@@ -225,10 +216,10 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
 fn replay(event_id: &str, source: Option<&str>, db: &DbArg) -> anyhow::Result<Exit> {
     let source = match source {
         Some(source) => source.to_string(),
-        None => listing::source_of(&sqlite::open_read(db.path()?)?, event_id)?,
+        None => listing::source_of(&*store::open_read(&db.db)?, event_id)?,
     };
     admin::replay(
-        &mut SqliteStore::open_existing(db.path()?)?,
+        &mut *store::open_existing(&db.db)?,
         &source,
         event_id,
     )?;
@@ -240,7 +231,7 @@ fn replay(event_id: &str, source: Option<&str>, db: &DbArg) -> anyhow::Result<Ex
 }
 
 fn prune(retention: &config::RetentionConfig, db: &DbArg) -> anyhow::Result<Exit> {
-    let pruned = admin::prune(&mut SqliteStore::open_existing(db.path()?)?, retention)?;
+    let pruned = admin::prune(&mut *store::open_existing(&db.db)?, retention)?;
     println!("{}", pruned.describe(retention));
     Ok(Exit::Ok)
 }
@@ -254,7 +245,7 @@ fn gen_secret() -> anyhow::Result<Exit> {
 fn outbox(command: OutboxCommand) -> anyhow::Result<Exit> {
     match command {
         OutboxCommand::List { status, json, db } => {
-            let rows = listing::outbox_list(&sqlite::open_read(db.path()?)?, status.as_deref())?;
+            let rows = listing::outbox_list(&*store::open_read(&db.db)?, status.as_deref())?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&rows)?);
             } else {
@@ -262,12 +253,12 @@ fn outbox(command: OutboxCommand) -> anyhow::Result<Exit> {
             }
         }
         OutboxCommand::Retry { id, all_dead, db } => {
-            let mut store = SqliteStore::open_existing(db.path()?)?;
+            let mut store = store::open_existing(&db.db)?;
             if all_dead {
-                let n = admin::outbox_retry_all_dead(&mut store)?;
+                let n = admin::outbox_retry_all_dead(&mut *store)?;
                 println!("{n} dead row(s) back to pending");
             } else if let Some(id) = id {
-                admin::outbox_retry(&mut store, id)?;
+                admin::outbox_retry(&mut *store, id)?;
                 println!("row {id} back to pending");
             }
         }
@@ -286,7 +277,7 @@ fn events(command: EventsCommand) -> anyhow::Result<Exit> {
         } => {
             let since = since.map(|d| crate::unix_now() - d.as_secs() as i64);
             let rows = listing::events_list(
-                &sqlite::open_read(db.path()?)?,
+                &*store::open_read(&db.db)?,
                 since,
                 kind.as_deref(),
                 limit,
@@ -302,12 +293,12 @@ fn events(command: EventsCommand) -> anyhow::Result<Exit> {
             source,
             db,
         } => {
-            let conn = sqlite::open_read(db.path()?)?;
+            let conn = store::open_read(&db.db)?;
             let source = match source.source {
                 Some(source) => source,
-                None => listing::source_of(&conn, &event_id)?,
+                None => listing::source_of(&*conn, &event_id)?,
             };
-            let event = listing::event_show(&conn, &source, &event_id)?;
+            let event = listing::event_show(&*conn, &source, &event_id)?;
             println!("{}", serde_json::to_string_pretty(&event)?);
         }
     }

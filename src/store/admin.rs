@@ -1,8 +1,9 @@
-//! The listings behind `events list/show` and `outbox list`, on a read-only connection.
+//! The listings behind `events list/show` and `outbox list`, the same SQL on every store.
 
 use anyhow::{bail, Context};
-use rusqlite::{params, Connection, OptionalExtension};
 use serde_json::json;
+
+use crate::store::tx::Session;
 
 /// An outbox row for listing.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -31,7 +32,7 @@ pub(crate) struct EventRow {
 }
 
 pub(crate) fn outbox_list(
-    conn: &Connection,
+    conn: &dyn Session,
     status: Option<&str>,
 ) -> anyhow::Result<Vec<OutboxRow>> {
     if let Some(s) = status {
@@ -39,13 +40,14 @@ pub(crate) fn outbox_list(
             bail!("--status must be pending, done or dead, not `{s}`");
         }
     }
-    let mut stmt = conn.prepare(
+    let rows = conn.query(
         "SELECT id, kind, source, key, status, attempts, next_attempt_at, last_error, created_at,
                 done_at
-         FROM outbox WHERE ?1 IS NULL OR status = ?1 ORDER BY id",
+         FROM outbox WHERE CAST($1 AS TEXT) IS NULL OR status = $1 ORDER BY id",
+        &[&status],
     )?;
-    let rows = stmt
-        .query_map([status], |r| {
+    rows.iter()
+        .map(|r| {
             Ok(OutboxRow {
                 id: r.get(0)?,
                 kind: r.get(1)?,
@@ -58,44 +60,48 @@ pub(crate) fn outbox_list(
                 created_at: r.get(8)?,
                 done_at: r.get(9)?,
             })
-        })?
-        .collect::<Result<_, _>>()?;
-    Ok(rows)
+        })
+        .collect()
 }
 
 pub(crate) fn events_list(
-    conn: &Connection,
+    conn: &dyn Session,
     since: Option<i64>,
     kind: Option<&str>,
     limit: usize,
 ) -> anyhow::Result<Vec<EventRow>> {
-    let mut stmt = conn.prepare(
+    let rows = conn.query(
         "SELECT event_id, event_type, source, created, received_at, length(payload)
          FROM webhook_events
-         WHERE (?1 IS NULL OR received_at >= ?1) AND (?2 IS NULL OR event_type = ?2)
-         ORDER BY received_at DESC, rowid DESC LIMIT ?3",
+         WHERE (CAST($1 AS BIGINT) IS NULL OR received_at >= $1)
+           AND (CAST($2 AS TEXT) IS NULL OR event_type = $2)
+         ORDER BY received_at DESC, source DESC, event_id DESC LIMIT $3",
+        &[&since, &kind, &(limit as i64)],
     )?;
-    let rows = stmt
-        .query_map(params![since, kind, limit as i64], |r| {
+    rows.iter()
+        .map(|r| {
             Ok(EventRow {
                 event_id: r.get(0)?,
                 event_type: r.get(1)?,
                 source: r.get(2)?,
                 created: r.get(3)?,
                 received_at: r.get(4)?,
-                payload_bytes: r.get::<_, Option<i64>>(5)?.unwrap_or(0),
+                payload_bytes: r.get::<Option<i64>>(5)?.unwrap_or(0),
             })
-        })?
-        .collect::<Result<_, _>>()?;
-    Ok(rows)
+        })
+        .collect()
 }
 
 /// The source of the event `id`, when exactly one source sent that id.
-pub(crate) fn source_of(conn: &Connection, id: &str) -> anyhow::Result<String> {
-    let sources: Vec<String> = conn
-        .prepare("SELECT source FROM webhook_events WHERE event_id = ?1 ORDER BY source")?
-        .query_map([id], |r| r.get(0))?
-        .collect::<Result<_, _>>()?;
+pub(crate) fn source_of(conn: &dyn Session, id: &str) -> anyhow::Result<String> {
+    let sources = conn
+        .query(
+            "SELECT source FROM webhook_events WHERE event_id = $1 ORDER BY source",
+            &[&id],
+        )?
+        .iter()
+        .map(|r| r.get::<String>(0))
+        .collect::<Result<Vec<_>, _>>()?;
     match sources.as_slice() {
         [one] => Ok(one.clone()),
         [] => anyhow::bail!(
@@ -110,36 +116,34 @@ pub(crate) fn source_of(conn: &Connection, id: &str) -> anyhow::Result<String> {
 
 /// One event of `source` with its payload parsed for pretty-printing.
 pub(crate) fn event_show(
-    conn: &Connection,
+    conn: &dyn Session,
     source: &str,
     id: &str,
 ) -> anyhow::Result<serde_json::Value> {
-    let shown = conn
-        .query_row(
+    let row = conn
+        .query(
             "SELECT event_type, source, created, received_at, payload FROM webhook_events
-             WHERE source = ?1 AND event_id = ?2",
-            [source, id],
-            |r| {
-                let payload: Option<Vec<u8>> = r.get(4)?;
-                let payload = payload.map(|p| {
-                    serde_json::from_slice::<serde_json::Value>(&p)
-                        .unwrap_or_else(|_| json!(String::from_utf8_lossy(&p)))
-                });
-                Ok(json!({
-                    "event_id": id,
-                    "event_type": r.get::<_, String>(0)?,
-                    "source": r.get::<_, String>(1)?,
-                    "created": r.get::<_, Option<i64>>(2)?,
-                    "received_at": r.get::<_, i64>(3)?,
-                    "payload": payload,
-                }))
-            },
-        )
-        .optional()?;
-    shown.with_context(|| {
-        format!(
-            "no event {id} of source {source} in the ledger (never received, or pruned after the \
-             retention age)"
-        )
-    })
+             WHERE source = $1 AND event_id = $2",
+            &[&source, &id],
+        )?
+        .into_iter()
+        .next()
+        .with_context(|| {
+            format!(
+                "no event {id} of source {source} in the ledger (never received, or pruned \
+                 after the retention age)"
+            )
+        })?;
+    let payload = row.get::<Option<Vec<u8>>>(4)?.map(|p| {
+        serde_json::from_slice::<serde_json::Value>(&p)
+            .unwrap_or_else(|_| json!(String::from_utf8_lossy(&p)))
+    });
+    Ok(json!({
+        "event_id": id,
+        "event_type": row.get::<String>(0)?,
+        "source": row.get::<String>(1)?,
+        "created": row.get::<Option<i64>>(2)?,
+        "received_at": row.get::<i64>(3)?,
+        "payload": payload,
+    }))
 }

@@ -1,30 +1,31 @@
-//! The claim: one row per event id in `webhook_events`.
+//! The claim: one row per `(source, event id)` in `webhook_events`.
 //!
-//! `INSERT OR IGNORE` on the primary key decides whether an event is new. It runs inside the
-//! writer's transaction, before the effects, so a crash or an error anywhere in the event's
-//! apply rolls the claim back too and the provider's retry starts clean. There is never a
-//! "check, then insert" in code: the key decides.
-
-use rusqlite::{params, Connection};
+//! `INSERT … ON CONFLICT DO NOTHING` on the primary key decides whether an event is new. It
+//! runs inside the writer's transaction, before the effects, so a crash or an error anywhere in
+//! the event's apply rolls the claim back too and the provider's retry starts clean. There is
+//! never a "check, then insert" in code: the key decides. On PostgreSQL a second instance
+//! claiming the same event waits on the first one's uncommitted row, then sees it: one
+//! `processed`, one `duplicate`.
 
 use crate::event::Event;
+use crate::store::tx::Session;
+use crate::store::StoreError;
 
 /// Claims `event`; true if it is new (and its effects must now be applied), false if the id
 /// was already in the ledger (a duplicate: nothing else may run).
-pub(crate) fn claim(tx: &Connection, event: &Event, received_at: i64) -> rusqlite::Result<bool> {
-    let inserted = tx
-        .prepare_cached(
-            "INSERT OR IGNORE INTO webhook_events
-                 (event_id, event_type, source, created, received_at, payload)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-        )?
-        .execute(params![
-            event.id,
-            event.kind,
-            event.source,
-            event.created,
-            received_at,
-            &event.body[..]
-        ])?;
+pub(crate) fn claim(tx: &dyn Session, event: &Event, received_at: i64) -> Result<bool, StoreError> {
+    let inserted = tx.execute(
+        "INSERT INTO webhook_events (event_id, event_type, source, created, received_at, payload)
+         VALUES ($1, $2, $3, $4, $5, $6)
+         ON CONFLICT (source, event_id) DO NOTHING",
+        &[
+            &event.id,
+            &event.kind,
+            &event.source,
+            &event.created,
+            &received_at,
+            &&event.body[..],
+        ],
+    )?;
     Ok(inserted == 1)
 }

@@ -114,6 +114,24 @@ pub(crate) fn outbox_reader(
     }
 }
 
+/// A store for one CLI command's writes, each its own short transaction. The database must
+/// exist already (a typo in `--db` should be an error, not a fresh database that shows
+/// nothing).
+pub(crate) fn open_existing(database: &Database) -> anyhow::Result<Box<dyn Store>> {
+    match database {
+        Database::Sqlite(path) => Ok(Box::new(sqlite::SqliteStore::open_existing(path)?)),
+        Database::Postgres(_) => anyhow::bail!("PostgreSQL is not supported yet"),
+    }
+}
+
+/// A connection for one CLI command's reads (read-only where the store has such a thing).
+pub(crate) fn open_read(database: &Database) -> anyhow::Result<Box<dyn tx::Session>> {
+    match database {
+        Database::Sqlite(path) => Ok(Box::new(sqlite::open_read(path)?)),
+        Database::Postgres(_) => anyhow::bail!("PostgreSQL is not supported yet"),
+    }
+}
+
 /// The writer's view of a database: one transaction per batch, a savepoint per job.
 ///
 /// Every method runs on the writer's thread, in this order for a batch: [`begin`], then per
@@ -147,6 +165,21 @@ pub(crate) trait Store: Send + 'static {
     fn apply(&mut self, submission: Submission, now: i64) -> Result<Outcome, StoreError>;
     /// Returns a count for the caller: rows changed or deleted.
     fn write(&mut self, write: &Write, now: i64) -> Result<u64, StoreError>;
+    /// Runs `write` in one short transaction of its own (a CLI command next to a running
+    /// `serve`: the database serialises it with the server's writer).
+    fn write_now(&mut self, write: &Write, now: i64) -> Result<u64, StoreError> {
+        self.begin()?;
+        match self.write(write, now) {
+            Ok(n) => {
+                self.commit()?;
+                Ok(n)
+            }
+            Err(e) => {
+                self.rollback();
+                Err(e)
+            }
+        }
+    }
 }
 
 /// The outbox worker's view of a database: which rows are due. It reads on connections of its

@@ -1,40 +1,35 @@
-//! Retention's SQL: deletes in small batches, each a job of the writer.
-
-use rusqlite::{params, Connection};
+//! Retention's SQL, the same on every store: deletes in small batches, each a job of the
+//! writer.
 
 use crate::retention::BATCH_ROWS;
+use crate::store::tx::Session;
+use crate::store::StoreError;
 
 /// Deletes up to [`BATCH_ROWS`] ledger rows received before `cutoff`.
-pub(super) fn delete_events_batch(tx: &Connection, cutoff: i64) -> rusqlite::Result<u64> {
-    let n = tx
-        .prepare_cached(
-            "DELETE FROM webhook_events WHERE rowid IN
-                 (SELECT rowid FROM webhook_events WHERE received_at < ?1 LIMIT ?2)",
-        )?
-        .execute(params![cutoff, BATCH_ROWS])?;
-    Ok(n as u64)
+pub(crate) fn delete_events_batch(tx: &dyn Session, cutoff: i64) -> Result<u64, StoreError> {
+    tx.execute(
+        "DELETE FROM webhook_events WHERE (source, event_id) IN
+             (SELECT source, event_id FROM webhook_events WHERE received_at < $1 LIMIT $2)",
+        &[&cutoff, &BATCH_ROWS],
+    )
 }
 
 /// Clears the payloads of up to [`BATCH_ROWS`] ledger rows received before `cutoff`; the
 /// claims stay.
-pub(super) fn clear_payloads_batch(tx: &Connection, cutoff: i64) -> rusqlite::Result<u64> {
-    let n = tx
-        .prepare_cached(
-            "UPDATE webhook_events SET payload = NULL WHERE rowid IN
-                 (SELECT rowid FROM webhook_events
-                  WHERE received_at < ?1 AND payload IS NOT NULL LIMIT ?2)",
-        )?
-        .execute(params![cutoff, BATCH_ROWS])?;
-    Ok(n as u64)
+pub(crate) fn clear_payloads_batch(tx: &dyn Session, cutoff: i64) -> Result<u64, StoreError> {
+    tx.execute(
+        "UPDATE webhook_events SET payload = NULL WHERE (source, event_id) IN
+             (SELECT source, event_id FROM webhook_events
+              WHERE received_at < $1 AND payload IS NOT NULL LIMIT $2)",
+        &[&cutoff, &BATCH_ROWS],
+    )
 }
 
 /// Deletes up to [`BATCH_ROWS`] done outbox rows delivered before `cutoff`.
-pub(super) fn delete_outbox_batch(tx: &Connection, cutoff: i64) -> rusqlite::Result<u64> {
-    let n = tx
-        .prepare_cached(
-            "DELETE FROM outbox WHERE id IN
-                 (SELECT id FROM outbox WHERE status = 'done' AND done_at < ?1 LIMIT ?2)",
-        )?
-        .execute(params![cutoff, BATCH_ROWS])?;
-    Ok(n as u64)
+pub(crate) fn delete_outbox_batch(tx: &dyn Session, cutoff: i64) -> Result<u64, StoreError> {
+    tx.execute(
+        "DELETE FROM outbox WHERE id IN
+             (SELECT id FROM outbox WHERE status = 'done' AND done_at < $1 LIMIT $2)",
+        &[&cutoff, &BATCH_ROWS],
+    )
 }

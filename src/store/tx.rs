@@ -96,6 +96,12 @@ impl ToParam for String {
     }
 }
 
+impl ToParam for std::sync::Arc<str> {
+    fn to_param(&self) -> Param<'_> {
+        Param::Text(self)
+    }
+}
+
 impl ToParam for [u8] {
     fn to_param(&self) -> Param<'_> {
         Param::Blob(self)

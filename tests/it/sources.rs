@@ -493,7 +493,7 @@ fn a_database_from_the_release_before_sources_keeps_every_row() {
     let version: i64 = db
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(version, 3);
+    assert_eq!(version, 4);
     assert_eq!(
         strings(&db, "SELECT source || '/' || event_id || '/' || length(payload) FROM webhook_events ORDER BY event_id"),
         [

@@ -16,6 +16,7 @@
 
 mod app_schema;
 mod checkpoint;
+mod due;
 mod tx;
 
 use std::path::Path;
@@ -38,6 +39,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../../schema.sql"),
     include_str!("migrations/0002_outbox_queued.sql"),
     include_str!("migrations/0003_source_in_keys.sql"),
+    include_str!("migrations/0004_outbox_lease.sql"),
 ];
 
 /// How long a writer waits for another process's write lock (an `sqlite3` shell, a CLI
@@ -150,22 +152,6 @@ impl SqliteStore {
             handler,
             _checkpoints: None,
         })
-    }
-
-    /// Runs `write` in one short transaction of its own (a CLI command next to a running
-    /// `serve`: SQLite serialises it with the server's writer).
-    pub(crate) fn write_now(&mut self, write: &Write, now: i64) -> Result<u64, StoreError> {
-        self.begin()?;
-        match self.write(write, now) {
-            Ok(n) => {
-                self.commit()?;
-                Ok(n)
-            }
-            Err(e) => {
-                self.rollback();
-                Err(e)
-            }
-        }
     }
 
     /// The transaction as a handler sees it.
@@ -282,7 +268,7 @@ impl Store for SqliteStore {
             Write::PrunePayloads { before } => retention::clear_payloads_batch(conn, *before)?,
             Write::PruneOutbox { before } => retention::delete_outbox_batch(conn, *before)?,
             Write::Revive { id: Some(id) } => u64::from(outbox::retry(conn, *id, now)?),
-            Write::Revive { id: None } => outbox::retry_all_dead(conn, now)? as u64,
+            Write::Revive { id: None } => outbox::retry_all_dead(conn, now)?,
             Write::Replay { source, event_id } => {
                 u64::from(outbox::replay(conn, source, event_id, now)?)
             }
@@ -391,11 +377,11 @@ pub(crate) fn read_pool(path: &Path, size: u32) -> anyhow::Result<ReadPool> {
 
 impl crate::store::OutboxReader for ReadPool {
     fn due(&self, kinds: &str, now: i64, limit: usize) -> anyhow::Result<Vec<PendingRow>> {
-        Ok(outbox::due(&*self.get()?, kinds, now, limit)?)
+        Ok(due::due(&*self.get()?, kinds, now, limit)?)
     }
 
     fn next_due_at(&self, kinds: &str) -> anyhow::Result<Option<i64>> {
-        Ok(outbox::next_due_at(&*self.get()?, kinds)?)
+        Ok(due::next_due_at(&*self.get()?, kinds)?)
     }
 }
 
@@ -524,7 +510,7 @@ mod tests {
             ..crate::event::Event::default()
         };
         outbox::enqueue(&conn, FORWARD, &event, b"{}", 1).unwrap();
-        let row = outbox::due(&conn, r#"["forward"]"#, 1, 10)
+        let row = due::due(&conn, r#"["forward"]"#, 1, 10)
             .unwrap()
             .remove(0);
         // The attempt is in flight when the event is replayed; then it succeeds.
@@ -534,13 +520,13 @@ mod tests {
             outbox::record(&conn, row.id, row.queued, &delivered, 3).unwrap(),
             0
         );
-        let again = outbox::due(&conn, r#"["forward"]"#, 3, 10).unwrap();
+        let again = due::due(&conn, r#"["forward"]"#, 3, 10).unwrap();
         assert_eq!(again.len(), 1, "the replay is still to be delivered");
         assert_eq!(
             outbox::record(&conn, row.id, again[0].queued, &delivered, 4).unwrap(),
             1
         );
-        assert!(outbox::due(&conn, r#"["forward"]"#, 5, 10)
+        assert!(due::due(&conn, r#"["forward"]"#, 5, 10)
             .unwrap()
             .is_empty());
     }

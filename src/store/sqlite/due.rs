@@ -1,0 +1,49 @@
+//! Which outbox rows are due, on SQLite: one server per database file, so no lease is needed.
+
+use rusqlite::{params, Connection};
+
+use crate::outbox::PendingRow;
+
+/// Up to `limit` pending rows of `kinds` that are due at `now`, in id order.
+/// `kinds` is a JSON array of the kinds that have somewhere to go; rows of other kinds wait.
+pub(crate) fn due(
+    conn: &Connection,
+    kinds: &str,
+    now: i64,
+    limit: usize,
+) -> rusqlite::Result<Vec<PendingRow>> {
+    // An effect may have written its payload as text (json_object), or a key as a number or a
+    // blob: each is read as the type the worker needs, so one odd row cannot stop the others.
+    conn.prepare_cached(
+        "SELECT id, CAST(kind AS TEXT), CAST(source AS TEXT), CAST(key AS TEXT),
+                CAST(event_type AS TEXT), CAST(payload AS BLOB), attempts, queued
+         FROM outbox
+         WHERE status = 'pending' AND next_attempt_at <= ?1
+           AND kind IN (SELECT value FROM json_each(?3))
+         ORDER BY id LIMIT ?2",
+    )?
+    .query_map(params![now, limit as i64, kinds], |r| {
+        Ok(PendingRow {
+            id: r.get(0)?,
+            kind: r.get(1)?,
+            source: r.get(2)?,
+            key: r.get(3)?,
+            event_type: r.get(4)?,
+            payload: r.get(5)?,
+            attempts: r.get(6)?,
+            queued: r.get(7)?,
+        })
+    })?
+    .collect()
+}
+
+/// When the next pending row is due, if any.
+/// When the next pending row of `kinds` (a JSON array) is due, if any.
+pub(crate) fn next_due_at(conn: &Connection, kinds: &str) -> rusqlite::Result<Option<i64>> {
+    conn.prepare_cached(
+        "SELECT min(next_attempt_at) FROM outbox
+         WHERE status = 'pending' AND kind IN (SELECT value FROM json_each(?1))",
+    )?
+    .query_row([kinds], |r| r.get(0))
+}
+
