@@ -43,10 +43,7 @@ pub(crate) fn replay(store: &mut dyn Store, source: &str, event_id: &str) -> any
 }
 
 /// One prune, each batch its own short transaction.
-pub(crate) fn prune(
-    store: &mut dyn Store,
-    retention: &RetentionConfig,
-) -> anyhow::Result<Pruned> {
+pub(crate) fn prune(store: &mut dyn Store, retention: &RetentionConfig) -> anyhow::Result<Pruned> {
     crate::config::check_retention(retention.claim_days)?;
     let now = unix_now();
     Ok(retention::prune(now, retention, |write| {

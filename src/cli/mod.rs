@@ -218,11 +218,7 @@ fn replay(event_id: &str, source: Option<&str>, db: &DbArg) -> anyhow::Result<Ex
         Some(source) => source.to_string(),
         None => listing::source_of(&*store::open_read(&db.db)?, event_id)?,
     };
-    admin::replay(
-        &mut *store::open_existing(&db.db)?,
-        &source,
-        event_id,
-    )?;
+    admin::replay(&mut *store::open_existing(&db.db)?, &source, event_id)?;
     println!(
         "event {event_id} of source {source} queued for forwarding (a `serve --forward-to` \
          delivers it)"
@@ -276,12 +272,8 @@ fn events(command: EventsCommand) -> anyhow::Result<Exit> {
             db,
         } => {
             let since = since.map(|d| crate::unix_now() - d.as_secs() as i64);
-            let rows = listing::events_list(
-                &*store::open_read(&db.db)?,
-                since,
-                kind.as_deref(),
-                limit,
-            )?;
+            let rows =
+                listing::events_list(&*store::open_read(&db.db)?, since, kind.as_deref(), limit)?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&rows)?);
             } else {

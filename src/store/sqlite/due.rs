@@ -46,4 +46,3 @@ pub(crate) fn next_due_at(conn: &Connection, kinds: &str) -> rusqlite::Result<Op
     )?
     .query_row([kinds], |r| r.get(0))
 }
-
