@@ -7,6 +7,7 @@
 //! classification of its errors into [`StoreError`] stay inside it.
 
 pub(crate) mod admin;
+mod app_schema;
 pub(crate) mod ledger;
 pub(crate) mod outbox;
 mod retention;

@@ -14,7 +14,6 @@
 //! - The SQL of the ledger, the outbox, retention and the listings is in the files beside this
 //!   one; the WAL is copied back by [`checkpoint`], off the commit path.
 
-mod app_schema;
 mod checkpoint;
 mod due;
 mod tx;
@@ -29,7 +28,7 @@ use rusqlite::{Connection, ErrorCode, OpenFlags};
 
 use crate::handler::Submission;
 use crate::outbox::{PendingRow, FORWARD};
-use crate::store::{ledger, outbox, retention, Outcome, Store, StoreError, Tx, Write};
+use crate::store::{app_schema, ledger, outbox, retention, Outcome, Store, StoreError, Tx, Write};
 
 use checkpoint::Checkpointer;
 use tx::HandlerGuard;
@@ -510,9 +509,7 @@ mod tests {
             ..crate::event::Event::default()
         };
         outbox::enqueue(&conn, FORWARD, &event, b"{}", 1).unwrap();
-        let row = due::due(&conn, r#"["forward"]"#, 1, 10)
-            .unwrap()
-            .remove(0);
+        let row = due::due(&conn, r#"["forward"]"#, 1, 10).unwrap().remove(0);
         // The attempt is in flight when the event is replayed; then it succeeds.
         assert!(outbox::replay(&conn, "stripe", "evt_1", 2).unwrap());
         let delivered = crate::outbox::Attempt::Delivered;
@@ -526,9 +523,7 @@ mod tests {
             outbox::record(&conn, row.id, again[0].queued, &delivered, 4).unwrap(),
             1
         );
-        assert!(due::due(&conn, r#"["forward"]"#, 5, 10)
-            .unwrap()
-            .is_empty());
+        assert!(due::due(&conn, r#"["forward"]"#, 5, 10).unwrap().is_empty());
     }
 
     #[test]
