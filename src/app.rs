@@ -110,6 +110,23 @@ impl Hookledger {
         config: Config,
         handlers: Vec<(String, Arc<dyn Handler>)>,
     ) -> anyhow::Result<Hookledger> {
+        // Opening blocks (on the database, and PostgreSQL's synchronous client runs its own
+        // runtime, which may not start inside another): an app calling this from async code
+        // gets it done on a thread of its own.
+        if tokio::runtime::Handle::try_current().is_ok() {
+            return std::thread::scope(|s| {
+                s.spawn(|| Hookledger::open_blocking(config, handlers))
+                    .join()
+                    .map_err(|_| anyhow::anyhow!("opening hookledger panicked"))?
+            });
+        }
+        Hookledger::open_blocking(config, handlers)
+    }
+
+    fn open_blocking(
+        config: Config,
+        handlers: Vec<(String, Arc<dyn Handler>)>,
+    ) -> anyhow::Result<Hookledger> {
         config.validate()?;
         for (source, handler) in &handlers {
             if !config.sources.iter().any(|s| s.name == *source) {

@@ -12,8 +12,10 @@
 //!
 //! # Ordering
 //! Each job's reply is sent only after the commit returned, so a 200 always means "on disk".
-//! Jobs in a batch run in queue order; two copies of one event in the same batch see each
-//! other's claim, so the second is a duplicate.
+//! Jobs in a batch run in the order of their ledger keys (other writes first), so that
+//! writers sharing one database take claim locks in one order; two copies of one event in the
+//! same batch keep their queue order and see each other's claim, so the second is a
+//! duplicate.
 //!
 //! # Failure modes
 //! - A job that fails (a constraint, a trigger's `RAISE(ABORT)`) is rolled back to its own
@@ -51,6 +53,19 @@ pub(crate) enum Job {
         write: Write,
         reply: oneshot::Sender<Result<u64, StoreError>>,
     },
+}
+
+impl Job {
+    /// The ledger key an event job claims.
+    fn claim_key(&self) -> Option<(&str, &str)> {
+        match self {
+            Job::Event {
+                submission: Some(s),
+                ..
+            } => Some((&s.event.source, &s.event.id)),
+            _ => None,
+        }
+    }
 }
 
 /// What the queue carries: jobs, and the request to stop after those already queued.
@@ -215,7 +230,7 @@ fn run_batch(store: &mut dyn Store, batch: &mut Vec<Job>) -> Result<bool, StoreE
         Err(e) => {
             log::error!("writer: batch of {} failed: {e}", batch.len());
             store.rollback();
-            if matches!(e, StoreError::Busy(_)) {
+            if matches!(e, StoreError::Busy(_) | StoreError::Unavailable(_)) {
                 busy = Some(e.clone());
             }
             batch
@@ -254,6 +269,10 @@ fn run_batch(store: &mut dyn Store, batch: &mut Vec<Job>) -> Result<bool, StoreE
 /// per-job failures are inside the `Ok`.
 fn apply_batch(store: &mut dyn Store, batch: &mut [Job]) -> Result<Vec<Done>, StoreError> {
     let now = unix_now();
+    // Claims in key order: two writers sharing a database (PostgreSQL instances) then lock
+    // claim rows in the same order and cannot deadlock on them. A stable sort: two copies of
+    // one event keep their order, and other writes (no key) go first, in queue order.
+    batch.sort_by(|a, b| a.claim_key().cmp(&b.claim_key()));
     store.begin()?;
     let mut results = Vec::with_capacity(batch.len());
     for job in batch.iter_mut() {

@@ -81,6 +81,10 @@ pub(crate) const MIN_RETENTION_DAYS: u64 = 3;
 /// Default timeout of one delivery request: an app that takes longer is treated as failed.
 pub(crate) const DEFAULT_FORWARD_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Long enough for a worker's batch of attempts against a slow app (each bounded by the
+/// forward timeout), short enough that a dead instance's rows are delivered within minutes.
+pub(crate) const DEFAULT_OUTBOX_LEASE: Duration = Duration::from_secs(300);
+
 /// Everything `serve` needs. `Debug` shows no secret.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -126,8 +130,14 @@ pub struct HttpConfig {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct StorageConfig {
+    /// SQLite: how long to wait for another process's write lock. PostgreSQL: how long to wait
+    /// for a row lock (`lock_timeout`) and for a connection. Then the answer is a 503.
     #[serde(with = "duration")]
     pub busy_timeout: Duration,
+    /// PostgreSQL: how long an instance holds the due outbox rows it took, while it attempts
+    /// them; if it dies, another instance delivers them once the lease lapses.
+    #[serde(with = "duration")]
+    pub outbox_lease: Duration,
 }
 
 /// The writer's batches and queue.
@@ -244,6 +254,7 @@ impl Default for StorageConfig {
     fn default() -> Self {
         StorageConfig {
             busy_timeout: DEFAULT_BUSY_TIMEOUT,
+            outbox_lease: DEFAULT_OUTBOX_LEASE,
         }
     }
 }

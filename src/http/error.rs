@@ -128,6 +128,9 @@ impl Rejection {
             StoreError::Busy(_) => {
                 Rejection::new(S::SERVICE_UNAVAILABLE, "database_busy", unavailable).retry()
             }
+            StoreError::Unavailable(_) => {
+                Rejection::new(S::SERVICE_UNAVAILABLE, "database_unavailable", unavailable).retry()
+            }
             StoreError::DiskFull(_) => {
                 Rejection::new(S::SERVICE_UNAVAILABLE, "disk_full", unavailable).retry()
             }
@@ -235,6 +238,7 @@ mod tests {
             StoreError::QueueFull,
             StoreError::ShuttingDown,
             StoreError::Busy("b".into()),
+            StoreError::Unavailable("u".into()),
             StoreError::DiskFull("d".into()),
             StoreError::ReadOnly("r".into()),
         ] {

@@ -6,11 +6,20 @@
 use std::path::Path;
 
 use anyhow::{bail, Context};
-use rusqlite::{Connection, OptionalExtension};
 use sha2::{Digest, Sha256};
 
+use crate::store::tx::Session;
+
+/// How a store runs a migration: `batch` runs SQL text as it is (several statements, no
+/// parameters), and `begin` opens the transaction each migration runs in.
+pub(crate) struct Migrator<'a> {
+    pub(crate) session: &'a dyn Session,
+    pub(crate) batch: &'a dyn Fn(&str) -> anyhow::Result<()>,
+    pub(crate) begin: &'a str,
+}
+
 /// Applies the migrations of `folder` not applied yet; returns how many it applied.
-pub(crate) fn migrate(conn: &mut Connection, folder: &Path) -> anyhow::Result<usize> {
+pub(crate) fn migrate(db: &Migrator<'_>, folder: &Path) -> anyhow::Result<usize> {
     let mut files: Vec<_> = std::fs::read_dir(folder)
         .with_context(|| {
             format!(
@@ -23,11 +32,11 @@ pub(crate) fn migrate(conn: &mut Connection, folder: &Path) -> anyhow::Result<us
         .filter(|path| path.extension().is_some_and(|e| e == "sql"))
         .collect();
     files.sort();
-    conn.execute_batch(
+    (db.batch)(
         "CREATE TABLE IF NOT EXISTS hookledger_app_migrations (
              name       TEXT PRIMARY KEY,
              sha256     TEXT NOT NULL,
-             applied_at INTEGER NOT NULL
+             applied_at BIGINT NOT NULL
          )",
     )?;
     let mut applied = 0;
@@ -40,40 +49,63 @@ pub(crate) fn migrate(conn: &mut Connection, folder: &Path) -> anyhow::Result<us
         let sql = std::fs::read_to_string(&path)
             .with_context(|| format!("cannot read migration {}", path.display()))?;
         let hash = hex::encode(Sha256::digest(sql.as_bytes()));
-        let recorded: Option<String> = conn
-            .query_row(
-                "SELECT sha256 FROM hookledger_app_migrations WHERE name = ?1",
-                [&name],
-                |r| r.get(0),
-            )
-            .optional()?;
-        match recorded {
-            Some(old) if old == hash => continue,
-            Some(_) => bail!(
-                "migration {name} changed after it was applied to this database; applied \
-                 migrations must not be edited: put the change in a new file (e.g. a higher \
-                 number) and restore {name}"
-            ),
-            None => {}
+        (db.batch)(db.begin)?;
+        match apply(db, &name, &sql, &hash) {
+            Ok(true) => {
+                (db.batch)("COMMIT")?;
+                log::info!("applied migration {name}");
+                applied += 1;
+            }
+            Ok(false) => (db.batch)("COMMIT")?,
+            Err(e) => {
+                let _ = (db.batch)("ROLLBACK");
+                return Err(e);
+            }
         }
-        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-        tx.execute_batch(&sql)
-            .with_context(|| format!("migration {name} failed"))?;
-        tx.execute(
-            "INSERT INTO hookledger_app_migrations (name, sha256, applied_at)
-             VALUES (?1, ?2, strftime('%s', 'now'))",
-            [&name, &hash],
-        )?;
-        tx.commit()?;
-        log::info!("applied migration {name}");
-        applied += 1;
     }
     Ok(applied)
+}
+
+/// Applies one migration in the open transaction unless it was applied already; whether it
+/// ran. (Checked inside the transaction: several instances may start at once.)
+fn apply(db: &Migrator<'_>, name: &str, sql: &str, hash: &str) -> anyhow::Result<bool> {
+    let recorded = db.session.query(
+        "SELECT sha256 FROM hookledger_app_migrations WHERE name = $1",
+        &[&name],
+    )?;
+    match recorded.first().map(|r| r.get::<String>(0)).transpose()? {
+        Some(old) if old == hash => return Ok(false),
+        Some(_) => bail!(
+            "migration {name} changed after it was applied to this database; applied \
+             migrations must not be edited: put the change in a new file (e.g. a higher \
+             number) and restore {name}"
+        ),
+        None => {}
+    }
+    (db.batch)(sql).with_context(|| format!("migration {name} failed"))?;
+    db.session.execute(
+        "INSERT INTO hookledger_app_migrations (name, sha256, applied_at) VALUES ($1, $2, $3)",
+        &[&name, &hash, &crate::unix_now()],
+    )?;
+    Ok(true)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rusqlite::Connection;
+
+    fn migrate(conn: &mut Connection, folder: &Path) -> anyhow::Result<usize> {
+        let batch = |sql: &str| Ok(conn.execute_batch(sql)?);
+        super::migrate(
+            &Migrator {
+                session: &*conn,
+                batch: &batch,
+                begin: "BEGIN",
+            },
+            folder,
+        )
+    }
 
     #[test]
     fn migrations_run_once_in_name_order_and_a_changed_one_is_refused() {

@@ -10,6 +10,7 @@ pub(crate) mod admin;
 mod app_schema;
 pub(crate) mod ledger;
 pub(crate) mod outbox;
+pub(crate) mod postgres;
 mod retention;
 pub(crate) mod sqlite;
 pub(crate) mod tx;
@@ -32,6 +33,8 @@ pub enum StoreError {
     ShuttingDown,
     #[error("the database is locked by another process: {0}")]
     Busy(String),
+    #[error("the database cannot be reached: {0}")]
+    Unavailable(String),
     #[error("the disk is full: {0}")]
     DiskFull(String),
     #[error("the database cannot be written (read-only file or file system): {0}")]
@@ -45,6 +48,7 @@ impl StoreError {
     pub(crate) fn context(self, what: &str) -> StoreError {
         match self {
             StoreError::Busy(d) => StoreError::Busy(format!("{what}: {d}")),
+            StoreError::Unavailable(d) => StoreError::Unavailable(format!("{what}: {d}")),
             StoreError::DiskFull(d) => StoreError::DiskFull(format!("{what}: {d}")),
             StoreError::ReadOnly(d) => StoreError::ReadOnly(format!("{what}: {d}")),
             StoreError::Database(d) => StoreError::Database(format!("{what}: {d}")),
@@ -100,18 +104,25 @@ pub(crate) fn open_for_serve(
             let store = sqlite::SqliteStore::open(path, storage.busy_timeout)?;
             Ok((Box::new(store), Box::new(lock)))
         }
-        Database::Postgres(_) => anyhow::bail!("PostgreSQL is not supported yet"),
+        // Several servers may share it: that is what it is for.
+        Database::Postgres(url) => Ok((
+            Box::new(postgres::PgStore::open(url, storage.busy_timeout)?),
+            Box::new(()),
+        )),
     }
 }
 
 /// The outbox worker's reads on `database` (opened for serving first).
 pub(crate) fn outbox_reader(
     database: &Database,
-    _storage: &StorageConfig,
+    storage: &StorageConfig,
 ) -> anyhow::Result<Box<dyn OutboxReader>> {
     match database {
         Database::Sqlite(path) => Ok(Box::new(sqlite::read_pool(path, 2)?)),
-        Database::Postgres(_) => anyhow::bail!("PostgreSQL is not supported yet"),
+        Database::Postgres(url) => Ok(Box::new(postgres::PgOutbox::open(
+            url,
+            storage.outbox_lease,
+        )?)),
     }
 }
 
@@ -121,7 +132,10 @@ pub(crate) fn outbox_reader(
 pub(crate) fn open_existing(database: &Database) -> anyhow::Result<Box<dyn Store>> {
     match database {
         Database::Sqlite(path) => Ok(Box::new(sqlite::SqliteStore::open_existing(path)?)),
-        Database::Postgres(_) => anyhow::bail!("PostgreSQL is not supported yet"),
+        Database::Postgres(url) => Ok(Box::new(postgres::PgStore::open(
+            url,
+            crate::config::DEFAULT_BUSY_TIMEOUT,
+        )?)),
     }
 }
 
@@ -129,7 +143,37 @@ pub(crate) fn open_existing(database: &Database) -> anyhow::Result<Box<dyn Store
 pub(crate) fn open_read(database: &Database) -> anyhow::Result<Box<dyn tx::Session>> {
     match database {
         Database::Sqlite(path) => Ok(Box::new(sqlite::open_read(path)?)),
-        Database::Postgres(_) => anyhow::bail!("PostgreSQL is not supported yet"),
+        Database::Postgres(url) => Ok(Box::new(postgres::PgStore::open_read(url)?)),
+    }
+}
+
+impl Write {
+    /// Whether it is one of retention's batches.
+    pub(crate) fn is_prune(&self) -> bool {
+        matches!(
+            self,
+            Write::PruneEvents { .. } | Write::PrunePayloads { .. } | Write::PruneOutbox { .. }
+        )
+    }
+}
+
+/// Runs `write` in the open transaction of `tx`: the same SQL on every store. Returns a count
+/// for the caller: rows changed or deleted.
+pub(crate) fn write_in(tx: &dyn tx::Session, write: &Write, now: i64) -> Result<u64, StoreError> {
+    match write {
+        Write::Record {
+            id,
+            queued,
+            attempt,
+        } => outbox::record(tx, *id, *queued, attempt, now),
+        Write::PruneEvents { before } => retention::delete_events_batch(tx, *before),
+        Write::PrunePayloads { before } => retention::clear_payloads_batch(tx, *before),
+        Write::PruneOutbox { before } => retention::delete_outbox_batch(tx, *before),
+        Write::Revive { id: Some(id) } => Ok(u64::from(outbox::retry(tx, *id, now)?)),
+        Write::Revive { id: None } => outbox::retry_all_dead(tx, now),
+        Write::Replay { source, event_id } => {
+            Ok(u64::from(outbox::replay(tx, source, event_id, now)?))
+        }
     }
 }
 

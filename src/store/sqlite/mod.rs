@@ -28,7 +28,7 @@ use rusqlite::{Connection, ErrorCode, OpenFlags};
 
 use crate::handler::Submission;
 use crate::outbox::{PendingRow, FORWARD};
-use crate::store::{app_schema, ledger, outbox, retention, Outcome, Store, StoreError, Tx, Write};
+use crate::store::{app_schema, ledger, outbox, Outcome, Store, StoreError, Tx, Write};
 
 use checkpoint::Checkpointer;
 use tx::HandlerGuard;
@@ -167,7 +167,14 @@ impl SqliteStore {
 
 impl Store for SqliteStore {
     fn migrate_app(&mut self, folder: &Path) -> anyhow::Result<usize> {
-        app_schema::migrate(&mut self.conn, folder)
+        let conn = &self.conn;
+        let batch = |sql: &str| Ok(conn.execute_batch(sql)?);
+        let migrator = app_schema::Migrator {
+            session: conn,
+            batch: &batch,
+            begin: "BEGIN IMMEDIATE",
+        };
+        app_schema::migrate(&migrator, folder)
     }
 
     fn check_statement(&mut self, sql: &str, parameters: usize) -> Result<bool, String> {
@@ -256,23 +263,7 @@ impl Store for SqliteStore {
     }
 
     fn write(&mut self, write: &Write, now: i64) -> Result<u64, StoreError> {
-        let conn = &self.conn;
-        let n = match write {
-            Write::Record {
-                id,
-                queued,
-                attempt,
-            } => outbox::record(conn, *id, *queued, attempt, now)?,
-            Write::PruneEvents { before } => retention::delete_events_batch(conn, *before)?,
-            Write::PrunePayloads { before } => retention::clear_payloads_batch(conn, *before)?,
-            Write::PruneOutbox { before } => retention::delete_outbox_batch(conn, *before)?,
-            Write::Revive { id: Some(id) } => u64::from(outbox::retry(conn, *id, now)?),
-            Write::Revive { id: None } => outbox::retry_all_dead(conn, now)?,
-            Write::Replay { source, event_id } => {
-                u64::from(outbox::replay(conn, source, event_id, now)?)
-            }
-        };
-        Ok(n)
+        crate::store::write_in(&self.conn, write, now)
     }
 }
 

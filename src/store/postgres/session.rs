@@ -1,0 +1,331 @@
+//! The PostgreSQL side of [`Tx`](crate::store::Tx): one connection, its prepared statements
+//! cached by SQL text, values converted to whatever type the server inferred for a parameter
+//! (so `$1` bound from an `i64` may fill an `integer`, a `bigint` or a `jsonb` column).
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::error::Error;
+
+use bytes::{BufMut, BytesMut};
+use postgres::types::{FromSql, IsNull, Kind, ToSql, Type};
+use postgres::{Client, Statement};
+
+use crate::store::tx::{Param, Row, Session, ToParam, Value};
+use crate::store::StoreError;
+
+/// One connection and its statement cache. The writer owns one; each CLI command opens one.
+pub(crate) struct PgSession {
+    conn: RefCell<Conn>,
+}
+
+struct Conn {
+    client: Client,
+    statements: HashMap<String, Statement>,
+}
+
+impl PgSession {
+    pub(crate) fn new(client: Client) -> Self {
+        PgSession {
+            conn: RefCell::new(Conn {
+                client,
+                statements: HashMap::new(),
+            }),
+        }
+    }
+
+    /// Runs `sql` (one or more statements, no parameters) as it is: transaction control and
+    /// migrations.
+    pub(crate) fn batch(&self, sql: &str) -> Result<(), postgres::Error> {
+        self.conn.borrow_mut().client.batch_execute(sql)
+    }
+
+    /// Whether the connection is gone (the server restarted, the network broke).
+    pub(crate) fn is_closed(&self) -> bool {
+        self.conn.borrow().client.is_closed()
+    }
+
+    /// Prepares `sql` without running it: its parameter count and whether it returns rows.
+    pub(crate) fn describe(&self, sql: &str) -> Result<(usize, bool), StoreError> {
+        let mut conn = self.conn.borrow_mut();
+        let stmt = conn.statement(sql)?;
+        Ok((stmt.params().len(), !stmt.columns().is_empty()))
+    }
+}
+
+impl Conn {
+    fn statement(&mut self, sql: &str) -> Result<Statement, StoreError> {
+        if let Some(stmt) = self.statements.get(sql) {
+            return Ok(stmt.clone());
+        }
+        refuse_transaction_control(sql)?;
+        let stmt = self.client.prepare(sql)?;
+        self.statements.insert(sql.to_string(), stmt.clone());
+        Ok(stmt)
+    }
+}
+
+impl Session for PgSession {
+    fn execute(&self, sql: &str, params: &[&dyn ToParam]) -> Result<u64, StoreError> {
+        let mut conn = self.conn.borrow_mut();
+        let stmt = conn.statement(sql)?;
+        let values: Vec<Param<'_>> = params.iter().map(|p| p.to_param()).collect();
+        let refs: Vec<&(dyn ToSql + Sync)> = values.iter().map(|v| v as _).collect();
+        Ok(conn.client.execute(&stmt, &refs)?)
+    }
+
+    fn query(&self, sql: &str, params: &[&dyn ToParam]) -> Result<Vec<Row>, StoreError> {
+        let mut conn = self.conn.borrow_mut();
+        let stmt = conn.statement(sql)?;
+        let values: Vec<Param<'_>> = params.iter().map(|p| p.to_param()).collect();
+        let refs: Vec<&(dyn ToSql + Sync)> = values.iter().map(|v| v as _).collect();
+        conn.client
+            .query(&stmt, &refs)?
+            .iter()
+            .map(|row| {
+                (0..row.len())
+                    .map(|i| row.try_get::<_, Value>(i).map_err(StoreError::from))
+                    .collect::<Result<Vec<_>, _>>()
+                    .map(Row)
+            })
+            .collect()
+    }
+}
+
+/// The batch's transaction belongs to the writer: a handler's statement may not end it or
+/// touch its savepoints.
+fn refuse_transaction_control(sql: &str) -> Result<(), StoreError> {
+    let first = sql
+        .trim_start_matches(|c: char| c.is_whitespace() || c == '(')
+        .split(|c: char| !c.is_ascii_alphabetic())
+        .next()
+        .unwrap_or("")
+        .to_ascii_uppercase();
+    const REFUSED: &[&str] = &[
+        "BEGIN",
+        "START",
+        "COMMIT",
+        "END",
+        "ROLLBACK",
+        "ABORT",
+        "SAVEPOINT",
+        "RELEASE",
+        "PREPARE",
+    ];
+    if REFUSED.contains(&first.as_str()) {
+        return Err(StoreError::Database(format!(
+            "{first} is not allowed here: hookledger owns the transaction"
+        )));
+    }
+    Ok(())
+}
+
+type BoxError = Box<dyn Error + Sync + Send>;
+
+impl ToSql for Param<'_> {
+    fn to_sql(&self, ty: &Type, out: &mut BytesMut) -> Result<IsNull, BoxError> {
+        match *self {
+            Param::Null => Ok(IsNull::Yes),
+            Param::Integer(i) => match *ty {
+                Type::INT8 => i.to_sql(ty, out),
+                Type::INT4 => i32::try_from(i)?.to_sql(ty, out),
+                Type::INT2 => i16::try_from(i)?.to_sql(ty, out),
+                Type::FLOAT8 => (i as f64).to_sql(ty, out),
+                Type::BOOL => (i != 0).to_sql(ty, out),
+                Type::TEXT | Type::VARCHAR | Type::BPCHAR | Type::NAME | Type::UNKNOWN => {
+                    i.to_string().as_str().to_sql(ty, out)
+                }
+                _ => Err(format!("an integer parameter cannot fill a {ty}").into()),
+            },
+            Param::Real(f) => match *ty {
+                Type::FLOAT8 => f.to_sql(ty, out),
+                Type::FLOAT4 => (f as f32).to_sql(ty, out),
+                _ => Err(format!("a real parameter cannot fill a {ty}").into()),
+            },
+            Param::Text(s) => match *ty {
+                Type::BYTEA => s.as_bytes().to_sql(ty, out),
+                Type::JSON => {
+                    out.put_slice(s.as_bytes());
+                    Ok(IsNull::No)
+                }
+                Type::JSONB => {
+                    out.put_u8(1); // jsonb's binary format: a version byte, then the text
+                    out.put_slice(s.as_bytes());
+                    Ok(IsNull::No)
+                }
+                // Text, varchar, names, enums, domains over text: the binary format is UTF-8.
+                _ => s.to_sql(ty, out),
+            },
+            Param::Blob(b) => match *ty {
+                Type::BYTEA => b.to_sql(ty, out),
+                _ => match std::str::from_utf8(b) {
+                    Ok(s) => Param::Text(s).to_sql(ty, out),
+                    Err(_) => Err(format!("bytes that are not UTF-8 cannot fill a {ty}").into()),
+                },
+            },
+        }
+    }
+
+    fn accepts(_: &Type) -> bool {
+        true
+    }
+
+    postgres::types::to_sql_checked!();
+}
+
+impl<'a> FromSql<'a> for Value {
+    fn from_sql(ty: &Type, raw: &'a [u8]) -> Result<Self, BoxError> {
+        Ok(match *ty {
+            Type::INT8 => Value::Integer(i64::from_sql(ty, raw)?),
+            Type::INT4 => Value::Integer(i32::from_sql(ty, raw)?.into()),
+            Type::INT2 => Value::Integer(i16::from_sql(ty, raw)?.into()),
+            Type::BOOL => Value::Integer(bool::from_sql(ty, raw)?.into()),
+            Type::FLOAT8 => Value::Real(f64::from_sql(ty, raw)?),
+            Type::FLOAT4 => Value::Real(f32::from_sql(ty, raw)?.into()),
+            Type::NUMERIC => numeric(raw)?,
+            Type::BYTEA => Value::Blob(raw.to_vec()),
+            Type::JSONB => Value::Text(std::str::from_utf8(raw.get(1..).unwrap_or(&[]))?.into()),
+            Type::TEXT | Type::VARCHAR | Type::BPCHAR | Type::NAME | Type::JSON | Type::UNKNOWN => {
+                Value::Text(std::str::from_utf8(raw)?.into())
+            }
+            _ if matches!(ty.kind(), Kind::Enum(_)) => {
+                Value::Text(std::str::from_utf8(raw)?.into())
+            }
+            _ => {
+                return Err(format!(
+                    "a {ty} column cannot be read; cast it to text, bigint or bytea in the query"
+                )
+                .into())
+            }
+        })
+    }
+
+    fn from_sql_null(_: &Type) -> Result<Self, BoxError> {
+        Ok(Value::Null)
+    }
+
+    fn accepts(_: &Type) -> bool {
+        true
+    }
+}
+
+/// A `numeric` (what `sum(bigint)` returns): an integer when it has no fraction and fits,
+/// else a real.
+fn numeric(raw: &[u8]) -> Result<Value, BoxError> {
+    let word = |i: usize| -> Result<i16, BoxError> {
+        let b = raw.get(i..i + 2).ok_or("a truncated numeric")?;
+        Ok(i16::from_be_bytes([b[0], b[1]]))
+    };
+    let (ndigits, weight, sign) = (word(0)?, word(2)?, word(4)? as u16);
+    if sign == 0xC000 {
+        return Ok(Value::Real(f64::NAN));
+    }
+    let mut value = 0f64;
+    let mut whole: Option<i64> = Some(0);
+    for d in 0..ndigits.max(0) as usize {
+        let digit = word(8 + 2 * d)?;
+        let power = i32::from(weight) - d as i32;
+        value += f64::from(digit) * 10000f64.powi(power);
+        whole = if power >= 0 {
+            whole.and_then(|n| {
+                10000i64
+                    .checked_pow(power as u32)
+                    .and_then(|m| i64::from(digit).checked_mul(m))
+                    .and_then(|x| n.checked_add(x))
+            })
+        } else if digit != 0 {
+            None
+        } else {
+            whole
+        };
+    }
+    let negative = sign == 0x4000;
+    Ok(match whole {
+        Some(n) => Value::Integer(if negative { -n } else { n }),
+        None => Value::Real(if negative { -value } else { value }),
+    })
+}
+
+impl From<postgres::Error> for StoreError {
+    fn from(e: postgres::Error) -> Self {
+        use postgres::error::SqlState;
+        let text = match e.as_db_error() {
+            Some(db) => format!("{}: {}", db.code().code(), db.message()),
+            None => e.to_string(),
+        };
+        match e.code() {
+            Some(c)
+                if *c == SqlState::T_R_DEADLOCK_DETECTED
+                    || *c == SqlState::T_R_SERIALIZATION_FAILURE
+                    || *c == SqlState::LOCK_NOT_AVAILABLE
+                    || *c == SqlState::QUERY_CANCELED =>
+            {
+                StoreError::Busy(text)
+            }
+            Some(c) if *c == SqlState::DISK_FULL => StoreError::DiskFull(text),
+            Some(c) if *c == SqlState::READ_ONLY_SQL_TRANSACTION => StoreError::ReadOnly(text),
+            Some(c)
+                if c.code().starts_with("08")
+                    || *c == SqlState::ADMIN_SHUTDOWN
+                    || *c == SqlState::CRASH_SHUTDOWN
+                    || *c == SqlState::CANNOT_CONNECT_NOW
+                    || *c == SqlState::TOO_MANY_CONNECTIONS =>
+            {
+                StoreError::Unavailable(text)
+            }
+            Some(_) => StoreError::Database(text),
+            // No SQLSTATE: the connection broke, or never came up.
+            None if e.is_closed() || e.source().is_some_and(|s| s.is::<std::io::Error>()) => {
+                StoreError::Unavailable(text)
+            }
+            None => StoreError::Database(text),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn numeric_of(ndigits: i16, weight: i16, sign: u16, scale: i16, digits: &[i16]) -> Vec<u8> {
+        let mut raw = Vec::new();
+        for w in [ndigits, weight, sign as i16, scale].iter().chain(digits) {
+            raw.extend_from_slice(&w.to_be_bytes());
+        }
+        raw
+    }
+
+    #[test]
+    fn numerics_read_as_integers_when_whole() {
+        // 1_2345_0000 = 123450000
+        let raw = numeric_of(2, 2, 0, 0, &[1, 2345]);
+        assert_eq!(numeric(&raw).unwrap(), Value::Integer(123_450_000));
+        let raw = numeric_of(1, 0, 0x4000, 0, &[42]);
+        assert_eq!(numeric(&raw).unwrap(), Value::Integer(-42));
+        let raw = numeric_of(0, 0, 0, 0, &[]);
+        assert_eq!(numeric(&raw).unwrap(), Value::Integer(0));
+        // 1.5
+        let raw = numeric_of(2, 0, 0, 1, &[1, 5000]);
+        assert_eq!(numeric(&raw).unwrap(), Value::Real(1.5));
+    }
+
+    #[test]
+    fn a_handler_may_not_end_the_transaction() {
+        for sql in [
+            "COMMIT",
+            " commit",
+            "ROLLBACK TO x",
+            "savepoint a",
+            "BEGIN",
+            "end",
+        ] {
+            assert!(refuse_transaction_control(sql).is_err(), "{sql}");
+        }
+        for sql in [
+            "INSERT INTO t VALUES (1)",
+            "UPDATE ends SET x = 1",
+            "WITH x AS (SELECT 1) SELECT 1",
+        ] {
+            assert!(refuse_transaction_control(sql).is_ok(), "{sql}");
+        }
+    }
+}
