@@ -61,6 +61,15 @@ pub enum Command {
         #[command(flatten)]
         db: DbArg,
     },
+    /// Copy a SQLite ledger (--db) into an empty PostgreSQL database: the ledger, the outbox
+    /// and the stripe-billing tables, keys included. Stop `serve` first; then start it with
+    /// the new database.
+    MigrateTo {
+        /// The PostgreSQL URL (postgres://user:password@host/db) of an empty database.
+        target: Database,
+        #[command(flatten)]
+        db: DbArg,
+    },
     /// Print a new random forwarding secret (whsec_<base64>).
     GenSecret,
 }
@@ -209,8 +218,24 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
             },
             &db,
         ),
+        Command::MigrateTo { target, db } => migrate_to(&db.db, &target),
         Command::GenSecret => gen_secret(),
     }
+}
+
+fn migrate_to(from: &Database, to: &Database) -> anyhow::Result<Exit> {
+    let (Database::Sqlite(path), Database::Postgres(url)) = (from, to) else {
+        anyhow::bail!(
+            "migrate-to copies a SQLite file (--db) into PostgreSQL (a postgres:// URL); got \
+             --db {from} and target {to}"
+        );
+    };
+    let copied = store::copy::sqlite_to_postgres(path, url)?;
+    for (table, rows) in &copied {
+        println!("{table}: {rows} row(s)");
+    }
+    println!("copied {} into {to}; start serve with --db set to it", path.display());
+    Ok(Exit::Ok)
 }
 
 fn replay(event_id: &str, source: Option<&str>, db: &DbArg) -> anyhow::Result<Exit> {

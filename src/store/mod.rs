@@ -8,6 +8,7 @@
 
 pub(crate) mod admin;
 mod app_schema;
+pub(crate) mod copy;
 pub(crate) mod ledger;
 pub(crate) mod outbox;
 pub(crate) mod postgres;

@@ -114,6 +114,18 @@ impl ToParam for Vec<u8> {
     }
 }
 
+impl ToParam for Value {
+    fn to_param(&self) -> Param<'_> {
+        match self {
+            Value::Null => Param::Null,
+            Value::Integer(i) => Param::Integer(*i),
+            Value::Real(f) => Param::Real(*f),
+            Value::Text(s) => Param::Text(s),
+            Value::Blob(b) => Param::Blob(b),
+        }
+    }
+}
+
 impl ToParam for Param<'_> {
     fn to_param(&self) -> Param<'_> {
         *self

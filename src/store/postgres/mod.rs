@@ -70,7 +70,7 @@ fn connect(config: &postgres::Config, busy_timeout: Duration) -> Result<PgSessio
     let client = config.connect(NoTls)?;
     let session = PgSession::new(client);
     session.batch(&format!(
-        "SET lock_timeout = {}",
+        "SET lock_timeout = {}; SET client_min_messages = warning",
         busy_timeout.as_millis().max(1)
     ))?;
     Ok(session)
@@ -166,6 +166,11 @@ impl PgStore {
             );
         }
         Ok(())
+    }
+
+    /// Statements on the writer's connection, in its transaction if one is open.
+    pub(crate) fn session(&self) -> &PgSession {
+        &self.session
     }
 
     /// A new connection in place of one that broke.
