@@ -405,6 +405,130 @@ fn memory_attack(
     ])
 }
 
+/// `--postgres URL`: the PostgreSQL column, at C = 64 with 20 % resends, next to SQLite in
+/// the same run: hookledger on one instance and on three instances sharing one database
+/// behind one load generator, and the plain transaction-per-request handler
+/// ([`crate::plain`]) with a pool of 16 and of 64 connections. `admin_url` is a database
+/// where `CREATE DATABASE` may run; each measurement gets a fresh database.
+pub fn postgres(config: &BenchConfig, admin_url: &str) -> anyhow::Result<()> {
+    std::fs::create_dir_all(&config.dir)?;
+    let secret = Secret::new(SECRET);
+    let workload = Workload {
+        requests: config.requests,
+        resend_share: 0.2,
+        seed: 6420,
+    };
+    let mut admin = postgres::Client::connect(admin_url, postgres::NoTls)
+        .context("connecting to --postgres")?;
+    let mut fresh = |name: &str| -> anyhow::Result<String> {
+        admin.batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))?;
+        admin.batch_execute(&format!("CREATE DATABASE {name}"))?;
+        Ok(with_database(admin_url, name))
+    };
+    let mut rows: Vec<(String, Report, String)> = Vec::new();
+    let (report, ledger, _) = serve_and_load(config, &secret, &workload, 64, &[])?;
+    rows.push(("sqlite, hookledger".into(), report, ledger));
+    eprint!(".");
+    for instances in [1, 3] {
+        let url = fresh("hl_bench_hookledger")?;
+        let dir = tempfile::tempdir_in(&config.dir)?;
+        let mut servers = (0..instances)
+            .map(|i| {
+                let log = dir.path().join(format!("instance{i}.log"));
+                Server::start_on(&config.exe, url.as_ref(), &log, &[])
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        let addrs: Vec<SocketAddr> = servers.iter().map(|s| s.addr).collect();
+        let requests = loadgen::prepare(&workload, &secret, &addrs[0].to_string());
+        let report = loadgen::run_spread(&addrs, &requests, 64);
+        for server in &mut servers {
+            server.stop()?;
+        }
+        let ledger = describe(&loadgen::check_ledger_postgres(&url, &report)?);
+        let name = match instances {
+            1 => "postgres, hookledger, 1 instance".to_string(),
+            n => format!("postgres, hookledger, {n} instances"),
+        };
+        rows.push((name, report, ledger));
+        eprint!(".");
+    }
+    for pool in [16, 64] {
+        let url = fresh(&format!("hl_bench_plain_{pool}"))?;
+        let addr = crate::plain::start(&url, secret.clone(), pool)?;
+        let requests = loadgen::prepare(&workload, &secret, &addr.to_string());
+        let report = loadgen::run(addr, &requests, 64);
+        let ledger = describe(&loadgen::check_ledger_postgres(&url, &report)?);
+        rows.push((
+            format!("postgres, plain transaction per request, pool {pool}"),
+            report,
+            ledger,
+        ));
+        eprint!(".");
+    }
+    eprintln!();
+    let plain_best = rows
+        .iter()
+        .filter(|(name, ..)| name.contains("plain"))
+        .map(|(_, r, _)| r.per_second())
+        .fold(0.0, f64::max);
+    let cells: Vec<Vec<String>> = rows
+        .iter()
+        .map(|(name, report, ledger)| {
+            vec![
+                name.clone(),
+                format!("{:.0}", report.per_second()),
+                format!("{:.1}x", report.per_second() / plain_best),
+                ms(report.percentile(50.0)),
+                ms(report.percentile(99.0)),
+                report.status_summary(),
+                ledger.clone(),
+            ]
+        })
+        .collect();
+    println!("\nPostgreSQL, C=64, 20 % resends, {} requests each:", config.requests);
+    print!(
+        "{}",
+        table::render(
+            &[
+                "run",
+                "events/s",
+                "vs best plain",
+                "p50",
+                "p99",
+                "statuses",
+                "ledger check"
+            ],
+            &cells
+        )
+    );
+    Ok(())
+}
+
+/// `url` with its database name replaced by `name`.
+fn with_database(url: &str, name: &str) -> String {
+    let (base, query) = url.split_once('?').unwrap_or((url, ""));
+    let host = match base.rsplit_once('/') {
+        Some((host, _)) if host.contains("//") && !host.ends_with('/') => host,
+        _ => base,
+    };
+    if query.is_empty() {
+        format!("{host}/{name}")
+    } else {
+        format!("{host}/{name}?{query}")
+    }
+}
+
+fn describe(check: &loadgen::LedgerCheck) -> String {
+    if check.exact() {
+        format!("exact ({} events)", check.in_ledger)
+    } else {
+        format!(
+            "LOST {} / unacknowledged {} of {}",
+            check.lost, check.unacknowledged, check.acknowledged
+        )
+    }
+}
+
 /// Starts a fresh server, sends the workload, checks the ledger. Returns the report, the
 /// ledger check as text, and the server's peak RSS in KiB.
 fn serve_and_load(
@@ -421,15 +545,7 @@ fn serve_and_load(
     let report = loadgen::run(server.addr, &requests, connections);
     let peak = server.peak_rss_kib();
     server.stop()?;
-    let check = loadgen::check_ledger(&db_path, &report)?;
-    let ledger = if check.exact() {
-        format!("exact ({} events)", check.in_ledger)
-    } else {
-        format!(
-            "LOST {} / unacknowledged {} of {}",
-            check.lost, check.unacknowledged, check.acknowledged
-        )
-    };
+    let ledger = describe(&loadgen::check_ledger(&db_path, &report)?);
     Ok((report, ledger, peak))
 }
 
@@ -573,7 +689,17 @@ struct Server {
 
 impl Server {
     fn start(exe: &Path, db: &Path, args: &[&str]) -> anyhow::Result<Server> {
-        let log = std::fs::File::create(db.with_extension("log"))?;
+        Server::start_on(exe, db.as_os_str(), &db.with_extension("log"), args)
+    }
+
+    /// A server on `db` (a file or a PostgreSQL URL), logging to `log`.
+    fn start_on(
+        exe: &Path,
+        db: &std::ffi::OsStr,
+        log_path: &Path,
+        args: &[&str],
+    ) -> anyhow::Result<Server> {
+        let log = std::fs::File::create(log_path)?;
         let mut child = Command::new(exe)
             .arg("serve")
             .args(["--listen", "127.0.0.1:0", "--stripe-secret", SECRET, "--db"])
@@ -589,10 +715,7 @@ impl Server {
         BufReader::new(child.stdout.take().context("server stdout")?).read_line(&mut line)?;
         let Some(addr) = line.trim().strip_prefix("hookledger listening on ") else {
             let _ = child.kill();
-            bail!(
-                "the server did not start (see {})",
-                db.with_extension("log").display()
-            );
+            bail!("the server did not start (see {})", log_path.display());
         };
         Ok(Server {
             addr: addr.parse()?,

@@ -154,12 +154,20 @@ impl Report {
 
 /// Sends every request once over `connections` keep-alive connections to `addr`.
 pub fn run(addr: SocketAddr, requests: &[Request], connections: usize) -> Report {
+    run_spread(&[addr], requests, connections)
+}
+
+/// Sends every request once over `connections` keep-alive connections, spread evenly over
+/// `addrs` (several instances behind one load generator, as a load balancer would).
+pub fn run_spread(addrs: &[SocketAddr], requests: &[Request], connections: usize) -> Report {
     let next = AtomicUsize::new(0);
     let merged = Mutex::new(Report::default());
     let started = Instant::now();
     std::thread::scope(|scope| {
-        for _ in 0..connections.max(1) {
-            scope.spawn(|| {
+        for c in 0..connections.max(1) {
+            let addr = addrs[c % addrs.len()];
+            let (next, merged) = (&next, &merged);
+            scope.spawn(move || {
                 let mut local = Report::default();
                 let mut conn: Option<Conn> = None;
                 loop {
@@ -311,10 +319,25 @@ pub fn check_ledger(db: &Path, report: &Report) -> anyhow::Result<LedgerCheck> {
     let in_ledger: HashSet<String> = stmt
         .query_map([], |r| r.get(0))?
         .collect::<Result<_, _>>()?;
-    Ok(LedgerCheck {
+    Ok(compare(in_ledger, report))
+}
+
+/// [`check_ledger`] on a PostgreSQL database.
+pub fn check_ledger_postgres(url: &str, report: &Report) -> anyhow::Result<LedgerCheck> {
+    let mut client = postgres::Client::connect(url, postgres::NoTls)?;
+    let in_ledger: HashSet<String> = client
+        .query("SELECT event_id FROM webhook_events", &[])?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    Ok(compare(in_ledger, report))
+}
+
+fn compare(in_ledger: HashSet<String>, report: &Report) -> LedgerCheck {
+    LedgerCheck {
         acknowledged: report.acknowledged.len(),
         in_ledger: in_ledger.len(),
         lost: report.acknowledged.difference(&in_ledger).count(),
         unacknowledged: in_ledger.difference(&report.acknowledged).count(),
-    })
+    }
 }

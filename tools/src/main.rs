@@ -4,6 +4,7 @@
 
 mod bench;
 mod loadgen;
+mod plain;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -45,6 +46,13 @@ struct RunArgs {
     /// server's memory while 1000 connections send 1 MiB bodies they never finish.
     #[arg(long)]
     hostile: bool,
+    /// Also the PostgreSQL column: a URL of a database where CREATE DATABASE may run (each
+    /// measurement gets a fresh database beside it).
+    #[arg(long)]
+    postgres: Option<String>,
+    /// With --postgres: only the PostgreSQL table (it has a SQLite row of its own).
+    #[arg(long, requires = "postgres")]
+    postgres_only: bool,
 }
 
 #[derive(Debug, Args)]
@@ -105,8 +113,13 @@ fn run(args: RunArgs) -> anyhow::Result<bool> {
     };
     if args.hostile {
         bench::hostile(&config)?;
-    } else {
+        return Ok(true);
+    }
+    if !args.postgres_only {
         bench::run(&config)?;
+    }
+    if let Some(url) = &args.postgres {
+        bench::postgres(&config, url)?;
     }
     Ok(true)
 }
