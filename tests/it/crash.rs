@@ -28,9 +28,7 @@ fn sigkill_during_a_stream_loses_no_acknowledged_event() {
     assert!(ledger_count(&db) as usize >= streamed.acked.len());
     // Effects committed with their claims: one outbox row per ledger row, no more, no less.
     assert_one_outbox_row_per_claim(&db);
-    let check: String = db
-        .query_row("PRAGMA integrity_check", [], |r| r.get(0))
-        .unwrap();
+    let check: String = db.one("PRAGMA integrity_check", &[]);
     assert_eq!(check, "ok");
 }
 
@@ -92,7 +90,7 @@ fn chaos_sigkill_rounds_lose_nothing_and_deliver_everything() {
     assert_one_outbox_row_per_claim(&db);
     let rows = ledger_count(&db) as usize;
     wait_for(Duration::from_secs(60), || {
-        (count(&db, "SELECT count(*) FROM outbox WHERE status = 'done'") as usize == rows)
+        (db.count("SELECT count(*) FROM outbox WHERE status = 'done'") as usize == rows)
             .then_some(())
     })
     .expect("not every outbox row was delivered");
@@ -108,8 +106,6 @@ fn chaos_sigkill_rounds_lose_nothing_and_deliver_everything() {
             "{id} acknowledged but never delivered"
         );
     }
-    let check: String = db
-        .query_row("PRAGMA integrity_check", [], |r| r.get(0))
-        .unwrap();
+    let check: String = db.one("PRAGMA integrity_check", &[]);
     assert_eq!(check, "ok");
 }

@@ -63,10 +63,9 @@ fn start(dir: &Path) -> Server {
 }
 
 fn total(server: &Server) -> i64 {
-    count(
-        &server.db(),
-        "SELECT amount FROM totals WHERE name = 'paid'",
-    )
+    server
+        .db()
+        .count("SELECT amount FROM totals WHERE name = 'paid'")
 }
 
 #[test]
@@ -91,8 +90,7 @@ fn effects_run_once_per_event_with_their_parameters() {
 
     let db = server.db();
     assert_eq!(
-        strings(
-            &db,
+        db.strings(
             "SELECT invoice_id || '/' || event_id || '/' || source || '/' || amount FROM orders"
         ),
         ["in_a/evt_a/stripe/2000"]
@@ -103,7 +101,7 @@ fn effects_run_once_per_event_with_their_parameters() {
         "the second report of in_a adds nothing"
     );
     assert_eq!(
-        strings(&db, "SELECT event_id || '/' || event_type || '/' || coalesce(created, 'null') FROM seen ORDER BY event_id"),
+        db.strings("SELECT event_id || '/' || event_type || '/' || coalesce(created, 'null') FROM seen ORDER BY event_id"),
         [
             format!("evt_a/invoice.paid/{}", now_ish(&db, "evt_a")),
             format!("evt_b/invoice.payment_succeeded/{}", now_ish(&db, "evt_b")),
@@ -111,17 +109,15 @@ fn effects_run_once_per_event_with_their_parameters() {
         ]
     );
     // The built-in stripe-billing handler is not enabled on this source.
-    assert_eq!(count(&db, "SELECT count(*) FROM accounts"), 0);
+    assert_eq!(db.count("SELECT count(*) FROM accounts"), 0);
 }
 
 /// The `created` the ledger recorded for `id` (the body's, which the effect got as :created).
-fn now_ish(db: &rusqlite::Connection, id: &str) -> i64 {
-    db.query_row(
-        "SELECT created FROM webhook_events WHERE event_id = ?1",
-        [id],
-        |r| r.get(0),
+fn now_ish(db: &Db, id: &str) -> i64 {
+    db.one(
+        "SELECT created FROM webhook_events WHERE event_id = $1",
+        &[&id],
     )
-    .unwrap()
 }
 
 /// A statement that raises rolls back that event alone: 500, no ledger row, no effect; the
@@ -131,22 +127,21 @@ fn a_raising_statement_rolls_back_its_event_and_the_retry_applies_it() {
     let dir = tempfile::tempdir().unwrap();
     let server = start(dir.path());
     let db = server.db();
-    db.execute_batch(
+    db.batch(
         "CREATE TRIGGER refuse_in_x BEFORE INSERT ON orders WHEN new.invoice_id = 'in_x'
          BEGIN SELECT RAISE(ABORT, 'injected by the test'); END;",
-    )
-    .unwrap();
+    );
     assert_outcome(&server.send(&paid("evt_ok")), "evt_ok", "processed");
     let body = paid_invoice("evt_x", "in_x");
     let reply = server.send(&body);
     assert_error(&reply, 500, "internal");
     assert!(!reply.body.contains("injected"), "{}", reply.body);
     assert_eq!(
-        strings(&db, "SELECT event_id FROM webhook_events"),
+        db.strings("SELECT event_id FROM webhook_events"),
         ["evt_ok"]
     );
     assert_eq!(
-        count(&db, "SELECT count(*) FROM seen"),
+        db.count("SELECT count(*) FROM seen"),
         1,
         "the other effect rolled back too"
     );
@@ -156,7 +151,7 @@ fn a_raising_statement_rolls_back_its_event_and_the_retry_applies_it() {
     })
     .expect("the log names the effect and SQLite's message");
 
-    db.execute_batch("DROP TRIGGER refuse_in_x").unwrap();
+    db.batch("DROP TRIGGER refuse_in_x");
     assert_outcome(&server.send(&body), "evt_x", "processed");
     assert_eq!(total(&server), 4000);
     // A CHECK constraint raises too (no Rust handler refuses a negative amount here).
@@ -165,10 +160,7 @@ fn a_raising_statement_rolls_back_its_event_and_the_retry_applies_it() {
         .replace("\"amount_paid\": 2000", "\"amount_paid\": -5");
     assert_error(&server.send(negative.as_bytes()), 500, "internal");
     assert_eq!(
-        count(
-            &db,
-            "SELECT count(*) FROM webhook_events WHERE event_id = 'evt_neg_amount'"
-        ),
+        db.count("SELECT count(*) FROM webhook_events WHERE event_id = 'evt_neg_amount'"),
         0
     );
     assert_eq!(total(&server), 4000);
@@ -191,11 +183,11 @@ fn sigkill_during_a_stream_applies_each_sql_effect_once() {
     let db = restarted.db();
     assert!(missing_from_ledger(&db, &streamed.acked).is_empty());
     let claims = ledger_count(&db);
-    assert_eq!(count(&db, "SELECT count(*) FROM orders"), claims);
-    assert_eq!(count(&db, "SELECT count(*) FROM seen"), claims);
+    assert_eq!(db.count("SELECT count(*) FROM orders"), claims);
+    assert_eq!(db.count("SELECT count(*) FROM seen"), claims);
     assert_eq!(total(&restarted), 2000 * claims);
     assert_eq!(
-        count(&db, "SELECT count(*) FROM hookledger_app_migrations"),
+        db.count("SELECT count(*) FROM hookledger_app_migrations"),
         1,
         "the migration ran once, not again on restart"
     );
@@ -256,18 +248,13 @@ ON CONFLICT DO NOTHING
     );
     let db = server.db();
     wait_for(Duration::from_secs(20), || {
-        (count(
-            &db,
-            "SELECT count(*) FROM outbox WHERE kind = 'send_receipt' AND status = 'done'",
-        ) == 1)
+        (db.count("SELECT count(*) FROM outbox WHERE kind = 'send_receipt' AND status = 'done'")
+            == 1)
             .then_some(())
     })
     .expect("the receipt row is done");
     assert_eq!(
-        count(
-            &db,
-            "SELECT count(*) FROM outbox WHERE kind = 'send_receipt'"
-        ),
+        db.count("SELECT count(*) FROM outbox WHERE kind = 'send_receipt'"),
         1
     );
     std::thread::sleep(Duration::from_millis(1500));

@@ -76,7 +76,7 @@ fn the_embedding_example_serves_its_routes_and_hookledger_s_with_its_handler() {
     let status = wait_for(Duration::from_secs(30), || child.try_wait().unwrap())
         .expect("the example did not stop on SIGTERM");
     assert_eq!(status.code(), Some(0));
-    let conn = rusqlite::Connection::open(&db).unwrap();
+    let conn = Db::open(db.to_str().unwrap());
     assert_eq!(
         ledger_count(&conn),
         2,

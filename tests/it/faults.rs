@@ -10,7 +10,7 @@ fn write_lock_held_elsewhere_gives_503_within_busy_timeout_then_recovers() {
     args.extend(["--busy-timeout-ms".to_string(), "500".to_string()]);
     let server = Server::start(&strs(&args));
     let lock = server.db();
-    lock.execute_batch("BEGIN IMMEDIATE").unwrap();
+    lock.batch("BEGIN IMMEDIATE");
     for i in 0..3 {
         let started = Instant::now();
         let reply = server.send(&paid(&format!("evt_locked{i}")));
@@ -21,7 +21,7 @@ fn write_lock_held_elsewhere_gives_503_within_busy_timeout_then_recovers() {
             "answered within the busy timeout, not hung"
         );
     }
-    lock.execute_batch("ROLLBACK").unwrap();
+    lock.batch("ROLLBACK");
     assert_eq!(ledger_count(&server.db()), 0);
     for i in 0..3 {
         let id = format!("evt_locked{i}");
@@ -39,7 +39,7 @@ fn write_lock_held_elsewhere_gives_503_within_busy_timeout_then_recovers() {
 fn requests_queued_behind_a_busy_wait_get_their_503_within_one_busy_timeout() {
     let server = Server::start(&["--busy-timeout-ms", "1000"]);
     let lock = server.db();
-    lock.execute_batch("BEGIN IMMEDIATE").unwrap();
+    lock.batch("BEGIN IMMEDIATE");
     let waits: Vec<(u16, Duration)> = std::thread::scope(|s| {
         let senders: Vec<_> = (0..8)
             .map(|i| {
@@ -55,7 +55,7 @@ fn requests_queued_behind_a_busy_wait_get_their_503_within_one_busy_timeout() {
             .collect();
         senders.into_iter().map(|h| h.join().unwrap()).collect()
     });
-    lock.execute_batch("ROLLBACK").unwrap();
+    lock.batch("ROLLBACK");
     for (status, waited) in &waits {
         assert_eq!(*status, 503);
         assert!(
@@ -132,9 +132,7 @@ fn full_disk_gives_503_writes_nothing_half_and_recovers_when_space_returns() {
     assert_eq!(ledger_count(&db) as usize, total);
     // No half-written event: every claim has its outbox row.
     assert_one_outbox_row_per_claim(&db);
-    let check: String = db
-        .query_row("PRAGMA integrity_check", [], |r| r.get(0))
-        .unwrap();
+    let check: String = db.one("PRAGMA integrity_check", &[]);
     assert_eq!(check, "ok");
 }
 
@@ -217,7 +215,7 @@ fn sqlite3_shell_holding_the_lock_for_10_s_gives_503_then_success() {
         "not answered within the busy timeout: {waited:?}"
     );
     assert_eq!(
-        count(&server.db(), "SELECT count(*) FROM webhook_events"),
+        server.db().count("SELECT count(*) FROM webhook_events"),
         1,
         "only the warm-up event"
     );
@@ -226,11 +224,11 @@ fn sqlite3_shell_holding_the_lock_for_10_s_gives_503_then_success() {
     assert_outcome(&server.send(&paid("evt_shell")), "evt_shell", "processed");
     let db = server.db();
     assert_eq!(
-        count(&db, "SELECT value FROM counters WHERE name = 'shell'"),
+        db.count("SELECT value FROM counters WHERE name = 'shell'"),
         1
     );
     assert_eq!(
-        strings(&db, "SELECT event_id FROM webhook_events ORDER BY event_id"),
+        db.strings("SELECT event_id FROM webhook_events ORDER BY event_id"),
         ["evt_shell", "evt_warm"]
     );
 }

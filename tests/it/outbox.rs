@@ -148,7 +148,7 @@ fn retry_all_dead_revives_every_dead_row() {
     }
     let db = server.db();
     wait_for(WAIT, || {
-        (count(&db, "SELECT count(*) FROM outbox WHERE status = 'dead'") == 2).then_some(())
+        (db.count("SELECT count(*) FROM outbox WHERE status = 'dead'") == 2).then_some(())
     })
     .expect("rows not dead");
     let (code, out, _) = cli(&[
@@ -174,10 +174,9 @@ fn sigkill_with_rows_pending_then_restart_delivers() {
     }
     server.kill();
     assert_eq!(
-        count(
-            &server.db(),
-            "SELECT count(*) FROM outbox WHERE status = 'pending'"
-        ),
+        server
+            .db()
+            .count("SELECT count(*) FROM outbox WHERE status = 'pending'"),
         5
     );
 
@@ -196,7 +195,7 @@ fn sigkill_with_rows_pending_then_restart_delivers() {
     );
     let db = restarted.db();
     wait_for(WAIT, || {
-        (count(&db, "SELECT count(*) FROM outbox WHERE status = 'done'") == 5).then_some(())
+        (db.count("SELECT count(*) FROM outbox WHERE status = 'done'") == 5).then_some(())
     })
     .expect("rows not marked done");
 }
@@ -215,7 +214,7 @@ fn duplicate_webhooks_are_delivered_once() {
     app.wait_delivered(1, WAIT);
     std::thread::sleep(Duration::from_millis(1500));
     assert_eq!(app.deliveries().len(), 1);
-    assert_eq!(count(&server.db(), "SELECT count(*) FROM outbox"), 1);
+    assert_eq!(server.db().count("SELECT count(*) FROM outbox"), 1);
 }
 
 #[test]
@@ -236,7 +235,7 @@ fn replay_forwards_a_stored_event_again() {
     assert_eq!(delivered[1].body, body);
     assert_eq!(delivered[1].headers["idempotency-key"], "evt_replay");
     assert_eq!(
-        count(&db, "SELECT count(*) FROM outbox"),
+        db.count("SELECT count(*) FROM outbox"),
         1,
         "the same row, revived"
     );
@@ -319,10 +318,10 @@ fn events_list_and_show() {
             .len(),
         2
     );
-    server
-        .db()
-        .execute("UPDATE webhook_events SET received_at = received_at - 7200 WHERE event_id = 'evt_other'", [])
-        .unwrap();
+    server.db().execute(
+        "UPDATE webhook_events SET received_at = received_at - 7200 WHERE event_id = 'evt_other'",
+        &[],
+    );
     let (_, out, _) = cli(&["events", "list", "--since", "1h", "--json", "--db", &db_arg]);
     assert_eq!(
         serde_json::from_str::<serde_json::Value>(&out)
@@ -359,7 +358,7 @@ fn retention_clears_old_payloads_deletes_old_claims_and_refuses_one_day() {
     }
     let db = server.db();
     let day = 86_400;
-    db.execute_batch(&format!(
+    db.batch(&format!(
         "UPDATE webhook_events SET received_at = received_at - 401 * {day} WHERE event_id = 'evt_ancient';
          UPDATE webhook_events SET received_at = received_at - 31 * {day} WHERE event_id = 'evt_old';
          INSERT INTO outbox (kind, source, key, payload, status, next_attempt_at, created_at, done_at) VALUES
@@ -370,8 +369,7 @@ fn retention_clears_old_payloads_deletes_old_claims_and_refuses_one_day() {
         old_done = now() - 8 * day,
         new_done = now() - 6 * day,
         far = now() + 365 * day,
-    ))
-    .unwrap();
+    ));
     let db_arg = server.db_path().to_str().unwrap().to_string();
 
     let (code, _, err) = cli(&["prune", "--retention-days", "1", "--db", &db_arg]);
@@ -387,8 +385,7 @@ fn retention_clears_old_payloads_deletes_old_claims_and_refuses_one_day() {
             && out.contains("1 delivered outbox rows"),
         "{out}"
     );
-    let left = strings(
-        &db,
+    let left = db.strings(
         "SELECT event_id || ':' || (payload IS NOT NULL) FROM webhook_events ORDER BY event_id",
     );
     assert_eq!(
@@ -396,7 +393,7 @@ fn retention_clears_old_payloads_deletes_old_claims_and_refuses_one_day() {
         ["evt_new:1", "evt_old:0"],
         "the old claim stays, without its payload"
     );
-    let keys = strings(&db, "SELECT key FROM outbox ORDER BY key");
+    let keys = db.strings("SELECT key FROM outbox ORDER BY key");
     assert_eq!(keys, ["dead_old", "done_new", "pending_old"]);
     // Effects stay: the ledger forgets the claim, not the credits.
     assert_eq!(credits(&db, "acct_1"), 300);

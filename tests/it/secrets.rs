@@ -129,13 +129,10 @@ fn control_characters_or_blank_ids_are_refused_and_forge_no_log_line() {
 fn events_list_escapes_control_characters() {
     let server = Server::start(&[]);
     assert_outcome(&server.send(&paid("evt_plain")), "evt_plain", "processed");
-    server
-        .db()
-        .execute(
-            "UPDATE webhook_events SET event_type = 'x' || char(27) || '[2J' || char(10) || 'y'",
-            [],
-        )
-        .unwrap();
+    server.db().execute(
+        "UPDATE webhook_events SET event_type = 'x' || char(27) || '[2J' || char(10) || 'y'",
+        &[],
+    );
     let db = server.db_path();
     let (code, out, err) = cli(&["events", "list", "--db", db.to_str().unwrap()]);
     assert_eq!(code, 0, "{err}");

@@ -134,16 +134,10 @@ fn without(headers: &Headers, name: &str) -> Headers {
 
 /// One ledger row of `source` with `id`: its type and event time.
 fn claimed(server: &Server, source: &str, id: &str) -> Option<(String, Option<i64>)> {
-    use rusqlite::OptionalExtension;
-    server
-        .db()
-        .query_row(
-            "SELECT event_type, created FROM webhook_events WHERE source = ?1 AND event_id = ?2",
-            [source, id],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )
-        .optional()
-        .unwrap()
+    server.db().opt(
+        "SELECT event_type, created FROM webhook_events WHERE source = $1 AND event_id = $2",
+        &[&source, &id],
+    )
 }
 
 /// The checks every scheme passes: valid → processed, again → duplicate, wrong secret and a
@@ -400,8 +394,7 @@ fn two_sources_sending_the_same_event_id_are_both_processed() {
         "processed",
     );
     assert_eq!(
-        strings(
-            &server.db(),
+        server.db().strings(
             "SELECT source FROM webhook_events WHERE event_id = 'same-delivery-id' ORDER BY source"
         ),
         ["acme", "gh"]
@@ -490,22 +483,17 @@ fn a_database_from_the_release_before_sources_keeps_every_row() {
     let config = example_config();
     let server = start_in(dir.path(), &["--config", config.to_str().unwrap()], &[]);
     let db = server.db();
-    let version: i64 = db
-        .query_row("PRAGMA user_version", [], |r| r.get(0))
-        .unwrap();
+    let version: i64 = db.one("PRAGMA user_version", &[]);
     assert_eq!(version, 3);
     assert_eq!(
-        strings(&db, "SELECT source || '/' || event_id || '/' || length(payload) FROM webhook_events ORDER BY event_id"),
+        db.strings("SELECT source || '/' || event_id || '/' || length(payload) FROM webhook_events ORDER BY event_id"),
         [
             "stripe/evt_1Pgci1B7WZ01zgkWrMGF0FaA/5228",
             "stripe/evt_1PgcrTB7WZ01zgkWcMx8mdhS/4844"
         ]
     );
     assert_eq!(
-        strings(
-            &db,
-            "SELECT source || '/' || key || '/' || status FROM outbox ORDER BY key"
-        ),
+        db.strings("SELECT source || '/' || key || '/' || status FROM outbox ORDER BY key"),
         [
             "stripe/evt_1Pgci1B7WZ01zgkWrMGF0FaA/pending",
             "stripe/evt_1PgcrTB7WZ01zgkWcMx8mdhS/pending"
@@ -542,13 +530,10 @@ fn a_github_delivery_resent_a_year_later_is_still_a_duplicate() {
         "d-captured",
         "processed",
     );
-    server
-        .db()
-        .execute(
-            "UPDATE webhook_events SET received_at = received_at - 365 * 86400",
-            [],
-        )
-        .unwrap();
+    server.db().execute(
+        "UPDATE webhook_events SET received_at = received_at - 365 * 86400",
+        &[],
+    );
     let db = server.db_path();
     let (code, out, err) = cli(&["prune", "--db", db.to_str().unwrap()]);
     assert_eq!(code, 0, "{err}");
@@ -559,8 +544,7 @@ fn a_github_delivery_resent_a_year_later_is_still_a_duplicate() {
         "duplicate",
     );
     assert_eq!(
-        strings(
-            &server.db(),
+        server.db().strings(
             "SELECT source || '/' || event_id || '/' || (payload IS NULL) FROM webhook_events"
         ),
         ["gh/d-captured/1"]

@@ -102,7 +102,7 @@ fn comment_and_blank_lines_of_a_secret_file_are_not_keys_and_a_bom_is_dropped() 
         assert_error(&reply, 400, "invalid_signature");
     }
     assert_eq!(
-        strings(&server.db(), "SELECT event_id FROM webhook_events"),
+        server.db().strings("SELECT event_id FROM webhook_events"),
         ["evt_bom"]
     );
 
@@ -289,7 +289,7 @@ fn sighup_stops_gracefully_like_sigterm() {
     .unwrap_or_else(|| panic!("no graceful stop in the log: {}", server.log()));
     assert!(log.contains("shutdown signal received"), "{log}");
     assert_eq!(
-        strings(&server.db(), "SELECT event_id FROM webhook_events"),
+        server.db().strings("SELECT event_id FROM webhook_events"),
         ["evt_hup"]
     );
 }

@@ -11,7 +11,9 @@ use std::time::{Duration, Instant};
 use hookledger::internals::stripe;
 use hookledger::internals::{Client, Reply};
 use hookledger::Secret;
-use rusqlite::Connection;
+
+mod store;
+pub use store::*;
 
 pub const SECRET: &str = "whsec_test_secret";
 
@@ -145,10 +147,8 @@ impl Server {
     }
 
     /// A connection to the server's database (for assertions and fault injection).
-    pub fn db(&self) -> Connection {
-        let conn = Connection::open(self.db_path()).unwrap();
-        conn.busy_timeout(Duration::from_secs(10)).unwrap();
-        conn
+    pub fn db(&self) -> Db {
+        Db::open(self.db_path().to_str().unwrap())
     }
 
     /// Signs `body` now with [`SECRET`] and POSTs it.
@@ -260,52 +260,28 @@ pub fn assert_error(reply: &Reply, status: u16, kind: &str) {
 }
 
 /// Every row of every table, for "nothing changed" assertions.
-pub fn snapshot(conn: &Connection) -> Vec<(String, Vec<String>)> {
-    strings(
-        conn,
-        "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name",
-    )
-    .into_iter()
-    .map(|table| {
-        let mut stmt = conn
-            .prepare(&format!("SELECT * FROM {table} ORDER BY 1"))
-            .unwrap();
-        let columns = stmt.column_count();
-        let rows = stmt
-            .query_map([], |r| {
-                let cells: Vec<String> = (0..columns)
-                    .map(|i| format!("{:?}", r.get_ref(i).unwrap()))
-                    .collect();
-                Ok(cells.join("|"))
-            })
-            .unwrap()
-            .map(Result::unwrap)
-            .collect();
-        (table, rows)
-    })
-    .collect()
+pub fn snapshot(db: &Db) -> Vec<(String, Vec<String>)> {
+    db.tables()
+        .into_iter()
+        .map(|table| {
+            let rows = db.rows_as_text(&table);
+            (table, rows)
+        })
+        .collect()
 }
 
 /// The ids among `ids` that have no row in `webhook_events` (acknowledged but lost).
 pub fn missing_from_ledger<'a>(
-    conn: &Connection,
+    db: &Db,
     ids: impl IntoIterator<Item = &'a String>,
 ) -> Vec<&'a String> {
-    let mut stmt = conn
-        .prepare("SELECT count(*) FROM webhook_events WHERE event_id = ?1")
-        .unwrap();
     ids.into_iter()
-        .filter(|id| stmt.query_row([id], |r| r.get::<_, i64>(0)).unwrap() != 1)
-        .collect()
-}
-
-/// The first column of every row of `sql`, as strings.
-pub fn strings(conn: &Connection, sql: &str) -> Vec<String> {
-    conn.prepare(sql)
-        .unwrap()
-        .query_map([], |r| r.get(0))
-        .unwrap()
-        .map(Result::unwrap)
+        .filter(|id| {
+            db.one::<i64>(
+                "SELECT count(*) FROM webhook_events WHERE event_id = $1",
+                &[id],
+            ) != 1
+        })
         .collect()
 }
 
@@ -328,32 +304,19 @@ pub fn strs(args: &[String]) -> Vec<&str> {
     args.iter().map(String::as_str).collect()
 }
 
-pub fn count(conn: &Connection, sql: &str) -> i64 {
-    conn.query_row(sql, [], |r| r.get(0)).unwrap()
+pub fn ledger_count(db: &Db) -> i64 {
+    db.count("SELECT count(*) FROM webhook_events")
 }
 
-pub fn ledger_count(conn: &Connection) -> i64 {
-    count(conn, "SELECT count(*) FROM webhook_events")
-}
-
-pub fn credits(conn: &Connection, account: &str) -> i64 {
-    conn.query_row(
-        "SELECT coalesce((SELECT credits FROM accounts WHERE id = ?1), 0)",
-        [account],
-        |r| r.get(0),
+pub fn credits(db: &Db, account: &str) -> i64 {
+    db.one(
+        "SELECT coalesce((SELECT credits FROM accounts WHERE id = $1), 0)",
+        &[&account],
     )
-    .unwrap()
 }
 
-pub fn subscription_status(conn: &Connection, id: &str) -> Option<String> {
-    use rusqlite::OptionalExtension;
-    conn.query_row(
-        "SELECT status FROM subscriptions WHERE id = ?1",
-        [id],
-        |r| r.get(0),
-    )
-    .optional()
-    .unwrap()
+pub fn subscription_status(db: &Db, id: &str) -> Option<String> {
+    db.opt("SELECT status FROM subscriptions WHERE id = $1", &[&id])
 }
 
 /// A signed-now `invoice.paid` for invoice `in_<id>` of account `acct_1`.
@@ -535,25 +498,21 @@ pub fn cli(args: &[&str]) -> (i32, String, String) {
 
 /// Waits until the outbox row for `key` has `status`; returns (status, attempts, last_error).
 pub fn wait_outbox_status(
-    conn: &Connection,
+    db: &Db,
     key: &str,
     status: &str,
     deadline: Duration,
 ) -> (String, i64, Option<String>) {
-    wait_for(deadline, || outbox_row(conn, key).filter(|r| r.0 == status))
-        .unwrap_or_else(|| panic!("outbox row {key} not {status}: {:?}", outbox_row(conn, key)))
+    wait_for(deadline, || outbox_row(db, key).filter(|r| r.0 == status))
+        .unwrap_or_else(|| panic!("outbox row {key} not {status}: {:?}", outbox_row(db, key)))
 }
 
 /// (status, attempts, last_error) of the outbox row for `key`.
-pub fn outbox_row(conn: &Connection, key: &str) -> Option<(String, i64, Option<String>)> {
-    use rusqlite::OptionalExtension;
-    conn.query_row(
-        "SELECT status, attempts, last_error FROM outbox WHERE kind = 'forward' AND key = ?1",
-        [key],
-        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+pub fn outbox_row(db: &Db, key: &str) -> Option<(String, i64, Option<String>)> {
+    db.opt(
+        "SELECT status, attempts, last_error FROM outbox WHERE kind = 'forward' AND key = $1",
+        &[&key],
     )
-    .optional()
-    .unwrap()
 }
 
 /// The secret of the Standard Webhooks vector `standard-webhooks-sign-function-works`.
@@ -585,11 +544,10 @@ pub fn down_app_args(url: &str) -> Vec<String> {
 /// The pipeline's own witness that effects commit with their claims: with forwarding on, each
 /// ledger row has exactly one `forward` outbox row keyed by its event id, and no row is
 /// without its claim.
-pub fn assert_one_outbox_row_per_claim(conn: &Connection) {
-    let claims = ledger_count(conn);
-    let rows = count(conn, "SELECT count(*) FROM outbox WHERE kind = 'forward'");
-    let matched = count(
-        conn,
+pub fn assert_one_outbox_row_per_claim(db: &Db) {
+    let claims = ledger_count(db);
+    let rows = db.count("SELECT count(*) FROM outbox WHERE kind = 'forward'");
+    let matched = db.count(
         "SELECT count(*) FROM webhook_events e JOIN outbox o ON o.kind = 'forward' AND o.key = e.event_id",
     );
     assert_eq!(
