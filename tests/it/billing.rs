@@ -284,12 +284,9 @@ fn billing_scenario(server: &Server) -> Vec<String> {
     let paid_invoice = |id: &str, inv: &str| invoice(id, "invoice.paid", inv);
     let db = server.db();
     send(&paid_invoice("evt_first", "in_first"));
-    db.batch(
-        "CREATE TRIGGER fail_credit BEFORE UPDATE ON accounts
-         BEGIN SELECT RAISE(ABORT, 'injected'); END;",
-    );
+    db.inject_failure("fail_credit", "UPDATE", "accounts", "true", "injected");
     send(&paid_invoice("evt_fail", "in_fail"));
-    db.batch("DROP TRIGGER fail_credit");
+    db.remove_failure("fail_credit", "accounts");
     send(&paid_invoice("evt_fail", "in_fail"));
     let copies = paid_invoice("evt_par", "in_par");
     let mut outcomes: Vec<String> = std::thread::scope(|s| {

@@ -13,11 +13,11 @@ CREATE TABLE orders (
     invoice_id TEXT PRIMARY KEY,
     event_id   TEXT NOT NULL,
     source     TEXT NOT NULL,
-    amount     INTEGER NOT NULL CHECK (amount >= 0)
+    amount     BIGINT NOT NULL CHECK (amount >= 0)
 );
-CREATE TABLE totals (name TEXT PRIMARY KEY, amount INTEGER NOT NULL);
+CREATE TABLE totals (name TEXT PRIMARY KEY, amount BIGINT NOT NULL);
 INSERT INTO totals VALUES ('paid', 0);
-CREATE TABLE seen (source TEXT, event_id TEXT, event_type TEXT, created INTEGER);
+CREATE TABLE seen (source TEXT, event_id TEXT, event_type TEXT, created BIGINT);
 ";
 
 const CONFIG: &str = r#"
@@ -101,7 +101,7 @@ fn effects_run_once_per_event_with_their_parameters() {
         "the second report of in_a adds nothing"
     );
     assert_eq!(
-        db.strings("SELECT event_id || '/' || event_type || '/' || coalesce(created, 'null') FROM seen ORDER BY event_id"),
+        db.strings("SELECT event_id || '/' || event_type || '/' || coalesce(CAST(created AS TEXT), 'null') FROM seen ORDER BY event_id"),
         [
             format!("evt_a/invoice.paid/{}", now_ish(&db, "evt_a")),
             format!("evt_b/invoice.payment_succeeded/{}", now_ish(&db, "evt_b")),
@@ -127,9 +127,12 @@ fn a_raising_statement_rolls_back_its_event_and_the_retry_applies_it() {
     let dir = tempfile::tempdir().unwrap();
     let server = start(dir.path());
     let db = server.db();
-    db.batch(
-        "CREATE TRIGGER refuse_in_x BEFORE INSERT ON orders WHEN new.invoice_id = 'in_x'
-         BEGIN SELECT RAISE(ABORT, 'injected by the test'); END;",
+    db.inject_failure(
+        "refuse_in_x",
+        "INSERT",
+        "orders",
+        "new.invoice_id = 'in_x'",
+        "injected by the test",
     );
     assert_outcome(&server.send(&paid("evt_ok")), "evt_ok", "processed");
     let body = paid_invoice("evt_x", "in_x");
@@ -149,9 +152,9 @@ fn a_raising_statement_rolls_back_its_event_and_the_retry_applies_it() {
         let log = server.log();
         (log.contains("effect 1") && log.contains("injected by the test")).then_some(())
     })
-    .expect("the log names the effect and SQLite's message");
+    .expect("the log names the effect and the database's message");
 
-    db.batch("DROP TRIGGER refuse_in_x");
+    db.remove_failure("refuse_in_x", "orders");
     assert_outcome(&server.send(&body), "evt_x", "processed");
     assert_eq!(total(&server), 4000);
     // A CHECK constraint raises too (no Rust handler refuses a negative amount here).

@@ -360,16 +360,21 @@ fn retention_clears_old_payloads_deletes_old_claims_and_refuses_one_day() {
     let day = 86_400;
     db.batch(&format!(
         "UPDATE webhook_events SET received_at = received_at - 401 * {day} WHERE event_id = 'evt_ancient';
-         UPDATE webhook_events SET received_at = received_at - 31 * {day} WHERE event_id = 'evt_old';
-         INSERT INTO outbox (kind, source, key, payload, status, next_attempt_at, created_at, done_at) VALUES
-           ('forward', 'stripe', 'done_old', x'7b7d', 'done', 0, 0, {old_done}),
-           ('forward', 'stripe', 'done_new', x'7b7d', 'done', 0, 0, {new_done}),
-           ('forward', 'stripe', 'dead_old', x'7b7d', 'dead', 0, 0, NULL),
-           ('forward', 'stripe', 'pending_old', x'7b7d', 'pending', {far}, 0, NULL);",
-        old_done = now() - 8 * day,
-        new_done = now() - 6 * day,
-        far = now() + 365 * day,
+         UPDATE webhook_events SET received_at = received_at - 31 * {day} WHERE event_id = 'evt_old';"
     ));
+    db.execute(
+        "INSERT INTO outbox (kind, source, key, payload, status, next_attempt_at, created_at, done_at) VALUES
+           ('forward', 'stripe', 'done_old', $1, 'done', 0, 0, $2),
+           ('forward', 'stripe', 'done_new', $1, 'done', 0, 0, $3),
+           ('forward', 'stripe', 'dead_old', $1, 'dead', 0, 0, NULL),
+           ('forward', 'stripe', 'pending_old', $1, 'pending', $4, 0, NULL)",
+        &[
+            &b"{}".to_vec(),
+            &(now() - 8 * day),
+            &(now() - 6 * day),
+            &(now() + 365 * day),
+        ],
+    );
     let db_arg = server.db_path().to_str().unwrap().to_string();
 
     let (code, _, err) = cli(&["prune", "--retention-days", "1", "--db", &db_arg]);
@@ -386,11 +391,12 @@ fn retention_clears_old_payloads_deletes_old_claims_and_refuses_one_day() {
         "{out}"
     );
     let left = db.strings(
-        "SELECT event_id || ':' || (payload IS NOT NULL) FROM webhook_events ORDER BY event_id",
+        "SELECT event_id || ':' || CASE WHEN payload IS NULL THEN 'cleared' ELSE 'kept' END
+         FROM webhook_events ORDER BY event_id",
     );
     assert_eq!(
         left,
-        ["evt_new:1", "evt_old:0"],
+        ["evt_new:kept", "evt_old:cleared"],
         "the old claim stays, without its payload"
     );
     let keys = db.strings("SELECT key FROM outbox ORDER BY key");

@@ -206,10 +206,7 @@ fn unknown_source_is_404_and_wrong_method_is_405() {
 fn failure_mid_apply_is_500_with_no_ledger_row_and_the_retry_applies() {
     let server = Server::start(&[]);
     let db = server.db();
-    db.batch(
-        "CREATE TRIGGER fail_credit BEFORE UPDATE ON accounts
-         BEGIN SELECT RAISE(ABORT, 'injected'); END;",
-    );
+    db.inject_failure("fail_credit", "UPDATE", "accounts", "true", "injected");
     // The first invoice creates the account (INSERT, not UPDATE): it succeeds.
     assert_outcome(
         &server.send(&paid_invoice("evt_first", "in_first")),
@@ -240,7 +237,7 @@ fn failure_mid_apply_is_500_with_no_ledger_row_and_the_retry_applies() {
     })
     .expect("the detail is logged");
 
-    db.batch("DROP TRIGGER fail_credit");
+    db.remove_failure("fail_credit", "accounts");
     assert_outcome(&server.send(&body), "evt_fail", "processed");
     assert_eq!(credits(&db, "acct_1"), 200);
 }

@@ -130,8 +130,8 @@ fn events_list_escapes_control_characters() {
     let server = Server::start(&[]);
     assert_outcome(&server.send(&paid("evt_plain")), "evt_plain", "processed");
     server.db().execute(
-        "UPDATE webhook_events SET event_type = 'x' || char(27) || '[2J' || char(10) || 'y'",
-        &[],
+        "UPDATE webhook_events SET event_type = $1",
+        &[&"x\u{1b}[2J\ny"],
     );
     let db = server.db_path();
     let (code, out, err) = cli(&["events", "list", "--db", db.to_str().unwrap()]);

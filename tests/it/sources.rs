@@ -545,9 +545,9 @@ fn a_github_delivery_resent_a_year_later_is_still_a_duplicate() {
     );
     assert_eq!(
         server.db().strings(
-            "SELECT source || '/' || event_id || '/' || (payload IS NULL) FROM webhook_events"
+            "SELECT source || '/' || event_id || '/' || CASE WHEN payload IS NULL THEN 'cleared' ELSE 'kept' END FROM webhook_events"
         ),
-        ["gh/d-captured/1"]
+        ["gh/d-captured/cleared"]
     );
 }
 

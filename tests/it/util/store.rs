@@ -92,6 +92,35 @@ impl Db {
         }
     }
 
+    /// Makes every `statement` (`INSERT`, `UPDATE`) on `table` for which `condition` holds
+    /// (on the `new` row) fail with `message`, as if the database refused it, until
+    /// [`Db::remove_failure`]: a trigger named `name`.
+    pub fn inject_failure(
+        &self,
+        name: &str,
+        statement: &str,
+        table: &str,
+        condition: &str,
+        message: &str,
+    ) {
+        match self {
+            Db::Sqlite(_) => self.batch(&format!(
+                "CREATE TRIGGER {name} BEFORE {statement} ON {table} WHEN ({condition})
+                 BEGIN SELECT RAISE(ABORT, '{message}'); END;"
+            )),
+        }
+    }
+
+    /// Ends [`Db::inject_failure`]'s failure `name` on `table`.
+    pub fn remove_failure(&self, name: &str, table: &str) {
+        match self {
+            Db::Sqlite(_) => {
+                let _ = table;
+                self.batch(&format!("DROP TRIGGER {name}"))
+            }
+        }
+    }
+
     /// The names of the tables (hookledger's and the app's), sorted.
     pub fn tables(&self) -> Vec<String> {
         match self {
