@@ -332,7 +332,7 @@ fn billing_scenario(server: &Server) -> Vec<String> {
 #[test]
 fn the_sql_only_billing_example_matches_the_built_in_handler_table_for_table() {
     let built_in = Server::start(&[]);
-    let dir = tempfile::tempdir().unwrap();
+    let dir = test_dir();
     let config = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("examples/stripe-billing-sql/hookledger.toml");
     let sql_only = Server::start_in(dir.path(), &["--config", config.to_str().unwrap()]);

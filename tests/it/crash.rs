@@ -41,7 +41,7 @@ fn chaos_sigkill_rounds_lose_nothing_and_deliver_everything() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(5);
     let app = FakeApp::start(&[]);
-    let dir = tempfile::tempdir().unwrap();
+    let dir = test_dir();
     let url = app.url();
     let schedule = vec!["1s"; 60].join(",");
     let args = [

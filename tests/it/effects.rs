@@ -70,7 +70,7 @@ fn total(server: &Server) -> i64 {
 
 #[test]
 fn effects_run_once_per_event_with_their_parameters() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = test_dir();
     let server = start(dir.path());
     let paid = paid_invoice("evt_a", "in_a");
     assert_outcome(&server.send(&paid), "evt_a", "processed");
@@ -124,7 +124,7 @@ fn now_ish(db: &Db, id: &str) -> i64 {
 /// provider's retry applies it once the cause is gone.
 #[test]
 fn a_raising_statement_rolls_back_its_event_and_the_retry_applies_it() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = test_dir();
     let server = start(dir.path());
     let db = server.db();
     db.inject_failure(
@@ -173,7 +173,7 @@ fn a_raising_statement_rolls_back_its_event_and_the_retry_applies_it() {
 /// per claimed event.
 #[test]
 fn sigkill_during_a_stream_applies_each_sql_effect_once() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = test_dir();
     let config = app_dir(dir.path(), CONFIG);
     let mut server = Server::start_in(dir.path(), &["--config", &config]);
     let url = server.url();
@@ -201,7 +201,7 @@ fn sigkill_during_a_stream_applies_each_sql_effect_once() {
 #[test]
 fn an_effect_queues_a_delivery_of_its_own_kind_once_per_key() {
     let app = FakeApp::start(&[]);
-    let dir = tempfile::tempdir().unwrap();
+    let dir = test_dir();
     let config = format!(
         r#"{CONFIG}
 [[delivery]]

@@ -115,8 +115,8 @@ fn schedule_used_up_is_dead_then_outbox_retry_delivers() {
     let row = wait_outbox_status(&db, "evt_dead", "dead", WAIT);
     assert_eq!(row, ("dead".into(), 2, Some("HTTP 500".into())));
 
-    let db_path = server.db_path();
-    let db_arg = db_path.to_str().unwrap();
+    let db_arg = server.db_arg();
+    let db_arg = db_arg.as_str();
     let (code, out, _) = cli(&["outbox", "list", "--status", "dead", "--db", db_arg]);
     assert_eq!(code, 0);
     assert!(
@@ -151,13 +151,7 @@ fn retry_all_dead_revives_every_dead_row() {
         (db.count("SELECT count(*) FROM outbox WHERE status = 'dead'") == 2).then_some(())
     })
     .expect("rows not dead");
-    let (code, out, _) = cli(&[
-        "outbox",
-        "retry",
-        "--all-dead",
-        "--db",
-        server.db_path().to_str().unwrap(),
-    ]);
+    let (code, out, _) = cli(&["outbox", "retry", "--all-dead", "--db", &server.db_arg()]);
     assert_eq!(code, 0);
     assert!(out.contains("2 dead row(s)"), "{out}");
     app.wait_delivered(2, WAIT);
@@ -227,7 +221,7 @@ fn replay_forwards_a_stored_event_again() {
     let db = server.db();
     wait_outbox_status(&db, "evt_replay", "done", WAIT);
 
-    let db_arg = server.db_path().to_str().unwrap().to_string();
+    let db_arg = server.db_arg();
     let (code, out, err) = cli(&["replay", "evt_replay", "--db", &db_arg]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("evt_replay"));
@@ -260,8 +254,7 @@ fn a_replay_during_an_attempt_in_flight_is_delivered_after_it() {
     wait_for(WAIT, || (app.deliveries().len() == 1).then_some(()))
         .expect("the first attempt did not arrive");
 
-    let db = server.db_path();
-    let (code, out, err) = cli(&["replay", "evt_inflight", "--db", db.to_str().unwrap()]);
+    let (code, out, err) = cli(&["replay", "evt_inflight", "--db", &server.db_arg()]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("queued"), "{out}");
     app.release();
@@ -288,7 +281,7 @@ fn events_list_and_show() {
     assert_outcome(&server.send(&body), "evt_show", "processed");
     let other = br#"{"id":"evt_other","type":"customer.created","created":1}"#;
     assert_outcome(&server.send(other), "evt_other", "processed");
-    let db_arg = server.db_path().to_str().unwrap().to_string();
+    let db_arg = server.db_arg();
 
     let (code, out, _) = cli(&["events", "list", "--db", &db_arg]);
     assert_eq!(code, 0);
@@ -375,7 +368,7 @@ fn retention_clears_old_payloads_deletes_old_claims_and_refuses_one_day() {
             &(now() + 365 * day),
         ],
     );
-    let db_arg = server.db_path().to_str().unwrap().to_string();
+    let db_arg = server.db_arg();
 
     let (code, _, err) = cli(&["prune", "--retention-days", "1", "--db", &db_arg]);
     assert_eq!(code, 2);

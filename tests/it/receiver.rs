@@ -310,10 +310,10 @@ fn secret_file_keeps_the_secret_out_of_argv_and_env() {
 
 #[test]
 fn without_a_secret_serve_refuses_to_start_with_exit_code_2() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = test_dir();
     let output = std::process::Command::new(env!("CARGO_BIN_EXE_hookledger"))
         .args(["serve", "--listen", "127.0.0.1:0", "--db"])
-        .arg(dir.path().join("x.db"))
+        .arg(db_arg_in(dir.path()))
         .env_remove("STRIPE_WEBHOOK_SECRET")
         .output()
         .unwrap();
@@ -321,7 +321,7 @@ fn without_a_secret_serve_refuses_to_start_with_exit_code_2() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("STRIPE_WEBHOOK_SECRET"), "{stderr}");
     assert!(
-        !dir.path().join("x.db").exists(),
+        !database_created(dir.path()),
         "nothing is created before the config is valid"
     );
 }

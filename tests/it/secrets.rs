@@ -12,7 +12,7 @@ const FORWARD_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 #[test]
 fn no_secret_and_no_payload_in_the_log_even_at_trace() {
     let app = FakeApp::start(&[500]);
-    let dir = tempfile::tempdir().unwrap();
+    let dir = test_dir();
     let secret_file = dir.path().join("forward.secret");
     std::fs::write(&secret_file, FORWARD_SECRET).unwrap();
     // Credentials in the forward URL are a secret too.
@@ -133,8 +133,7 @@ fn events_list_escapes_control_characters() {
         "UPDATE webhook_events SET event_type = $1",
         &[&"x\u{1b}[2J\ny"],
     );
-    let db = server.db_path();
-    let (code, out, err) = cli(&["events", "list", "--db", db.to_str().unwrap()]);
+    let (code, out, err) = cli(&["events", "list", "--db", &server.db_arg()]);
     assert_eq!(code, 0, "{err}");
     assert!(!out.contains('\u{1b}'), "{out:?}");
     assert!(out.contains(r"x\u{1b}[2J\ny"), "{out}");

@@ -37,7 +37,7 @@ fn example_config() -> PathBuf {
 
 /// A server on the example config, with every source's secret in its environment.
 fn start() -> Server {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = test_dir();
     let config = example_config();
     let mut server = start_in(dir.path(), &["--config", config.to_str().unwrap()], &[]);
     server.keep(dir);
@@ -400,8 +400,8 @@ fn two_sources_sending_the_same_event_id_are_both_processed() {
         ["acme", "gh"]
     );
     // Showing it needs the source, and says so.
-    let db = server.db_path();
-    let db = db.to_str().unwrap();
+    let db = server.db_arg();
+    let db = db.as_str();
     let (code, _, err) = cli(&["events", "show", id, "--db", db]);
     assert_eq!(code, 2);
     assert!(
@@ -534,8 +534,7 @@ fn a_github_delivery_resent_a_year_later_is_still_a_duplicate() {
         "UPDATE webhook_events SET received_at = received_at - 365 * 86400",
         &[],
     );
-    let db = server.db_path();
-    let (code, out, err) = cli(&["prune", "--db", db.to_str().unwrap()]);
+    let (code, out, err) = cli(&["prune", "--db", &server.db_arg()]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("cleared 1 payloads"), "{out}");
     assert_outcome(
@@ -553,7 +552,7 @@ fn a_github_delivery_resent_a_year_later_is_still_a_duplicate() {
 
 #[test]
 fn the_config_file_may_come_from_hookledger_config_and_send_help_shows_each_scheme() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = test_dir();
     let config = example_config();
     let server = start_in(
         dir.path(),

@@ -37,19 +37,18 @@ fn exit_of(cmd: &mut Command) -> (Option<i32>, String) {
 /// As [`refused`], for what can only be checked against the database (an effect's SQL): it
 /// may have been created; returns stderr and whether it was.
 fn refused_at_open(args: &[&str], env: &[(&str, &str)]) -> (String, bool) {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("never.db");
+    let dir = test_dir();
     let (code, stderr) = exit_of(
         Command::new(env!("CARGO_BIN_EXE_hookledger"))
             .args(["serve", "--listen", "127.0.0.1:0", "--db"])
-            .arg(&db)
+            .arg(db_arg_in(dir.path()))
             .args(args)
             .env_remove("STRIPE_WEBHOOK_SECRET")
             .env_remove("HOOKLEDGER_FORWARD_SECRET")
             .envs(env.iter().copied()),
     );
     assert_eq!(code, Some(2), "{args:?} {env:?}: {stderr}");
-    (stderr, db.exists())
+    (stderr, database_created(dir.path()))
 }
 
 #[test]
@@ -206,7 +205,7 @@ fn a_second_serve_on_the_same_database_is_refused_and_cli_commands_still_work() 
     let (code, stderr) = exit_of(
         Command::new(env!("CARGO_BIN_EXE_hookledger"))
             .args(["serve", "--listen", "127.0.0.1:0", "--db"])
-            .arg(first.dir.join("hookledger.db"))
+            .arg(first.db_arg())
             .args(&args)
             .env("STRIPE_WEBHOOK_SECRET", SECRET),
     );
@@ -217,11 +216,11 @@ fn a_second_serve_on_the_same_database_is_refused_and_cli_commands_still_work() 
     );
     // The first one is undisturbed, and commands on the database still run beside it.
     assert_outcome(&first.send(&paid("evt_first")), "evt_first", "processed");
-    let db = first.db_path();
-    let (code, out, err) = cli(&["events", "list", "--db", db.to_str().unwrap()]);
+    let db = first.db_arg();
+    let (code, out, err) = cli(&["events", "list", "--db", &db]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("evt_first"), "{out}");
-    let (code, _, err) = cli(&["replay", "evt_first", "--db", db.to_str().unwrap()]);
+    let (code, _, err) = cli(&["replay", "evt_first", "--db", &db]);
     assert_eq!(code, 0, "{err}");
 }
 
@@ -298,7 +297,7 @@ fn sighup_stops_gracefully_like_sigterm() {
 /// anything is bound or created.
 #[test]
 fn a_bad_config_file_stops_start_up_naming_the_source_and_the_key() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = test_dir();
     let good = r#"
 [[source]]
 name = "stripe"
@@ -434,7 +433,7 @@ fn bad_effects_and_changed_migrations_stop_start_up() {
     }
     // A migration edited after it was applied.
     let path = write(dir.path(), "c.toml", &config(""));
-    let db_dir = tempfile::tempdir().unwrap();
+    let db_dir = test_dir();
     let mut server = Server::start_with_env(
         db_dir.path(),
         &["--config", &path],
@@ -456,7 +455,7 @@ fn bad_effects_and_changed_migrations_stop_start_up() {
                 &path,
                 "--db",
             ])
-            .arg(db_dir.path().join("hookledger.db"))
+            .arg(db_arg_in(db_dir.path()))
             .env("HOOKLEDGER_TEST_STRIPE", SECRET)
             .env_remove("STRIPE_WEBHOOK_SECRET"),
     );

@@ -56,33 +56,37 @@ pub struct Server {
     child: Child,
     pub addr: SocketAddr,
     pub dir: PathBuf,
+    /// Its `--db`.
+    db_arg: String,
     stderr: Arc<Mutex<String>>,
     client: Client,
-    _temp: Option<tempfile::TempDir>,
+    _temp: Option<TestDir>,
 }
 
 impl Server {
     /// Starts a server in a fresh temp directory with secret [`SECRET`] and extra `args`.
     pub fn start(args: &[&str]) -> Server {
-        let temp = tempfile::tempdir().unwrap();
+        let temp = test_dir();
         let mut server = Server::start_in(temp.path(), args);
         server._temp = Some(temp);
         server
     }
 
-    /// Starts a server on `dir/hookledger.db` (which may already exist: a restart).
+    /// Starts a server on the database of `dir` ([`db_arg_in`]), which may already exist: a
+    /// restart.
     pub fn start_in(dir: &Path, args: &[&str]) -> Server {
         Server::start_with_env(dir, args, &[("RUST_LOG", "info")])
     }
 
     /// As [`Server::start_in`], with extra environment variables.
     pub fn start_with_env(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Server {
+        let db_arg = db_arg_in(dir);
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_hookledger"));
         cmd.arg("serve")
             .arg("--listen")
             .arg("127.0.0.1:0")
             .arg("--db")
-            .arg(dir.join("hookledger.db"))
+            .arg(&db_arg)
             .args(args)
             .envs(env.iter().copied())
             .stdin(Stdio::null())
@@ -127,6 +131,7 @@ impl Server {
             child,
             addr,
             dir: dir.to_path_buf(),
+            db_arg,
             stderr,
             client: Client::new(Duration::from_secs(30)),
             _temp: None,
@@ -134,7 +139,7 @@ impl Server {
     }
 
     /// Keeps `dir` (the server's temp directory) alive as long as the server.
-    pub fn keep(&mut self, dir: tempfile::TempDir) {
+    pub fn keep(&mut self, dir: TestDir) {
         self._temp = Some(dir);
     }
 
@@ -142,13 +147,19 @@ impl Server {
         format!("http://{}/webhooks/stripe", self.addr)
     }
 
+    /// Its database as `--db` takes it, for the CLI commands.
+    pub fn db_arg(&self) -> String {
+        self.db_arg.clone()
+    }
+
+    /// Its SQLite file, for the tests about the file itself.
     pub fn db_path(&self) -> PathBuf {
-        self.dir.join("hookledger.db")
+        PathBuf::from(&self.db_arg)
     }
 
     /// A connection to the server's database (for assertions and fault injection).
     pub fn db(&self) -> Db {
-        Db::open(self.db_path().to_str().unwrap())
+        Db::open(&self.db_arg)
     }
 
     /// Signs `body` now with [`SECRET`] and POSTs it.

@@ -3,7 +3,32 @@
 //!
 //! Test SQL is written once, with `$1, $2` placeholders.
 
+use std::path::Path;
 use std::time::Duration;
+
+/// A test's temp directory, where a server keeps its database (and the test its files).
+pub struct TestDir(tempfile::TempDir);
+
+pub fn test_dir() -> TestDir {
+    TestDir(tempfile::tempdir().unwrap())
+}
+
+impl TestDir {
+    pub fn path(&self) -> &Path {
+        self.0.path()
+    }
+}
+
+/// The `--db` of a server in `dir`: `dir/hookledger.db`.
+pub fn db_arg_in(dir: &Path) -> String {
+    dir.join("hookledger.db").to_str().unwrap().to_string()
+}
+
+/// Whether anything made the database of `dir` (for "nothing is created before the config
+/// is valid"): the file exists.
+pub fn database_created(dir: &Path) -> bool {
+    dir.join("hookledger.db").exists()
+}
 
 /// A connection to a test's database, for assertions and fault injection. Reads are typed by
 /// what the test expects ([`Row`]); parameters are `$1, $2`, bound from [`Param`]s.
