@@ -1,5 +1,6 @@
 //! Shared test harness: the real `hookledger` binary on port 0 with its own temp directory
-//! and SQLite file, a signing client, fixtures, and database snapshots.
+//! and database (SQLite or PostgreSQL: `store`), a signing client, fixtures, and database
+//! snapshots.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
