@@ -28,8 +28,7 @@ fn sigkill_during_a_stream_loses_no_acknowledged_event() {
     assert!(ledger_count(&db) as usize >= streamed.acked.len());
     // Effects committed with their claims: one outbox row per ledger row, no more, no less.
     assert_one_outbox_row_per_claim(&db);
-    let check: String = db.one("PRAGMA integrity_check", &[]);
-    assert_eq!(check, "ok");
+    assert_file_intact(&db);
 }
 
 /// Rounds of SIGKILL at random moments while senders resend events, with forwarding on.
@@ -106,6 +105,5 @@ fn chaos_sigkill_rounds_lose_nothing_and_deliver_everything() {
             "{id} acknowledged but never delivered"
         );
     }
-    let check: String = db.one("PRAGMA integrity_check", &[]);
-    assert_eq!(check, "ok");
+    assert_file_intact(&db);
 }

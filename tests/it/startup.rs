@@ -200,6 +200,9 @@ fn forwarding_settings_that_cannot_work_stop_start_up_naming_the_flag() {
 
 #[test]
 fn a_second_serve_on_the_same_database_is_refused_and_cli_commands_still_work() {
+    if skipped_on_postgres("the serve lock file beside the SQLite database") {
+        return;
+    }
     let first = Server::start(&[]);
     let (_, args) = down_app();
     let (code, stderr) = exit_of(
@@ -238,6 +241,9 @@ fn a_second_serve_may_start_once_the_first_has_stopped() {
 #[test]
 fn a_read_only_database_file_stops_start_up_with_the_reason() {
     use std::os::unix::fs::PermissionsExt;
+    if skipped_on_postgres("file permissions of the SQLite database") {
+        return;
+    }
     let dir = tempfile::tempdir().unwrap();
     let mut made = Server::start_in(dir.path(), &[]);
     assert_outcome(&made.send(&paid("evt_ro")), "evt_ro", "processed");

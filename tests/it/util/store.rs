@@ -58,6 +58,16 @@ pub fn store() -> Store {
     })
 }
 
+/// For a test about SQLite itself (its file, its lock, its shell): whether it is skipped,
+/// as it is on PostgreSQL, saying `why`.
+pub fn skipped_on_postgres(why: &str) -> bool {
+    let skipped = store() == Store::Postgres;
+    if skipped {
+        eprintln!("skipped on postgres: {why}");
+    }
+    skipped
+}
+
 /// The PostgreSQL server the tests' databases are created on, as a role that may create and
 /// drop databases.
 fn admin_url() -> String {
@@ -359,6 +369,15 @@ impl Db {
         };
         rows.sort();
         rows
+    }
+}
+
+/// After kills: SQLite's own check of the database file. On PostgreSQL there is no file of
+/// ours to check (a killed client cannot corrupt the server's).
+#[track_caller]
+pub fn assert_file_intact(db: &Db) {
+    if let Db::Sqlite(_) = db {
+        assert_eq!(db.one::<String>("PRAGMA integrity_check", &[]), "ok");
     }
 }
 
