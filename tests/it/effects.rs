@@ -20,7 +20,34 @@ INSERT INTO totals VALUES ('paid', 0);
 CREATE TABLE seen (source TEXT, event_id TEXT, event_type TEXT, created BIGINT);
 ";
 
-const CONFIG: &str = r#"
+/// The config: the stripe source, the migration, one order per invoice with the running
+/// total, and a row in `seen` for every event.
+fn config() -> String {
+    let orders = match store() {
+        Store::Sqlite => {
+            "
+-- One order per invoice, whichever event reports it first.
+INSERT INTO orders (invoice_id, event_id, source, amount)
+VALUES (json_extract(:body, '$.data.object.id'), :event_id, :source,
+        json_extract(:body, '$.data.object.amount_paid'))
+ON CONFLICT (invoice_id) DO NOTHING;
+UPDATE totals SET amount = amount + json_extract(:body, '$.data.object.amount_paid')
+WHERE name = 'paid' AND changes() = 1;"
+        }
+        Store::Postgres => {
+            "
+-- One order per invoice, whichever event reports it first.
+WITH invoice AS (SELECT CAST(:body AS jsonb) -> 'data' -> 'object' AS o),
+     made AS (
+         INSERT INTO orders (invoice_id, event_id, source, amount)
+         SELECT o ->> 'id', :event_id, :source, CAST(o ->> 'amount_paid' AS BIGINT) FROM invoice
+         ON CONFLICT (invoice_id) DO NOTHING
+         RETURNING amount)
+UPDATE totals SET amount = totals.amount + made.amount FROM made WHERE name = 'paid'"
+        }
+    };
+    format!(
+        r#"
 [schema]
 migrations = "migrations/"
 
@@ -32,21 +59,16 @@ secrets = ["env:STRIPE_WEBHOOK_SECRET"]
 [[effect]]
 source = "stripe"
 on = ["invoice.paid", "invoice.payment_succeeded"]
-sql = """
--- One order per invoice, whichever event reports it first.
-INSERT INTO orders (invoice_id, event_id, source, amount)
-VALUES (json_extract(:body, '$.data.object.id'), :event_id, :source,
-        json_extract(:body, '$.data.object.amount_paid'))
-ON CONFLICT (invoice_id) DO NOTHING;
-UPDATE totals SET amount = amount + json_extract(:body, '$.data.object.amount_paid')
-WHERE name = 'paid' AND changes() = 1;
+sql = """{orders}
 """
 
 [[effect]]
 source = "stripe"
 on = "*"
 sql = "INSERT INTO seen VALUES (:source, :event_id, :event_type, :created)"
-"#;
+"#
+    )
+}
 
 /// A folder with the config file and its migration; returns the config's path.
 fn app_dir(dir: &Path, config: &str) -> String {
@@ -58,7 +80,7 @@ fn app_dir(dir: &Path, config: &str) -> String {
 }
 
 fn start(dir: &Path) -> Server {
-    let config = app_dir(dir, CONFIG);
+    let config = app_dir(dir, &config());
     Server::start_in(dir, &["--config", &config])
 }
 
@@ -174,7 +196,7 @@ fn a_raising_statement_rolls_back_its_event_and_the_retry_applies_it() {
 #[test]
 fn sigkill_during_a_stream_applies_each_sql_effect_once() {
     let dir = test_dir();
-    let config = app_dir(dir.path(), CONFIG);
+    let config = app_dir(dir.path(), &config());
     let mut server = Server::start_in(dir.path(), &["--config", &config]);
     let url = server.url();
     let streamed = stream_until(&url, 4, paid_numbered("evt_s"), &[], |acked| {
@@ -202,8 +224,28 @@ fn sigkill_during_a_stream_applies_each_sql_effect_once() {
 fn an_effect_queues_a_delivery_of_its_own_kind_once_per_key() {
     let app = FakeApp::start(&[]);
     let dir = test_dir();
+    let receipt = match store() {
+        Store::Sqlite => {
+            "
+INSERT INTO outbox (kind, source, key, payload)
+VALUES ('send_receipt', :source, json_extract(:body, '$.data.object.id'),
+        json_object('invoice', json_extract(:body, '$.data.object.id'),
+                    'amount', json_extract(:body, '$.data.object.amount_paid')))
+ON CONFLICT DO NOTHING"
+        }
+        // The payload column is BYTEA: the JSON's UTF-8 bytes.
+        Store::Postgres => {
+            "
+INSERT INTO outbox (kind, source, key, payload)
+SELECT 'send_receipt', :source, o ->> 'id',
+       convert_to(CAST(jsonb_build_object('invoice', o -> 'id', 'amount', o -> 'amount_paid')
+                       AS TEXT), 'UTF8')
+FROM (SELECT CAST(:body AS jsonb) -> 'data' -> 'object' AS o) AS invoice
+ON CONFLICT DO NOTHING"
+        }
+    };
     let config = format!(
-        r#"{CONFIG}
+        r#"{}
 [[delivery]]
 kind = "send_receipt"
 url = "{}"
@@ -213,14 +255,10 @@ schedule = ["1s"]
 [[effect]]
 source = "stripe"
 on = "invoice.*"
-sql = """
-INSERT INTO outbox (kind, source, key, payload)
-VALUES ('send_receipt', :source, json_extract(:body, '$.data.object.id'),
-        json_object('invoice', json_extract(:body, '$.data.object.id'),
-                    'amount', json_extract(:body, '$.data.object.amount_paid')))
-ON CONFLICT DO NOTHING
+sql = """{receipt}
 """
 "#,
+        config(),
         app.url()
     );
     let path = app_dir(dir.path(), &config);

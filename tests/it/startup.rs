@@ -385,10 +385,14 @@ handlers = ["stripe-billing"]
 }
 
 /// Effects are checked at start-up, before anything listens: an unknown source, SQL that does
-/// not compile (with the effect's index and SQLite's message), an unknown parameter, a changed
-/// migration.
+/// not compile (with the effect's index and the database's message), an unknown parameter (a
+/// positional one too: effects bind by name), a changed migration.
 #[test]
 fn bad_effects_and_changed_migrations_stop_start_up() {
+    let (no_such_table, positional) = match store() {
+        Store::Sqlite => ("no such table: nope", "?"),
+        Store::Postgres => (r#"relation "nope" does not exist"#, "$1"),
+    };
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(dir.path().join("migrations")).unwrap();
     write(
@@ -416,15 +420,15 @@ fn bad_effects_and_changed_migrations_stop_start_up() {
     for (effect, expected) in [
         (
             "[[effect]]\nsource = \"stripe\"\non = \"*\"\nsql = \"INSERT INTO t VALUES (1); INSERT INTO nope VALUES (1)\"\n",
-            vec!["effect 1 (source `stripe`), statement 2", "no such table: nope"],
+            vec!["effect 1 (source `stripe`), statement 2", no_such_table],
         ),
         (
             "[[effect]]\nsource = \"stripe\"\non = \"*\"\nsql = \"INSERT INTO t VALUES (:amount)\"\n",
             vec!["effect 1 (source `stripe`), statement 1", "unknown parameter `:amount`", ":body"],
         ),
         (
-            "[[effect]]\nsource = \"stripe\"\non = \"*\"\nsql = \"INSERT INTO t VALUES (?)\"\n",
-            vec!["unknown parameter `?`"],
+            &format!("[[effect]]\nsource = \"stripe\"\non = \"*\"\nsql = \"INSERT INTO t VALUES ({positional})\"\n"),
+            vec![&format!("unknown parameter `{positional}`")],
         ),
         (
             "[[effect]]\nsource = \"stripe\"\non = \"*\"\nsql = \"SELECT x FROM t\"\n",
