@@ -327,14 +327,17 @@ fn billing_scenario(server: &Server) -> Vec<String> {
 }
 
 /// `examples/stripe-billing-sql`: the built-in handler's billing in SQL alone, with no Rust
-/// handler. The same events through both give the same answers and the same tables, row for
-/// row.
+/// handler (its `postgres/` twin on PostgreSQL). The same events through both give the same
+/// answers and the same tables, row for row.
 #[test]
 fn the_sql_only_billing_example_matches_the_built_in_handler_table_for_table() {
     let built_in = Server::start(&[]);
     let dir = test_dir();
-    let config = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("examples/stripe-billing-sql/hookledger.toml");
+    let example = match store() {
+        Store::Sqlite => "examples/stripe-billing-sql/hookledger.toml",
+        Store::Postgres => "examples/stripe-billing-sql/postgres/hookledger.toml",
+    };
+    let config = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(example);
     let sql_only = Server::start_in(dir.path(), &["--config", config.to_str().unwrap()]);
 
     let with_handler = billing_scenario(&built_in);
