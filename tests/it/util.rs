@@ -81,7 +81,26 @@ impl Server {
 
     /// As [`Server::start_in`], with extra environment variables.
     pub fn start_with_env(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Server {
-        let db_arg = db_arg_in(dir);
+        Server::spawn(dir, db_arg_in(dir), args, env)
+    }
+
+    /// Starts another server on an existing database (`db_arg`, e.g. a running server's
+    /// [`Server::db_arg`]), in a temp directory of its own that does not own the database.
+    #[allow(dead_code)] // for the tests of several servers on one PostgreSQL database
+    pub fn start_on(db_arg: &str, args: &[&str]) -> Server {
+        let temp = test_dir();
+        let mut server = Server::spawn(
+            temp.path(),
+            db_arg.to_string(),
+            args,
+            &[("RUST_LOG", "info")],
+        );
+        server._temp = Some(temp);
+        server
+    }
+
+    /// Runs `hookledger serve` in `dir` on `db_arg` and waits for its address.
+    fn spawn(dir: &Path, db_arg: String, args: &[&str], env: &[(&str, &str)]) -> Server {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_hookledger"));
         cmd.arg("serve")
             .arg("--listen")
