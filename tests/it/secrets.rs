@@ -65,6 +65,16 @@ fn no_secret_and_no_payload_in_the_log_even_at_trace() {
     ] {
         assert!(!log.contains(secret), "a secret is in the log");
     }
+    // So is the password in a PostgreSQL --db URL.
+    if let Some(password) = url::Url::parse(&server.db_arg())
+        .ok()
+        .and_then(|url| url.password().map(str::to_string))
+    {
+        assert!(
+            !log.contains(&format!(":{password}@")),
+            "the database password is in the log"
+        );
+    }
     // The delivery's signature lets anyone who reads the log replay that delivery.
     let delivered = &app.deliveries()[0];
     let signature = &delivered.headers["webhook-signature"];
