@@ -8,8 +8,8 @@
 //! portable the test picks its variant by [`store()`].
 //!
 //! Failure modes: a test run killed before its directories are dropped (SIGKILL, ^C) leaves
-//! its `hl_t_*` databases behind; drop them with
-//! `psql "$HOOKLEDGER_TEST_POSTGRES" -Atc "SELECT format('DROP DATABASE %I WITH (FORCE);', datname) FROM pg_database WHERE datname LIKE 'hl_t_%'" | psql "$HOOKLEDGER_TEST_POSTGRES"`.
+//! its `hl_t_*` databases behind; drop them with (`_` escaped: it matches any character)
+//! `psql "$HOOKLEDGER_TEST_POSTGRES" -Atc "SELECT format('DROP DATABASE %I WITH (FORCE);', datname) FROM pg_database WHERE datname LIKE 'hl\_t\_%'" | psql "$HOOKLEDGER_TEST_POSTGRES"`.
 
 use std::cell::RefCell;
 use std::io::Write;
