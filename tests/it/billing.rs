@@ -31,13 +31,10 @@ fn second_event_for_same_invoice_adds_no_credits() {
     let db = server.db();
     assert_eq!(ledger_count(&db), 2);
     assert_eq!(credits(&db, "acct_1"), 100);
-    let owner: String = db
-        .query_row(
-            "SELECT event_id FROM invoice_payments WHERE stripe_invoice_id = 'in_same'",
-            [],
-            |r| r.get(0),
-        )
-        .unwrap();
+    let owner: String = db.one(
+        "SELECT event_id FROM invoice_payments WHERE stripe_invoice_id = 'in_same'",
+        &[],
+    );
     assert_eq!(owner, "evt_a");
 }
 
@@ -100,11 +97,8 @@ fn deleted_beats_updated_in_the_same_second_in_either_order() {
             Some("canceled"),
             "{first} then {second}"
         );
-        let (rank, event): (i64, String) = db
-            .query_row("SELECT event_rank, event_id FROM subscriptions", [], |r| {
-                Ok((r.get(0)?, r.get(1)?))
-            })
-            .unwrap();
+        let (rank, event): (i64, String) =
+            db.one("SELECT event_rank, event_id FROM subscriptions", &[]);
         assert_eq!((rank, event.as_str()), (2, "evt_deleted"));
     }
 }
@@ -123,10 +117,7 @@ fn two_updates_in_the_same_second_keep_the_first_and_count_the_tie() {
         Some("past_due")
     );
     assert_eq!(
-        count(
-            &db,
-            "SELECT value FROM counters WHERE name = 'subscription_ties'"
-        ),
+        db.count("SELECT value FROM counters WHERE name = 'subscription_ties'"),
         1
     );
 }
@@ -163,18 +154,18 @@ fn sigkill_during_a_stream_grants_once_per_paid_invoice() {
         let (worker, i) = id.trim_start_matches("evt_b").split_once('_').unwrap();
         format!("in_b{worker}_{}", i.parse::<usize>().unwrap() / 2)
     };
-    let claimed: std::collections::BTreeSet<String> =
-        strings(&db, "SELECT event_id FROM webhook_events")
-            .iter()
-            .map(|id| invoice_of(id))
-            .collect();
-    let paid: std::collections::BTreeSet<String> =
-        strings(&db, "SELECT stripe_invoice_id FROM invoice_payments")
-            .into_iter()
-            .collect();
+    let claimed: std::collections::BTreeSet<String> = db
+        .strings("SELECT event_id FROM webhook_events")
+        .iter()
+        .map(|id| invoice_of(id))
+        .collect();
+    let paid: std::collections::BTreeSet<String> = db
+        .strings("SELECT stripe_invoice_id FROM invoice_payments")
+        .into_iter()
+        .collect();
     assert_eq!(paid, claimed, "one payment row per invoice with a claim");
     assert_eq!(
-        count(&db, "SELECT count(*) FROM invoice_payments") as usize,
+        db.count("SELECT count(*) FROM invoice_payments") as usize,
         claimed.len()
     );
     assert_eq!(credits(&db, "acct_b"), 100 * claimed.len() as i64);
@@ -204,17 +195,11 @@ fn a_zero_amount_invoice_extends_the_plan_and_grants_no_credits() {
     let db = server.db();
     assert_eq!(credits(&db, "acct_1"), 0);
     assert_eq!(
-        count(
-            &db,
-            "SELECT count(*) FROM invoice_payments WHERE stripe_invoice_id = 'in_trial'"
-        ),
+        db.count("SELECT count(*) FROM invoice_payments WHERE stripe_invoice_id = 'in_trial'"),
         1
     );
     assert_eq!(
-        count(
-            &db,
-            "SELECT count(*) FROM accounts WHERE id = 'acct_1' AND plan_until > 0"
-        ),
+        db.count("SELECT count(*) FROM accounts WHERE id = 'acct_1' AND plan_until > 0"),
         1
     );
     // A paid invoice afterwards grants its credits as usual.
@@ -299,13 +284,9 @@ fn billing_scenario(server: &Server) -> Vec<String> {
     let paid_invoice = |id: &str, inv: &str| invoice(id, "invoice.paid", inv);
     let db = server.db();
     send(&paid_invoice("evt_first", "in_first"));
-    db.execute_batch(
-        "CREATE TRIGGER fail_credit BEFORE UPDATE ON accounts
-         BEGIN SELECT RAISE(ABORT, 'injected'); END;",
-    )
-    .unwrap();
+    db.inject_failure("fail_credit", "UPDATE", "accounts", "true", "injected");
     send(&paid_invoice("evt_fail", "in_fail"));
-    db.execute_batch("DROP TRIGGER fail_credit").unwrap();
+    db.remove_failure("fail_credit", "accounts");
     send(&paid_invoice("evt_fail", "in_fail"));
     let copies = paid_invoice("evt_par", "in_par");
     let mut outcomes: Vec<String> = std::thread::scope(|s| {
@@ -346,14 +327,17 @@ fn billing_scenario(server: &Server) -> Vec<String> {
 }
 
 /// `examples/stripe-billing-sql`: the built-in handler's billing in SQL alone, with no Rust
-/// handler. The same events through both give the same answers and the same tables, row for
-/// row.
+/// handler (its `postgres/` twin on PostgreSQL). The same events through both give the same
+/// answers and the same tables, row for row.
 #[test]
 fn the_sql_only_billing_example_matches_the_built_in_handler_table_for_table() {
     let built_in = Server::start(&[]);
-    let dir = tempfile::tempdir().unwrap();
-    let config = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("examples/stripe-billing-sql/hookledger.toml");
+    let dir = test_dir();
+    let example = match store() {
+        Store::Sqlite => "examples/stripe-billing-sql/hookledger.toml",
+        Store::Postgres => "examples/stripe-billing-sql/postgres/hookledger.toml",
+    };
+    let config = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(example);
     let sql_only = Server::start_in(dir.path(), &["--config", config.to_str().unwrap()]);
 
     let with_handler = billing_scenario(&built_in);
@@ -380,14 +364,11 @@ fn the_sql_only_billing_example_matches_the_built_in_handler_table_for_table() {
         Some("canceled")
     );
     assert_eq!(
-        count(
-            &db,
-            "SELECT value FROM counters WHERE name = 'subscription_ties'"
-        ),
+        db.count("SELECT value FROM counters WHERE name = 'subscription_ties'"),
         1
     );
     assert_eq!(
-        count(&db, "SELECT count(*) FROM hookledger_app_migrations"),
+        db.count("SELECT count(*) FROM hookledger_app_migrations"),
         1
     );
 }

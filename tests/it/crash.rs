@@ -28,10 +28,7 @@ fn sigkill_during_a_stream_loses_no_acknowledged_event() {
     assert!(ledger_count(&db) as usize >= streamed.acked.len());
     // Effects committed with their claims: one outbox row per ledger row, no more, no less.
     assert_one_outbox_row_per_claim(&db);
-    let check: String = db
-        .query_row("PRAGMA integrity_check", [], |r| r.get(0))
-        .unwrap();
-    assert_eq!(check, "ok");
+    assert_file_intact(&db);
 }
 
 /// Rounds of SIGKILL at random moments while senders resend events, with forwarding on.
@@ -43,7 +40,7 @@ fn chaos_sigkill_rounds_lose_nothing_and_deliver_everything() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(5);
     let app = FakeApp::start(&[]);
-    let dir = tempfile::tempdir().unwrap();
+    let dir = test_dir();
     let url = app.url();
     let schedule = vec!["1s"; 60].join(",");
     let args = [
@@ -92,7 +89,7 @@ fn chaos_sigkill_rounds_lose_nothing_and_deliver_everything() {
     assert_one_outbox_row_per_claim(&db);
     let rows = ledger_count(&db) as usize;
     wait_for(Duration::from_secs(60), || {
-        (count(&db, "SELECT count(*) FROM outbox WHERE status = 'done'") as usize == rows)
+        (db.count("SELECT count(*) FROM outbox WHERE status = 'done'") as usize == rows)
             .then_some(())
     })
     .expect("not every outbox row was delivered");
@@ -108,8 +105,5 @@ fn chaos_sigkill_rounds_lose_nothing_and_deliver_everything() {
             "{id} acknowledged but never delivered"
         );
     }
-    let check: String = db
-        .query_row("PRAGMA integrity_check", [], |r| r.get(0))
-        .unwrap();
-    assert_eq!(check, "ok");
+    assert_file_intact(&db);
 }

@@ -13,14 +13,41 @@ CREATE TABLE orders (
     invoice_id TEXT PRIMARY KEY,
     event_id   TEXT NOT NULL,
     source     TEXT NOT NULL,
-    amount     INTEGER NOT NULL CHECK (amount >= 0)
+    amount     BIGINT NOT NULL CHECK (amount >= 0)
 );
-CREATE TABLE totals (name TEXT PRIMARY KEY, amount INTEGER NOT NULL);
+CREATE TABLE totals (name TEXT PRIMARY KEY, amount BIGINT NOT NULL);
 INSERT INTO totals VALUES ('paid', 0);
-CREATE TABLE seen (source TEXT, event_id TEXT, event_type TEXT, created INTEGER);
+CREATE TABLE seen (source TEXT, event_id TEXT, event_type TEXT, created BIGINT);
 ";
 
-const CONFIG: &str = r#"
+/// The config: the stripe source, the migration, one order per invoice with the running
+/// total, and a row in `seen` for every event.
+fn config() -> String {
+    let orders = match store() {
+        Store::Sqlite => {
+            "
+-- One order per invoice, whichever event reports it first.
+INSERT INTO orders (invoice_id, event_id, source, amount)
+VALUES (json_extract(:body, '$.data.object.id'), :event_id, :source,
+        json_extract(:body, '$.data.object.amount_paid'))
+ON CONFLICT (invoice_id) DO NOTHING;
+UPDATE totals SET amount = amount + json_extract(:body, '$.data.object.amount_paid')
+WHERE name = 'paid' AND changes() = 1;"
+        }
+        Store::Postgres => {
+            "
+-- One order per invoice, whichever event reports it first.
+WITH invoice AS (SELECT CAST(:body AS jsonb) -> 'data' -> 'object' AS o),
+     made AS (
+         INSERT INTO orders (invoice_id, event_id, source, amount)
+         SELECT o ->> 'id', :event_id, :source, CAST(o ->> 'amount_paid' AS BIGINT) FROM invoice
+         ON CONFLICT (invoice_id) DO NOTHING
+         RETURNING amount)
+UPDATE totals SET amount = totals.amount + made.amount FROM made WHERE name = 'paid'"
+        }
+    };
+    format!(
+        r#"
 [schema]
 migrations = "migrations/"
 
@@ -32,21 +59,16 @@ secrets = ["env:STRIPE_WEBHOOK_SECRET"]
 [[effect]]
 source = "stripe"
 on = ["invoice.paid", "invoice.payment_succeeded"]
-sql = """
--- One order per invoice, whichever event reports it first.
-INSERT INTO orders (invoice_id, event_id, source, amount)
-VALUES (json_extract(:body, '$.data.object.id'), :event_id, :source,
-        json_extract(:body, '$.data.object.amount_paid'))
-ON CONFLICT (invoice_id) DO NOTHING;
-UPDATE totals SET amount = amount + json_extract(:body, '$.data.object.amount_paid')
-WHERE name = 'paid' AND changes() = 1;
+sql = """{orders}
 """
 
 [[effect]]
 source = "stripe"
 on = "*"
 sql = "INSERT INTO seen VALUES (:source, :event_id, :event_type, :created)"
-"#;
+"#
+    )
+}
 
 /// A folder with the config file and its migration; returns the config's path.
 fn app_dir(dir: &Path, config: &str) -> String {
@@ -58,20 +80,19 @@ fn app_dir(dir: &Path, config: &str) -> String {
 }
 
 fn start(dir: &Path) -> Server {
-    let config = app_dir(dir, CONFIG);
+    let config = app_dir(dir, &config());
     Server::start_in(dir, &["--config", &config])
 }
 
 fn total(server: &Server) -> i64 {
-    count(
-        &server.db(),
-        "SELECT amount FROM totals WHERE name = 'paid'",
-    )
+    server
+        .db()
+        .count("SELECT amount FROM totals WHERE name = 'paid'")
 }
 
 #[test]
 fn effects_run_once_per_event_with_their_parameters() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = test_dir();
     let server = start(dir.path());
     let paid = paid_invoice("evt_a", "in_a");
     assert_outcome(&server.send(&paid), "evt_a", "processed");
@@ -91,8 +112,7 @@ fn effects_run_once_per_event_with_their_parameters() {
 
     let db = server.db();
     assert_eq!(
-        strings(
-            &db,
+        db.strings(
             "SELECT invoice_id || '/' || event_id || '/' || source || '/' || amount FROM orders"
         ),
         ["in_a/evt_a/stripe/2000"]
@@ -103,7 +123,7 @@ fn effects_run_once_per_event_with_their_parameters() {
         "the second report of in_a adds nothing"
     );
     assert_eq!(
-        strings(&db, "SELECT event_id || '/' || event_type || '/' || coalesce(created, 'null') FROM seen ORDER BY event_id"),
+        db.strings("SELECT event_id || '/' || event_type || '/' || coalesce(CAST(created AS TEXT), 'null') FROM seen ORDER BY event_id"),
         [
             format!("evt_a/invoice.paid/{}", now_ish(&db, "evt_a")),
             format!("evt_b/invoice.payment_succeeded/{}", now_ish(&db, "evt_b")),
@@ -111,42 +131,42 @@ fn effects_run_once_per_event_with_their_parameters() {
         ]
     );
     // The built-in stripe-billing handler is not enabled on this source.
-    assert_eq!(count(&db, "SELECT count(*) FROM accounts"), 0);
+    assert_eq!(db.count("SELECT count(*) FROM accounts"), 0);
 }
 
 /// The `created` the ledger recorded for `id` (the body's, which the effect got as :created).
-fn now_ish(db: &rusqlite::Connection, id: &str) -> i64 {
-    db.query_row(
-        "SELECT created FROM webhook_events WHERE event_id = ?1",
-        [id],
-        |r| r.get(0),
+fn now_ish(db: &Db, id: &str) -> i64 {
+    db.one(
+        "SELECT created FROM webhook_events WHERE event_id = $1",
+        &[&id],
     )
-    .unwrap()
 }
 
 /// A statement that raises rolls back that event alone: 500, no ledger row, no effect; the
 /// provider's retry applies it once the cause is gone.
 #[test]
 fn a_raising_statement_rolls_back_its_event_and_the_retry_applies_it() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = test_dir();
     let server = start(dir.path());
     let db = server.db();
-    db.execute_batch(
-        "CREATE TRIGGER refuse_in_x BEFORE INSERT ON orders WHEN new.invoice_id = 'in_x'
-         BEGIN SELECT RAISE(ABORT, 'injected by the test'); END;",
-    )
-    .unwrap();
+    db.inject_failure(
+        "refuse_in_x",
+        "INSERT",
+        "orders",
+        "new.invoice_id = 'in_x'",
+        "injected by the test",
+    );
     assert_outcome(&server.send(&paid("evt_ok")), "evt_ok", "processed");
     let body = paid_invoice("evt_x", "in_x");
     let reply = server.send(&body);
     assert_error(&reply, 500, "internal");
     assert!(!reply.body.contains("injected"), "{}", reply.body);
     assert_eq!(
-        strings(&db, "SELECT event_id FROM webhook_events"),
+        db.strings("SELECT event_id FROM webhook_events"),
         ["evt_ok"]
     );
     assert_eq!(
-        count(&db, "SELECT count(*) FROM seen"),
+        db.count("SELECT count(*) FROM seen"),
         1,
         "the other effect rolled back too"
     );
@@ -154,9 +174,9 @@ fn a_raising_statement_rolls_back_its_event_and_the_retry_applies_it() {
         let log = server.log();
         (log.contains("effect 1") && log.contains("injected by the test")).then_some(())
     })
-    .expect("the log names the effect and SQLite's message");
+    .expect("the log names the effect and the database's message");
 
-    db.execute_batch("DROP TRIGGER refuse_in_x").unwrap();
+    db.remove_failure("refuse_in_x", "orders");
     assert_outcome(&server.send(&body), "evt_x", "processed");
     assert_eq!(total(&server), 4000);
     // A CHECK constraint raises too (no Rust handler refuses a negative amount here).
@@ -165,10 +185,7 @@ fn a_raising_statement_rolls_back_its_event_and_the_retry_applies_it() {
         .replace("\"amount_paid\": 2000", "\"amount_paid\": -5");
     assert_error(&server.send(negative.as_bytes()), 500, "internal");
     assert_eq!(
-        count(
-            &db,
-            "SELECT count(*) FROM webhook_events WHERE event_id = 'evt_neg_amount'"
-        ),
+        db.count("SELECT count(*) FROM webhook_events WHERE event_id = 'evt_neg_amount'"),
         0
     );
     assert_eq!(total(&server), 4000);
@@ -178,8 +195,8 @@ fn a_raising_statement_rolls_back_its_event_and_the_retry_applies_it() {
 /// per claimed event.
 #[test]
 fn sigkill_during_a_stream_applies_each_sql_effect_once() {
-    let dir = tempfile::tempdir().unwrap();
-    let config = app_dir(dir.path(), CONFIG);
+    let dir = test_dir();
+    let config = app_dir(dir.path(), &config());
     let mut server = Server::start_in(dir.path(), &["--config", &config]);
     let url = server.url();
     let streamed = stream_until(&url, 4, paid_numbered("evt_s"), &[], |acked| {
@@ -191,11 +208,11 @@ fn sigkill_during_a_stream_applies_each_sql_effect_once() {
     let db = restarted.db();
     assert!(missing_from_ledger(&db, &streamed.acked).is_empty());
     let claims = ledger_count(&db);
-    assert_eq!(count(&db, "SELECT count(*) FROM orders"), claims);
-    assert_eq!(count(&db, "SELECT count(*) FROM seen"), claims);
+    assert_eq!(db.count("SELECT count(*) FROM orders"), claims);
+    assert_eq!(db.count("SELECT count(*) FROM seen"), claims);
     assert_eq!(total(&restarted), 2000 * claims);
     assert_eq!(
-        count(&db, "SELECT count(*) FROM hookledger_app_migrations"),
+        db.count("SELECT count(*) FROM hookledger_app_migrations"),
         1,
         "the migration ran once, not again on restart"
     );
@@ -206,9 +223,29 @@ fn sigkill_during_a_stream_applies_each_sql_effect_once() {
 #[test]
 fn an_effect_queues_a_delivery_of_its_own_kind_once_per_key() {
     let app = FakeApp::start(&[]);
-    let dir = tempfile::tempdir().unwrap();
+    let dir = test_dir();
+    let receipt = match store() {
+        Store::Sqlite => {
+            "
+INSERT INTO outbox (kind, source, key, payload)
+VALUES ('send_receipt', :source, json_extract(:body, '$.data.object.id'),
+        json_object('invoice', json_extract(:body, '$.data.object.id'),
+                    'amount', json_extract(:body, '$.data.object.amount_paid')))
+ON CONFLICT DO NOTHING"
+        }
+        // The payload column is BYTEA: the JSON's UTF-8 bytes.
+        Store::Postgres => {
+            "
+INSERT INTO outbox (kind, source, key, payload)
+SELECT 'send_receipt', :source, o ->> 'id',
+       convert_to(CAST(jsonb_build_object('invoice', o -> 'id', 'amount', o -> 'amount_paid')
+                       AS TEXT), 'UTF8')
+FROM (SELECT CAST(:body AS jsonb) -> 'data' -> 'object' AS o) AS invoice
+ON CONFLICT DO NOTHING"
+        }
+    };
     let config = format!(
-        r#"{CONFIG}
+        r#"{}
 [[delivery]]
 kind = "send_receipt"
 url = "{}"
@@ -218,14 +255,10 @@ schedule = ["1s"]
 [[effect]]
 source = "stripe"
 on = "invoice.*"
-sql = """
-INSERT INTO outbox (kind, source, key, payload)
-VALUES ('send_receipt', :source, json_extract(:body, '$.data.object.id'),
-        json_object('invoice', json_extract(:body, '$.data.object.id'),
-                    'amount', json_extract(:body, '$.data.object.amount_paid')))
-ON CONFLICT DO NOTHING
+sql = """{receipt}
 """
 "#,
+        config(),
         app.url()
     );
     let path = app_dir(dir.path(), &config);
@@ -256,18 +289,13 @@ ON CONFLICT DO NOTHING
     );
     let db = server.db();
     wait_for(Duration::from_secs(20), || {
-        (count(
-            &db,
-            "SELECT count(*) FROM outbox WHERE kind = 'send_receipt' AND status = 'done'",
-        ) == 1)
+        (db.count("SELECT count(*) FROM outbox WHERE kind = 'send_receipt' AND status = 'done'")
+            == 1)
             .then_some(())
     })
     .expect("the receipt row is done");
     assert_eq!(
-        count(
-            &db,
-            "SELECT count(*) FROM outbox WHERE kind = 'send_receipt'"
-        ),
+        db.count("SELECT count(*) FROM outbox WHERE kind = 'send_receipt'"),
         1
     );
     std::thread::sleep(Duration::from_millis(1500));

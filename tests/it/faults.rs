@@ -6,11 +6,16 @@ use crate::util::*;
 
 #[test]
 fn write_lock_held_elsewhere_gives_503_within_busy_timeout_then_recovers() {
+    if skipped_on_postgres(
+        "SQLite's write lock, held by another connection, against --busy-timeout-ms",
+    ) {
+        return;
+    }
     let (_, mut args) = down_app();
     args.extend(["--busy-timeout-ms".to_string(), "500".to_string()]);
     let server = Server::start(&strs(&args));
     let lock = server.db();
-    lock.execute_batch("BEGIN IMMEDIATE").unwrap();
+    lock.batch("BEGIN IMMEDIATE");
     for i in 0..3 {
         let started = Instant::now();
         let reply = server.send(&paid(&format!("evt_locked{i}")));
@@ -21,7 +26,7 @@ fn write_lock_held_elsewhere_gives_503_within_busy_timeout_then_recovers() {
             "answered within the busy timeout, not hung"
         );
     }
-    lock.execute_batch("ROLLBACK").unwrap();
+    lock.batch("ROLLBACK");
     assert_eq!(ledger_count(&server.db()), 0);
     for i in 0..3 {
         let id = format!("evt_locked{i}");
@@ -37,9 +42,14 @@ fn write_lock_held_elsewhere_gives_503_within_busy_timeout_then_recovers() {
 /// `--busy-timeout-ms`.
 #[test]
 fn requests_queued_behind_a_busy_wait_get_their_503_within_one_busy_timeout() {
+    if skipped_on_postgres(
+        "SQLite's write lock, held by another connection, against --busy-timeout-ms",
+    ) {
+        return;
+    }
     let server = Server::start(&["--busy-timeout-ms", "1000"]);
     let lock = server.db();
-    lock.execute_batch("BEGIN IMMEDIATE").unwrap();
+    lock.batch("BEGIN IMMEDIATE");
     let waits: Vec<(u16, Duration)> = std::thread::scope(|s| {
         let senders: Vec<_> = (0..8)
             .map(|i| {
@@ -55,7 +65,7 @@ fn requests_queued_behind_a_busy_wait_get_their_503_within_one_busy_timeout() {
             .collect();
         senders.into_iter().map(|h| h.join().unwrap()).collect()
     });
-    lock.execute_batch("ROLLBACK").unwrap();
+    lock.batch("ROLLBACK");
     for (status, waited) in &waits {
         assert_eq!(*status, 503);
         assert!(
@@ -70,6 +80,9 @@ fn requests_queued_behind_a_busy_wait_get_their_503_within_one_busy_timeout() {
 /// (mount); elsewhere the test says it was skipped, except under CI, which requires it.
 #[test]
 fn full_disk_gives_503_writes_nothing_half_and_recovers_when_space_returns() {
+    if skipped_on_postgres("the SQLite file on a full tmpfs") {
+        return;
+    }
     let dir = tempfile::tempdir().unwrap();
     let mounted = std::process::Command::new("mount")
         .args(["-t", "tmpfs", "-o", "size=4m", "tmpfs"])
@@ -132,10 +145,7 @@ fn full_disk_gives_503_writes_nothing_half_and_recovers_when_space_returns() {
     assert_eq!(ledger_count(&db) as usize, total);
     // No half-written event: every claim has its outbox row.
     assert_one_outbox_row_per_claim(&db);
-    let check: String = db
-        .query_row("PRAGMA integrity_check", [], |r| r.get(0))
-        .unwrap();
-    assert_eq!(check, "ok");
+    assert_file_intact(&db);
 }
 
 fn free_bytes(path: &std::path::Path) -> u64 {
@@ -157,6 +167,9 @@ fn free_bytes(path: &std::path::Path) -> u64 {
 #[test]
 fn sqlite3_shell_holding_the_lock_for_10_s_gives_503_then_success() {
     use std::io::Write;
+    if skipped_on_postgres("the sqlite3 shell holding SQLite's write lock") {
+        return;
+    }
     let has_shell = std::process::Command::new("sqlite3")
         .arg("--version")
         .output()
@@ -217,7 +230,7 @@ fn sqlite3_shell_holding_the_lock_for_10_s_gives_503_then_success() {
         "not answered within the busy timeout: {waited:?}"
     );
     assert_eq!(
-        count(&server.db(), "SELECT count(*) FROM webhook_events"),
+        server.db().count("SELECT count(*) FROM webhook_events"),
         1,
         "only the warm-up event"
     );
@@ -226,11 +239,11 @@ fn sqlite3_shell_holding_the_lock_for_10_s_gives_503_then_success() {
     assert_outcome(&server.send(&paid("evt_shell")), "evt_shell", "processed");
     let db = server.db();
     assert_eq!(
-        count(&db, "SELECT value FROM counters WHERE name = 'shell'"),
+        db.count("SELECT value FROM counters WHERE name = 'shell'"),
         1
     );
     assert_eq!(
-        strings(&db, "SELECT event_id FROM webhook_events ORDER BY event_id"),
+        db.strings("SELECT event_id FROM webhook_events ORDER BY event_id"),
         ["evt_shell", "evt_warm"]
     );
 }

@@ -49,7 +49,7 @@ fn every_fixture_event_is_accepted_with_its_effect() {
         "a fixture was added: give it an expectation here"
     );
 
-    let business_state = |db: &rusqlite::Connection| {
+    let business_state = |db: &Db| {
         let mut tables = snapshot(db);
         tables.retain(|(table, _)| table != "webhook_events");
         tables
@@ -59,13 +59,10 @@ fn every_fixture_event_is_accepted_with_its_effect() {
         let body = fixture(name);
         let id = event_id(&body);
         assert_outcome(&server.send(&body), &id, "processed");
-        let stored: Vec<u8> = db
-            .query_row(
-                "SELECT payload FROM webhook_events WHERE event_id = ?1",
-                [&id],
-                |r| r.get(0),
-            )
-            .unwrap();
+        let stored: Vec<u8> = db.one(
+            "SELECT payload FROM webhook_events WHERE event_id = $1",
+            &[&id],
+        );
         assert_eq!(stored, body, "{name}: payload is the raw bytes");
 
         let status = subscription_status(&db, SUBSCRIPTION);
@@ -84,21 +81,13 @@ fn every_fixture_event_is_accepted_with_its_effect() {
             "customer.subscription.created" => assert_eq!(status.as_deref(), Some("active")),
             "invoice.paid" => {
                 assert_eq!(credits, 100);
-                let until: i64 = db
-                    .query_row(
-                        "SELECT plan_until FROM accounts WHERE id = ?1",
-                        [ACCOUNT],
-                        |r| r.get(0),
-                    )
-                    .unwrap();
+                let until: i64 =
+                    db.one("SELECT plan_until FROM accounts WHERE id = $1", &[&ACCOUNT]);
                 assert_eq!(until, PERIOD_END);
-                let (account, amount): (String, i64) = db
-                    .query_row(
-                        "SELECT account_id, amount_paid FROM invoice_payments WHERE stripe_invoice_id = ?1",
-                        [INVOICE],
-                        |r| Ok((r.get(0)?, r.get(1)?)),
-                    )
-                    .unwrap();
+                let (account, amount): (String, i64) = db.one(
+                    "SELECT account_id, amount_paid FROM invoice_payments WHERE stripe_invoice_id = $1",
+                    &[&INVOICE],
+                );
                 assert_eq!((account.as_str(), amount), (ACCOUNT, 2000));
             }
             "customer.subscription.updated" => assert_eq!(status.as_deref(), Some("past_due")),
@@ -107,13 +96,8 @@ fn every_fixture_event_is_accepted_with_its_effect() {
         }
     }
     assert_eq!(ledger_count(&db), 10);
-    let (account, customer): (Option<String>, String) = db
-        .query_row(
-            "SELECT account_id, customer_id FROM subscriptions",
-            [],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )
-        .unwrap();
+    let (account, customer): (Option<String>, String) =
+        db.one("SELECT account_id, customer_id FROM subscriptions", &[]);
     assert_eq!(
         (account.as_deref(), customer.as_str()),
         (Some(ACCOUNT), "cus_QXg1o8vcGmoR32")

@@ -237,8 +237,8 @@ fn bodies_over_the_in_flight_budget_get_503_without_being_read() {
 
 #[test]
 fn a_max_body_in_flight_below_max_body_stops_start_up() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("x.db");
+    let dir = test_dir();
+    let db = db_arg_in(dir.path());
     let (code, _, err) = cli(&[
         "serve",
         "--stripe-secret",
@@ -248,12 +248,12 @@ fn a_max_body_in_flight_below_max_body_stops_start_up() {
         "--max-body-in-flight",
         "1024",
         "--db",
-        db.to_str().unwrap(),
+        &db,
     ]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("--max-body-in-flight"), "{err}");
     assert!(
-        !db.exists(),
+        !database_created(dir.path()),
         "nothing is created before the config is valid"
     );
 }

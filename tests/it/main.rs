@@ -1,6 +1,7 @@
 #![allow(unreachable_pub)] // one test binary: its modules share helpers with `pub`
 //! One integration test binary: the real `hookledger` over real HTTP on port 0, each test
-//! with its own temp directory and SQLite file.
+//! with its own temp directory and database: a SQLite file, or with
+//! `HOOKLEDGER_TEST_STORE=postgres` a PostgreSQL database of its own (`util/store.rs`).
 
 mod util;
 

@@ -115,8 +115,8 @@ fn schedule_used_up_is_dead_then_outbox_retry_delivers() {
     let row = wait_outbox_status(&db, "evt_dead", "dead", WAIT);
     assert_eq!(row, ("dead".into(), 2, Some("HTTP 500".into())));
 
-    let db_path = server.db_path();
-    let db_arg = db_path.to_str().unwrap();
+    let db_arg = server.db_arg();
+    let db_arg = db_arg.as_str();
     let (code, out, _) = cli(&["outbox", "list", "--status", "dead", "--db", db_arg]);
     assert_eq!(code, 0);
     assert!(
@@ -148,16 +148,10 @@ fn retry_all_dead_revives_every_dead_row() {
     }
     let db = server.db();
     wait_for(WAIT, || {
-        (count(&db, "SELECT count(*) FROM outbox WHERE status = 'dead'") == 2).then_some(())
+        (db.count("SELECT count(*) FROM outbox WHERE status = 'dead'") == 2).then_some(())
     })
     .expect("rows not dead");
-    let (code, out, _) = cli(&[
-        "outbox",
-        "retry",
-        "--all-dead",
-        "--db",
-        server.db_path().to_str().unwrap(),
-    ]);
+    let (code, out, _) = cli(&["outbox", "retry", "--all-dead", "--db", &server.db_arg()]);
     assert_eq!(code, 0);
     assert!(out.contains("2 dead row(s)"), "{out}");
     app.wait_delivered(2, WAIT);
@@ -174,10 +168,9 @@ fn sigkill_with_rows_pending_then_restart_delivers() {
     }
     server.kill();
     assert_eq!(
-        count(
-            &server.db(),
-            "SELECT count(*) FROM outbox WHERE status = 'pending'"
-        ),
+        server
+            .db()
+            .count("SELECT count(*) FROM outbox WHERE status = 'pending'"),
         5
     );
 
@@ -196,7 +189,7 @@ fn sigkill_with_rows_pending_then_restart_delivers() {
     );
     let db = restarted.db();
     wait_for(WAIT, || {
-        (count(&db, "SELECT count(*) FROM outbox WHERE status = 'done'") == 5).then_some(())
+        (db.count("SELECT count(*) FROM outbox WHERE status = 'done'") == 5).then_some(())
     })
     .expect("rows not marked done");
 }
@@ -215,7 +208,7 @@ fn duplicate_webhooks_are_delivered_once() {
     app.wait_delivered(1, WAIT);
     std::thread::sleep(Duration::from_millis(1500));
     assert_eq!(app.deliveries().len(), 1);
-    assert_eq!(count(&server.db(), "SELECT count(*) FROM outbox"), 1);
+    assert_eq!(server.db().count("SELECT count(*) FROM outbox"), 1);
 }
 
 #[test]
@@ -228,7 +221,7 @@ fn replay_forwards_a_stored_event_again() {
     let db = server.db();
     wait_outbox_status(&db, "evt_replay", "done", WAIT);
 
-    let db_arg = server.db_path().to_str().unwrap().to_string();
+    let db_arg = server.db_arg();
     let (code, out, err) = cli(&["replay", "evt_replay", "--db", &db_arg]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("evt_replay"));
@@ -236,7 +229,7 @@ fn replay_forwards_a_stored_event_again() {
     assert_eq!(delivered[1].body, body);
     assert_eq!(delivered[1].headers["idempotency-key"], "evt_replay");
     assert_eq!(
-        count(&db, "SELECT count(*) FROM outbox"),
+        db.count("SELECT count(*) FROM outbox"),
         1,
         "the same row, revived"
     );
@@ -261,8 +254,7 @@ fn a_replay_during_an_attempt_in_flight_is_delivered_after_it() {
     wait_for(WAIT, || (app.deliveries().len() == 1).then_some(()))
         .expect("the first attempt did not arrive");
 
-    let db = server.db_path();
-    let (code, out, err) = cli(&["replay", "evt_inflight", "--db", db.to_str().unwrap()]);
+    let (code, out, err) = cli(&["replay", "evt_inflight", "--db", &server.db_arg()]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("queued"), "{out}");
     app.release();
@@ -289,7 +281,7 @@ fn events_list_and_show() {
     assert_outcome(&server.send(&body), "evt_show", "processed");
     let other = br#"{"id":"evt_other","type":"customer.created","created":1}"#;
     assert_outcome(&server.send(other), "evt_other", "processed");
-    let db_arg = server.db_path().to_str().unwrap().to_string();
+    let db_arg = server.db_arg();
 
     let (code, out, _) = cli(&["events", "list", "--db", &db_arg]);
     assert_eq!(code, 0);
@@ -319,10 +311,10 @@ fn events_list_and_show() {
             .len(),
         2
     );
-    server
-        .db()
-        .execute("UPDATE webhook_events SET received_at = received_at - 7200 WHERE event_id = 'evt_other'", [])
-        .unwrap();
+    server.db().execute(
+        "UPDATE webhook_events SET received_at = received_at - 7200 WHERE event_id = 'evt_other'",
+        &[],
+    );
     let (_, out, _) = cli(&["events", "list", "--since", "1h", "--json", "--db", &db_arg]);
     assert_eq!(
         serde_json::from_str::<serde_json::Value>(&out)
@@ -359,20 +351,24 @@ fn retention_clears_old_payloads_deletes_old_claims_and_refuses_one_day() {
     }
     let db = server.db();
     let day = 86_400;
-    db.execute_batch(&format!(
+    db.batch(&format!(
         "UPDATE webhook_events SET received_at = received_at - 401 * {day} WHERE event_id = 'evt_ancient';
-         UPDATE webhook_events SET received_at = received_at - 31 * {day} WHERE event_id = 'evt_old';
-         INSERT INTO outbox (kind, source, key, payload, status, next_attempt_at, created_at, done_at) VALUES
-           ('forward', 'stripe', 'done_old', x'7b7d', 'done', 0, 0, {old_done}),
-           ('forward', 'stripe', 'done_new', x'7b7d', 'done', 0, 0, {new_done}),
-           ('forward', 'stripe', 'dead_old', x'7b7d', 'dead', 0, 0, NULL),
-           ('forward', 'stripe', 'pending_old', x'7b7d', 'pending', {far}, 0, NULL);",
-        old_done = now() - 8 * day,
-        new_done = now() - 6 * day,
-        far = now() + 365 * day,
-    ))
-    .unwrap();
-    let db_arg = server.db_path().to_str().unwrap().to_string();
+         UPDATE webhook_events SET received_at = received_at - 31 * {day} WHERE event_id = 'evt_old';"
+    ));
+    db.execute(
+        "INSERT INTO outbox (kind, source, key, payload, status, next_attempt_at, created_at, done_at) VALUES
+           ('forward', 'stripe', 'done_old', $1, 'done', 0, 0, $2),
+           ('forward', 'stripe', 'done_new', $1, 'done', 0, 0, $3),
+           ('forward', 'stripe', 'dead_old', $1, 'dead', 0, 0, NULL),
+           ('forward', 'stripe', 'pending_old', $1, 'pending', $4, 0, NULL)",
+        &[
+            &b"{}".to_vec(),
+            &(now() - 8 * day),
+            &(now() - 6 * day),
+            &(now() + 365 * day),
+        ],
+    );
+    let db_arg = server.db_arg();
 
     let (code, _, err) = cli(&["prune", "--retention-days", "1", "--db", &db_arg]);
     assert_eq!(code, 2);
@@ -387,16 +383,16 @@ fn retention_clears_old_payloads_deletes_old_claims_and_refuses_one_day() {
             && out.contains("1 delivered outbox rows"),
         "{out}"
     );
-    let left = strings(
-        &db,
-        "SELECT event_id || ':' || (payload IS NOT NULL) FROM webhook_events ORDER BY event_id",
+    let left = db.strings(
+        "SELECT event_id || ':' || CASE WHEN payload IS NULL THEN 'cleared' ELSE 'kept' END
+         FROM webhook_events ORDER BY event_id",
     );
     assert_eq!(
         left,
-        ["evt_new:1", "evt_old:0"],
+        ["evt_new:kept", "evt_old:cleared"],
         "the old claim stays, without its payload"
     );
-    let keys = strings(&db, "SELECT key FROM outbox ORDER BY key");
+    let keys = db.strings("SELECT key FROM outbox ORDER BY key");
     assert_eq!(keys, ["dead_old", "done_new", "pending_old"]);
     // Effects stay: the ledger forgets the claim, not the credits.
     assert_eq!(credits(&db, "acct_1"), 300);

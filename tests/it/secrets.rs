@@ -12,7 +12,7 @@ const FORWARD_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 #[test]
 fn no_secret_and_no_payload_in_the_log_even_at_trace() {
     let app = FakeApp::start(&[500]);
-    let dir = tempfile::tempdir().unwrap();
+    let dir = test_dir();
     let secret_file = dir.path().join("forward.secret");
     std::fs::write(&secret_file, FORWARD_SECRET).unwrap();
     // Credentials in the forward URL are a secret too.
@@ -64,6 +64,16 @@ fn no_secret_and_no_payload_in_the_log_even_at_trace() {
         FORWARD_SECRET.trim_start_matches("whsec_"),
     ] {
         assert!(!log.contains(secret), "a secret is in the log");
+    }
+    // So is the password in a PostgreSQL --db URL.
+    if let Some(password) = url::Url::parse(&server.db_arg())
+        .ok()
+        .and_then(|url| url.password().map(str::to_string))
+    {
+        assert!(
+            !log.contains(&format!(":{password}@")),
+            "the database password is in the log"
+        );
     }
     // The delivery's signature lets anyone who reads the log replay that delivery.
     let delivered = &app.deliveries()[0];
@@ -129,15 +139,11 @@ fn control_characters_or_blank_ids_are_refused_and_forge_no_log_line() {
 fn events_list_escapes_control_characters() {
     let server = Server::start(&[]);
     assert_outcome(&server.send(&paid("evt_plain")), "evt_plain", "processed");
-    server
-        .db()
-        .execute(
-            "UPDATE webhook_events SET event_type = 'x' || char(27) || '[2J' || char(10) || 'y'",
-            [],
-        )
-        .unwrap();
-    let db = server.db_path();
-    let (code, out, err) = cli(&["events", "list", "--db", db.to_str().unwrap()]);
+    server.db().execute(
+        "UPDATE webhook_events SET event_type = $1",
+        &[&"x\u{1b}[2J\ny"],
+    );
+    let (code, out, err) = cli(&["events", "list", "--db", &server.db_arg()]);
     assert_eq!(code, 0, "{err}");
     assert!(!out.contains('\u{1b}'), "{out:?}");
     assert!(out.contains(r"x\u{1b}[2J\ny"), "{out}");

@@ -37,19 +37,18 @@ fn exit_of(cmd: &mut Command) -> (Option<i32>, String) {
 /// As [`refused`], for what can only be checked against the database (an effect's SQL): it
 /// may have been created; returns stderr and whether it was.
 fn refused_at_open(args: &[&str], env: &[(&str, &str)]) -> (String, bool) {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("never.db");
+    let dir = test_dir();
     let (code, stderr) = exit_of(
         Command::new(env!("CARGO_BIN_EXE_hookledger"))
             .args(["serve", "--listen", "127.0.0.1:0", "--db"])
-            .arg(&db)
+            .arg(db_arg_in(dir.path()))
             .args(args)
             .env_remove("STRIPE_WEBHOOK_SECRET")
             .env_remove("HOOKLEDGER_FORWARD_SECRET")
             .envs(env.iter().copied()),
     );
     assert_eq!(code, Some(2), "{args:?} {env:?}: {stderr}");
-    (stderr, db.exists())
+    (stderr, database_created(dir.path()))
 }
 
 #[test]
@@ -102,7 +101,7 @@ fn comment_and_blank_lines_of_a_secret_file_are_not_keys_and_a_bom_is_dropped() 
         assert_error(&reply, 400, "invalid_signature");
     }
     assert_eq!(
-        strings(&server.db(), "SELECT event_id FROM webhook_events"),
+        server.db().strings("SELECT event_id FROM webhook_events"),
         ["evt_bom"]
     );
 
@@ -201,12 +200,15 @@ fn forwarding_settings_that_cannot_work_stop_start_up_naming_the_flag() {
 
 #[test]
 fn a_second_serve_on_the_same_database_is_refused_and_cli_commands_still_work() {
+    if skipped_on_postgres("the serve lock file beside the SQLite database") {
+        return;
+    }
     let first = Server::start(&[]);
     let (_, args) = down_app();
     let (code, stderr) = exit_of(
         Command::new(env!("CARGO_BIN_EXE_hookledger"))
             .args(["serve", "--listen", "127.0.0.1:0", "--db"])
-            .arg(first.dir.join("hookledger.db"))
+            .arg(first.db_arg())
             .args(&args)
             .env("STRIPE_WEBHOOK_SECRET", SECRET),
     );
@@ -217,11 +219,11 @@ fn a_second_serve_on_the_same_database_is_refused_and_cli_commands_still_work() 
     );
     // The first one is undisturbed, and commands on the database still run beside it.
     assert_outcome(&first.send(&paid("evt_first")), "evt_first", "processed");
-    let db = first.db_path();
-    let (code, out, err) = cli(&["events", "list", "--db", db.to_str().unwrap()]);
+    let db = first.db_arg();
+    let (code, out, err) = cli(&["events", "list", "--db", &db]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("evt_first"), "{out}");
-    let (code, _, err) = cli(&["replay", "evt_first", "--db", db.to_str().unwrap()]);
+    let (code, _, err) = cli(&["replay", "evt_first", "--db", &db]);
     assert_eq!(code, 0, "{err}");
 }
 
@@ -239,6 +241,9 @@ fn a_second_serve_may_start_once_the_first_has_stopped() {
 #[test]
 fn a_read_only_database_file_stops_start_up_with_the_reason() {
     use std::os::unix::fs::PermissionsExt;
+    if skipped_on_postgres("file permissions of the SQLite database") {
+        return;
+    }
     let dir = tempfile::tempdir().unwrap();
     let mut made = Server::start_in(dir.path(), &[]);
     assert_outcome(&made.send(&paid("evt_ro")), "evt_ro", "processed");
@@ -289,7 +294,7 @@ fn sighup_stops_gracefully_like_sigterm() {
     .unwrap_or_else(|| panic!("no graceful stop in the log: {}", server.log()));
     assert!(log.contains("shutdown signal received"), "{log}");
     assert_eq!(
-        strings(&server.db(), "SELECT event_id FROM webhook_events"),
+        server.db().strings("SELECT event_id FROM webhook_events"),
         ["evt_hup"]
     );
 }
@@ -298,7 +303,7 @@ fn sighup_stops_gracefully_like_sigterm() {
 /// anything is bound or created.
 #[test]
 fn a_bad_config_file_stops_start_up_naming_the_source_and_the_key() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = test_dir();
     let good = r#"
 [[source]]
 name = "stripe"
@@ -380,10 +385,14 @@ handlers = ["stripe-billing"]
 }
 
 /// Effects are checked at start-up, before anything listens: an unknown source, SQL that does
-/// not compile (with the effect's index and SQLite's message), an unknown parameter, a changed
-/// migration.
+/// not compile (with the effect's index and the database's message), an unknown parameter (a
+/// positional one too: effects bind by name), a changed migration.
 #[test]
 fn bad_effects_and_changed_migrations_stop_start_up() {
+    let (no_such_table, positional) = match store() {
+        Store::Sqlite => ("no such table: nope", "?"),
+        Store::Postgres => (r#"relation "nope" does not exist"#, "$1"),
+    };
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(dir.path().join("migrations")).unwrap();
     write(
@@ -411,15 +420,15 @@ fn bad_effects_and_changed_migrations_stop_start_up() {
     for (effect, expected) in [
         (
             "[[effect]]\nsource = \"stripe\"\non = \"*\"\nsql = \"INSERT INTO t VALUES (1); INSERT INTO nope VALUES (1)\"\n",
-            vec!["effect 1 (source `stripe`), statement 2", "no such table: nope"],
+            vec!["effect 1 (source `stripe`), statement 2", no_such_table],
         ),
         (
             "[[effect]]\nsource = \"stripe\"\non = \"*\"\nsql = \"INSERT INTO t VALUES (:amount)\"\n",
             vec!["effect 1 (source `stripe`), statement 1", "unknown parameter `:amount`", ":body"],
         ),
         (
-            "[[effect]]\nsource = \"stripe\"\non = \"*\"\nsql = \"INSERT INTO t VALUES (?)\"\n",
-            vec!["unknown parameter `?`"],
+            &format!("[[effect]]\nsource = \"stripe\"\non = \"*\"\nsql = \"INSERT INTO t VALUES ({positional})\"\n"),
+            vec![&format!("unknown parameter `{positional}`")],
         ),
         (
             "[[effect]]\nsource = \"stripe\"\non = \"*\"\nsql = \"SELECT x FROM t\"\n",
@@ -434,7 +443,7 @@ fn bad_effects_and_changed_migrations_stop_start_up() {
     }
     // A migration edited after it was applied.
     let path = write(dir.path(), "c.toml", &config(""));
-    let db_dir = tempfile::tempdir().unwrap();
+    let db_dir = test_dir();
     let mut server = Server::start_with_env(
         db_dir.path(),
         &["--config", &path],
@@ -456,7 +465,7 @@ fn bad_effects_and_changed_migrations_stop_start_up() {
                 &path,
                 "--db",
             ])
-            .arg(db_dir.path().join("hookledger.db"))
+            .arg(db_arg_in(db_dir.path()))
             .env("HOOKLEDGER_TEST_STRIPE", SECRET)
             .env_remove("STRIPE_WEBHOOK_SECRET"),
     );

@@ -1,5 +1,6 @@
 //! Shared test harness: the real `hookledger` binary on port 0 with its own temp directory
-//! and SQLite file, a signing client, fixtures, and database snapshots.
+//! and database (SQLite or PostgreSQL: `store`), a signing client, fixtures, and database
+//! snapshots.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -11,7 +12,9 @@ use std::time::{Duration, Instant};
 use hookledger::internals::stripe;
 use hookledger::internals::{Client, Reply};
 use hookledger::Secret;
-use rusqlite::Connection;
+
+mod store;
+pub use store::*;
 
 pub const SECRET: &str = "whsec_test_secret";
 
@@ -54,33 +57,56 @@ pub struct Server {
     child: Child,
     pub addr: SocketAddr,
     pub dir: PathBuf,
+    /// Its `--db`.
+    db_arg: String,
     stderr: Arc<Mutex<String>>,
     client: Client,
-    _temp: Option<tempfile::TempDir>,
+    _temp: Option<TestDir>,
 }
 
 impl Server {
     /// Starts a server in a fresh temp directory with secret [`SECRET`] and extra `args`.
     pub fn start(args: &[&str]) -> Server {
-        let temp = tempfile::tempdir().unwrap();
+        let temp = test_dir();
         let mut server = Server::start_in(temp.path(), args);
         server._temp = Some(temp);
         server
     }
 
-    /// Starts a server on `dir/hookledger.db` (which may already exist: a restart).
+    /// Starts a server on the database of `dir` ([`db_arg_in`]), which may already exist: a
+    /// restart.
     pub fn start_in(dir: &Path, args: &[&str]) -> Server {
         Server::start_with_env(dir, args, &[("RUST_LOG", "info")])
     }
 
     /// As [`Server::start_in`], with extra environment variables.
     pub fn start_with_env(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Server {
+        Server::spawn(dir, db_arg_in(dir), args, env)
+    }
+
+    /// Starts another server on an existing database (`db_arg`, e.g. a running server's
+    /// [`Server::db_arg`]), in a temp directory of its own that does not own the database.
+    #[allow(dead_code)] // for the tests of several servers on one PostgreSQL database
+    pub fn start_on(db_arg: &str, args: &[&str]) -> Server {
+        let temp = test_dir();
+        let mut server = Server::spawn(
+            temp.path(),
+            db_arg.to_string(),
+            args,
+            &[("RUST_LOG", "info")],
+        );
+        server._temp = Some(temp);
+        server
+    }
+
+    /// Runs `hookledger serve` in `dir` on `db_arg` and waits for its address.
+    fn spawn(dir: &Path, db_arg: String, args: &[&str], env: &[(&str, &str)]) -> Server {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_hookledger"));
         cmd.arg("serve")
             .arg("--listen")
             .arg("127.0.0.1:0")
             .arg("--db")
-            .arg(dir.join("hookledger.db"))
+            .arg(&db_arg)
             .args(args)
             .envs(env.iter().copied())
             .stdin(Stdio::null())
@@ -125,6 +151,7 @@ impl Server {
             child,
             addr,
             dir: dir.to_path_buf(),
+            db_arg,
             stderr,
             client: Client::new(Duration::from_secs(30)),
             _temp: None,
@@ -132,7 +159,7 @@ impl Server {
     }
 
     /// Keeps `dir` (the server's temp directory) alive as long as the server.
-    pub fn keep(&mut self, dir: tempfile::TempDir) {
+    pub fn keep(&mut self, dir: TestDir) {
         self._temp = Some(dir);
     }
 
@@ -140,15 +167,19 @@ impl Server {
         format!("http://{}/webhooks/stripe", self.addr)
     }
 
+    /// Its database as `--db` takes it, for the CLI commands.
+    pub fn db_arg(&self) -> String {
+        self.db_arg.clone()
+    }
+
+    /// Its SQLite file, for the tests about the file itself.
     pub fn db_path(&self) -> PathBuf {
-        self.dir.join("hookledger.db")
+        PathBuf::from(&self.db_arg)
     }
 
     /// A connection to the server's database (for assertions and fault injection).
-    pub fn db(&self) -> Connection {
-        let conn = Connection::open(self.db_path()).unwrap();
-        conn.busy_timeout(Duration::from_secs(10)).unwrap();
-        conn
+    pub fn db(&self) -> Db {
+        Db::open(&self.db_arg)
     }
 
     /// Signs `body` now with [`SECRET`] and POSTs it.
@@ -260,52 +291,28 @@ pub fn assert_error(reply: &Reply, status: u16, kind: &str) {
 }
 
 /// Every row of every table, for "nothing changed" assertions.
-pub fn snapshot(conn: &Connection) -> Vec<(String, Vec<String>)> {
-    strings(
-        conn,
-        "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name",
-    )
-    .into_iter()
-    .map(|table| {
-        let mut stmt = conn
-            .prepare(&format!("SELECT * FROM {table} ORDER BY 1"))
-            .unwrap();
-        let columns = stmt.column_count();
-        let rows = stmt
-            .query_map([], |r| {
-                let cells: Vec<String> = (0..columns)
-                    .map(|i| format!("{:?}", r.get_ref(i).unwrap()))
-                    .collect();
-                Ok(cells.join("|"))
-            })
-            .unwrap()
-            .map(Result::unwrap)
-            .collect();
-        (table, rows)
-    })
-    .collect()
+pub fn snapshot(db: &Db) -> Vec<(String, Vec<String>)> {
+    db.tables()
+        .into_iter()
+        .map(|table| {
+            let rows = db.rows_as_text(&table);
+            (table, rows)
+        })
+        .collect()
 }
 
 /// The ids among `ids` that have no row in `webhook_events` (acknowledged but lost).
 pub fn missing_from_ledger<'a>(
-    conn: &Connection,
+    db: &Db,
     ids: impl IntoIterator<Item = &'a String>,
 ) -> Vec<&'a String> {
-    let mut stmt = conn
-        .prepare("SELECT count(*) FROM webhook_events WHERE event_id = ?1")
-        .unwrap();
     ids.into_iter()
-        .filter(|id| stmt.query_row([id], |r| r.get::<_, i64>(0)).unwrap() != 1)
-        .collect()
-}
-
-/// The first column of every row of `sql`, as strings.
-pub fn strings(conn: &Connection, sql: &str) -> Vec<String> {
-    conn.prepare(sql)
-        .unwrap()
-        .query_map([], |r| r.get(0))
-        .unwrap()
-        .map(Result::unwrap)
+        .filter(|id| {
+            db.one::<i64>(
+                "SELECT count(*) FROM webhook_events WHERE event_id = $1",
+                &[id],
+            ) != 1
+        })
         .collect()
 }
 
@@ -328,32 +335,19 @@ pub fn strs(args: &[String]) -> Vec<&str> {
     args.iter().map(String::as_str).collect()
 }
 
-pub fn count(conn: &Connection, sql: &str) -> i64 {
-    conn.query_row(sql, [], |r| r.get(0)).unwrap()
+pub fn ledger_count(db: &Db) -> i64 {
+    db.count("SELECT count(*) FROM webhook_events")
 }
 
-pub fn ledger_count(conn: &Connection) -> i64 {
-    count(conn, "SELECT count(*) FROM webhook_events")
-}
-
-pub fn credits(conn: &Connection, account: &str) -> i64 {
-    conn.query_row(
-        "SELECT coalesce((SELECT credits FROM accounts WHERE id = ?1), 0)",
-        [account],
-        |r| r.get(0),
+pub fn credits(db: &Db, account: &str) -> i64 {
+    db.one(
+        "SELECT coalesce((SELECT credits FROM accounts WHERE id = $1), 0)",
+        &[&account],
     )
-    .unwrap()
 }
 
-pub fn subscription_status(conn: &Connection, id: &str) -> Option<String> {
-    use rusqlite::OptionalExtension;
-    conn.query_row(
-        "SELECT status FROM subscriptions WHERE id = ?1",
-        [id],
-        |r| r.get(0),
-    )
-    .optional()
-    .unwrap()
+pub fn subscription_status(db: &Db, id: &str) -> Option<String> {
+    db.opt("SELECT status FROM subscriptions WHERE id = $1", &[&id])
 }
 
 /// A signed-now `invoice.paid` for invoice `in_<id>` of account `acct_1`.
@@ -535,25 +529,21 @@ pub fn cli(args: &[&str]) -> (i32, String, String) {
 
 /// Waits until the outbox row for `key` has `status`; returns (status, attempts, last_error).
 pub fn wait_outbox_status(
-    conn: &Connection,
+    db: &Db,
     key: &str,
     status: &str,
     deadline: Duration,
 ) -> (String, i64, Option<String>) {
-    wait_for(deadline, || outbox_row(conn, key).filter(|r| r.0 == status))
-        .unwrap_or_else(|| panic!("outbox row {key} not {status}: {:?}", outbox_row(conn, key)))
+    wait_for(deadline, || outbox_row(db, key).filter(|r| r.0 == status))
+        .unwrap_or_else(|| panic!("outbox row {key} not {status}: {:?}", outbox_row(db, key)))
 }
 
 /// (status, attempts, last_error) of the outbox row for `key`.
-pub fn outbox_row(conn: &Connection, key: &str) -> Option<(String, i64, Option<String>)> {
-    use rusqlite::OptionalExtension;
-    conn.query_row(
-        "SELECT status, attempts, last_error FROM outbox WHERE kind = 'forward' AND key = ?1",
-        [key],
-        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+pub fn outbox_row(db: &Db, key: &str) -> Option<(String, i64, Option<String>)> {
+    db.opt(
+        "SELECT status, attempts, last_error FROM outbox WHERE kind = 'forward' AND key = $1",
+        &[&key],
     )
-    .optional()
-    .unwrap()
 }
 
 /// The secret of the Standard Webhooks vector `standard-webhooks-sign-function-works`.
@@ -585,11 +575,10 @@ pub fn down_app_args(url: &str) -> Vec<String> {
 /// The pipeline's own witness that effects commit with their claims: with forwarding on, each
 /// ledger row has exactly one `forward` outbox row keyed by its event id, and no row is
 /// without its claim.
-pub fn assert_one_outbox_row_per_claim(conn: &Connection) {
-    let claims = ledger_count(conn);
-    let rows = count(conn, "SELECT count(*) FROM outbox WHERE kind = 'forward'");
-    let matched = count(
-        conn,
+pub fn assert_one_outbox_row_per_claim(db: &Db) {
+    let claims = ledger_count(db);
+    let rows = db.count("SELECT count(*) FROM outbox WHERE kind = 'forward'");
+    let matched = db.count(
         "SELECT count(*) FROM webhook_events e JOIN outbox o ON o.kind = 'forward' AND o.key = e.event_id",
     );
     assert_eq!(
