@@ -234,7 +234,10 @@ fn migrate_to(from: &Database, to: &Database) -> anyhow::Result<Exit> {
     for (table, rows) in &copied {
         println!("{table}: {rows} row(s)");
     }
-    println!("copied {} into {to}; start serve with --db set to it", path.display());
+    println!(
+        "copied {} into {to}; start serve with --db set to it",
+        path.display()
+    );
     Ok(Exit::Ok)
 }
 

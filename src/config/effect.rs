@@ -110,9 +110,10 @@ pub(crate) fn bind_parameters(sql: &str) -> Result<BoundStatement, String> {
                 out.push_str(&format!("${}", n + 1));
             }
             '$' if chars.peek().is_some_and(char::is_ascii_digit) => {
+                let digits: String =
+                    std::iter::from_fn(|| chars.next_if(char::is_ascii_digit)).collect();
                 return Err(format!(
-                    "positional parameter `${}…`: name it instead ({})",
-                    chars.peek().unwrap_or(&'?'),
+                    "positional parameter `${digits}`: name it instead ({})",
                     PARAMETERS.join(", ")
                 ));
             }
@@ -268,8 +269,8 @@ mod tests {
         let err = bind_parameters("SELECT :amount").unwrap_err();
         assert!(err.contains("unknown parameter `:amount`"), "{err}");
         assert!(err.contains(":body"), "{err}");
-        let err = bind_parameters("SELECT $1").unwrap_err();
-        assert!(err.contains("positional parameter `$1"), "{err}");
+        let err = bind_parameters("SELECT $12").unwrap_err();
+        assert!(err.contains("positional parameter `$12`"), "{err}");
         let none: &[usize] = &[];
         assert_eq!(
             bind_parameters("SELECT '$1', x::text").unwrap().parameters,

@@ -23,21 +23,44 @@ use crate::store::Store;
 const TABLES: &[(&str, &[&str], &[&str])] = &[
     (
         "webhook_events",
-        &["source", "event_id", "event_type", "created", "received_at", "payload"],
+        &[
+            "source",
+            "event_id",
+            "event_type",
+            "created",
+            "received_at",
+            "payload",
+        ],
         &["source", "event_id"],
     ),
     (
         "outbox",
         &[
-            "id", "kind", "source", "key", "event_type", "payload", "status", "attempts",
-            "next_attempt_at", "last_error", "created_at", "done_at", "queued",
+            "id",
+            "kind",
+            "source",
+            "key",
+            "event_type",
+            "payload",
+            "status",
+            "attempts",
+            "next_attempt_at",
+            "last_error",
+            "created_at",
+            "done_at",
+            "queued",
         ],
         &["id"],
     ),
     (
         "subscriptions",
         &[
-            "id", "customer_id", "account_id", "status", "provider_updated_at", "event_rank",
+            "id",
+            "customer_id",
+            "account_id",
+            "status",
+            "provider_updated_at",
+            "event_rank",
             "event_id",
         ],
         &["id"],
@@ -123,7 +146,12 @@ fn copy_table(
     );
     let key_at: Vec<usize> = key
         .iter()
-        .map(|k| columns.iter().position(|c| c == k).expect("a key is a column"))
+        .map(|k| {
+            columns
+                .iter()
+                .position(|c| c == k)
+                .expect("a key is a column")
+        })
         .collect();
     let mut copied = 0;
     let mut last: Option<Vec<Value>> = None;

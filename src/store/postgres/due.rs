@@ -1,14 +1,17 @@
-//! Which outbox rows are due, on PostgreSQL, where several instances share the outbox: a
-//! worker takes due rows with `FOR UPDATE SKIP LOCKED` and leases them (`leased_until`) in one
-//! statement, so two workers never take the same row; the attempt's result (recorded through
-//! the writer) ends the lease. If the instance dies mid-attempt, the row is due again for
-//! every instance once its lease lapses: delivery stays at least once.
+//! Which outbox rows are due, on PostgreSQL, where several instances share the outbox.
+//!
+//! A worker takes due rows with `FOR UPDATE SKIP LOCKED` and leases them in the same
+//! statement: `leased_until` (now + `[storage] outbox_lease`) and `leased_by` (the server
+//! process of the worker's own connection), so two workers never take the same row. The
+//! attempt's result, recorded through the writer, ends the lease. A leased row is due again
+//! for every instance when its lease lapses, or at once when the connection that leased it is
+//! gone (its instance died or restarted: PostgreSQL ends a connection's server process when
+//! the client's socket closes). Delivery stays at least once.
 
+use std::sync::Mutex;
 use std::time::Duration;
 
-use anyhow::Context;
-use postgres::NoTls;
-use r2d2_postgres::PostgresConnectionManager;
+use postgres::{Client, NoTls};
 
 use crate::outbox::PendingRow;
 use crate::store::OutboxReader;
@@ -17,46 +20,64 @@ use crate::store::OutboxReader;
 /// forward timeout) and a slow app does not keep many rows from the other instances.
 const LEASE_BATCH: usize = 8;
 
-/// The outbox worker's connections.
+/// The outbox worker's connection (one: it is what holds the leases).
 pub(crate) struct PgOutbox {
-    pool: r2d2::Pool<PostgresConnectionManager<NoTls>>,
+    config: postgres::Config,
+    conn: Mutex<Option<Client>>,
     lease: Duration,
 }
 
 impl PgOutbox {
     pub(crate) fn open(url: &str, lease: Duration) -> anyhow::Result<PgOutbox> {
-        let config = super::parse(url)?;
-        let pool = r2d2::Pool::builder()
-            .max_size(2)
-            .build(PostgresConnectionManager::new(config, NoTls))
-            .context("cannot open the outbox worker's PostgreSQL connections")?;
-        Ok(PgOutbox { pool, lease })
+        Ok(PgOutbox {
+            config: super::parse(url)?,
+            conn: Mutex::new(None),
+            lease,
+        })
+    }
+
+    /// Runs `f` on the connection, connecting first if there is none; a broken connection is
+    /// dropped, and the next call connects again.
+    fn with<T>(
+        &self,
+        f: impl FnOnce(&mut Client) -> Result<T, postgres::Error>,
+    ) -> anyhow::Result<T> {
+        let mut conn = self
+            .conn
+            .lock()
+            .map_err(|_| anyhow::anyhow!("outbox lock poisoned"))?;
+        if conn.as_ref().is_none_or(Client::is_closed) {
+            *conn = Some(self.config.connect(NoTls)?);
+        }
+        let client = conn.as_mut().expect("connected above");
+        let result = f(client);
+        if client.is_closed() {
+            *conn = None;
+        }
+        Ok(result?)
     }
 }
+
+/// A leased row is free again when its lease lapsed or its leaseholder's connection is gone.
+const FREE: &str = "(leased_until IS NULL OR leased_until <= $1
+      OR leased_by IS NULL OR leased_by NOT IN (SELECT pid FROM pg_stat_activity))";
 
 impl OutboxReader for PgOutbox {
     fn due(&self, kinds: &str, now: i64, limit: usize) -> anyhow::Result<Vec<PendingRow>> {
         let leased_until = now + self.lease.as_secs() as i64;
+        let limit = limit.min(LEASE_BATCH) as i64;
+        let sql = format!(
+            "UPDATE outbox SET leased_until = $4, leased_by = pg_backend_pid()
+             WHERE id IN (
+                 SELECT id FROM outbox
+                 WHERE status = 'pending' AND next_attempt_at <= $1 AND {FREE}
+                   AND kind IN (SELECT jsonb_array_elements_text($3::text::jsonb))
+                 ORDER BY id LIMIT $2
+                 FOR UPDATE SKIP LOCKED)
+             RETURNING id, kind, source, key, event_type, payload, attempts, queued"
+        );
         let mut rows: Vec<PendingRow> = self
-            .pool
-            .get()?
-            .query(
-                "UPDATE outbox SET leased_until = $4
-                 WHERE id IN (
-                     SELECT id FROM outbox
-                     WHERE status = 'pending' AND next_attempt_at <= $1
-                       AND (leased_until IS NULL OR leased_until <= $1)
-                       AND kind IN (SELECT jsonb_array_elements_text($3::text::jsonb))
-                     ORDER BY id LIMIT $2
-                     FOR UPDATE SKIP LOCKED)
-                 RETURNING id, kind, source, key, event_type, payload, attempts, queued",
-                &[
-                    &now,
-                    &(limit.min(LEASE_BATCH) as i64),
-                    &kinds,
-                    &leased_until,
-                ],
-            )?
+            .with(|c| c.query(&sql, &[&now, &limit, &kinds, &leased_until]))?
             .iter()
             .map(|r| PendingRow {
                 id: r.get(0),
@@ -74,16 +95,15 @@ impl OutboxReader for PgOutbox {
     }
 
     fn next_due_at(&self, kinds: &str) -> anyhow::Result<Option<i64>> {
-        // A row leased by another instance is due again when its lease lapses.
-        Ok(self
-            .pool
-            .get()?
-            .query_one(
-                "SELECT min(greatest(next_attempt_at, coalesce(leased_until, 0))) FROM outbox
+        // A row leased by a live instance is due again when its lease lapses.
+        let now = crate::unix_now();
+        let sql = format!(
+            "SELECT min(CASE WHEN {FREE} THEN next_attempt_at
+                             ELSE greatest(next_attempt_at, leased_until) END)
+             FROM outbox
              WHERE status = 'pending'
-               AND kind IN (SELECT jsonb_array_elements_text($1::text::jsonb))",
-                &[&kinds],
-            )?
-            .get(0))
+               AND kind IN (SELECT jsonb_array_elements_text($2::text::jsonb))"
+        );
+        self.with(|c| c.query_one(&sql, &[&now, &kinds]).map(|r| r.get(0)))
     }
 }
