@@ -389,9 +389,10 @@ handlers = ["stripe-billing"]
 /// positional one too: effects bind by name), a changed migration.
 #[test]
 fn bad_effects_and_changed_migrations_stop_start_up() {
-    let (no_such_table, positional) = match store() {
-        Store::Sqlite => ("no such table: nope", "?"),
-        Store::Postgres => (r#"relation "nope" does not exist"#, "$1"),
+    // SQLite's positional `?` (PostgreSQL's `?` is an operator: a syntax error there).
+    let (no_such_table, question_mark) = match store() {
+        Store::Sqlite => ("no such table: nope", "unknown parameter `?`"),
+        Store::Postgres => (r#"relation "nope" does not exist"#, "syntax error"),
     };
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(dir.path().join("migrations")).unwrap();
@@ -427,8 +428,12 @@ fn bad_effects_and_changed_migrations_stop_start_up() {
             vec!["effect 1 (source `stripe`), statement 1", "unknown parameter `:amount`", ":body"],
         ),
         (
-            &format!("[[effect]]\nsource = \"stripe\"\non = \"*\"\nsql = \"INSERT INTO t VALUES ({positional})\"\n"),
-            vec![&format!("unknown parameter `{positional}`")],
+            "[[effect]]\nsource = \"stripe\"\non = \"*\"\nsql = \"INSERT INTO t VALUES (?)\"\n",
+            vec![question_mark],
+        ),
+        (
+            "[[effect]]\nsource = \"stripe\"\non = \"*\"\nsql = \"INSERT INTO t VALUES ($1)\"\n",
+            vec!["positional parameter `$1`: name it"],
         ),
         (
             "[[effect]]\nsource = \"stripe\"\non = \"*\"\nsql = \"SELECT x FROM t\"\n",

@@ -294,6 +294,8 @@ pub fn assert_error(reply: &Reply, status: u16, kind: &str) {
 pub fn snapshot(db: &Db) -> Vec<(String, Vec<String>)> {
     db.tables()
         .into_iter()
+        // hookledger's record of the migrations it applied holds when: not the data under test.
+        .filter(|table| table != "hookledger_migrations")
         .map(|table| {
             let rows = db.rows_as_text(&table);
             (table, rows)

@@ -485,7 +485,10 @@ pub fn postgres(config: &BenchConfig, admin_url: &str) -> anyhow::Result<()> {
             ]
         })
         .collect();
-    println!("\nPostgreSQL, C=64, 20 % resends, {} requests each:", config.requests);
+    println!(
+        "\nPostgreSQL, C=64, 20 % resends, {} requests each:",
+        config.requests
+    );
     print!(
         "{}",
         table::render(
