@@ -68,6 +68,10 @@ pub struct ServeArgs {
     /// request gets a 503. [default: 5000]
     #[arg(long)]
     busy_timeout_ms: Option<u64>,
+    /// PostgreSQL: how long an instance holds the due outbox rows it took while it attempts
+    /// them; another instance takes rows whose lease lapsed (e.g. 30s, 5m). [default: 5m]
+    #[arg(long, value_parser = config::parse_duration)]
+    outbox_lease: Option<Duration>,
     /// Forward every processed event to this URL (the app), signed with Standard Webhooks.
     #[arg(long)]
     forward_to: Option<String>,
@@ -126,6 +130,7 @@ impl ServeArgs {
             &mut config.storage.busy_timeout,
             self.busy_timeout_ms.map(Duration::from_millis),
         );
+        set(&mut config.storage.outbox_lease, self.outbox_lease);
         set(&mut config.writer.batch_max, self.batch_max);
         set(&mut config.writer.queue_depth, self.queue_depth);
         set(

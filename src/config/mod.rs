@@ -355,6 +355,15 @@ impl Config {
         if self.http.max_body == 0 {
             bail!("--max-body (http.max_body) must be at least 1 byte");
         }
+        if let Database::Postgres(url) = &self.database {
+            crate::store::postgres::parse(url)?;
+        }
+        // Whole seconds, as the lease is stored; at most a day, so a dead instance's rows wait
+        // no longer than that.
+        let lease = self.storage.outbox_lease;
+        if lease < Duration::from_secs(1) || lease > Duration::from_secs(86_400) {
+            bail!("--outbox-lease (storage.outbox_lease) must be between 1 s and 1 day");
+        }
         if self.http.body_budget < self.http.max_body {
             bail!(
                 "--max-body-in-flight (http.body_budget: {}) must be at least --max-body \
