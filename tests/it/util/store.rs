@@ -5,7 +5,8 @@
 //! its `hookledger.db`) or `postgres` (each test directory gets a database of its own,
 //! `hl_t_<random>`, created on the server at `HOOKLEDGER_TEST_POSTGRES` and dropped with the
 //! directory). Test SQL is written once, with `$1, $2` placeholders; where a statement cannot be
-//! portable the test picks its variant by [`store()`].
+//! portable the test picks its variant by [`store()`]. The tests of PostgreSQL itself
+//! (`postgres.rs`) take a database on that server in either mode ([`postgres_db_in`]).
 //!
 //! Failure modes: a test run killed before its directories are dropped (SIGKILL, ^C) leaves
 //! its `hl_t_*` databases behind; drop them with (`_` escaped: it matches any character)
@@ -150,16 +151,37 @@ impl Drop for TestDir {
 pub fn db_arg_in(dir: &Path) -> String {
     match store() {
         Store::Sqlite => dir.join("hookledger.db").to_str().unwrap().to_string(),
-        Store::Postgres => {
-            let file = dir.join(DATABASE_URL_FILE);
-            if let Ok(url) = std::fs::read_to_string(&file) {
-                return url;
-            }
-            let url = create_database();
-            std::fs::write(&file, &url).unwrap();
-            url
-        }
+        Store::Postgres => postgres_db_in(dir),
     }
+}
+
+/// The URL of the PostgreSQL database made for `dir` (the first time it is asked for),
+/// whatever the store under test: for the tests of PostgreSQL itself, after
+/// [`postgres_reachable`]. As with [`db_arg_in`], the [`TestDir`] drops it.
+pub fn postgres_db_in(dir: &Path) -> String {
+    let file = dir.join(DATABASE_URL_FILE);
+    if let Ok(url) = std::fs::read_to_string(&file) {
+        return url;
+    }
+    let url = create_database();
+    std::fs::write(&file, &url).unwrap();
+    url
+}
+
+/// For the tests of PostgreSQL itself (several instances on one database, `migrate-to`), which
+/// run in both modes: whether the server at `HOOKLEDGER_TEST_POSTGRES` answers. Where none
+/// does the test is skipped with a message, or fails under `HOOKLEDGER_REQUIRE_POSTGRES`.
+pub fn postgres_reachable() -> bool {
+    static REACHABLE: OnceLock<Result<(), String>> = OnceLock::new();
+    let reachable = REACHABLE.get_or_init(|| admin().map(drop).map_err(|e| pg_error(&e)));
+    let what = match reachable {
+        Ok(()) => String::new(),
+        Err(e) => format!(
+            "needs PostgreSQL: no server at {} (HOOKLEDGER_TEST_POSTGRES): {e}",
+            redacted(&admin_url())
+        ),
+    };
+    super::prerequisite(reachable.is_ok(), "HOOKLEDGER_REQUIRE_POSTGRES", &what)
 }
 
 /// A new, empty database on the server; its URL.
