@@ -13,6 +13,7 @@ mod faults;
 mod fixtures;
 mod hostile;
 mod outbox;
+mod postgres;
 mod receiver;
 mod secrets;
 mod sources;
