@@ -1,12 +1,15 @@
 //! The PostgreSQL store's own promises: two instances on one database (a claim race, a
-//! SIGKILL with outbox rows leased).
+//! SIGKILL with outbox rows leased), the database server restarting under a stream.
 //!
 //! These run in both modes (`HOOKLEDGER_TEST_STORE` unset or `postgres`), each on a database
 //! of its own on the server at `HOOKLEDGER_TEST_POSTGRES` ([`postgres_db_in`]), whenever that
 //! server answers; where none does they are skipped, or fail under
-//! `HOOKLEDGER_REQUIRE_POSTGRES`.
+//! `HOOKLEDGER_REQUIRE_POSTGRES`. The restart test runs a private PostgreSQL cluster instead,
+//! so the shared server is never restarted under the other tests.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Barrier, Mutex};
 use std::time::{Duration, Instant};
@@ -56,6 +59,15 @@ impl Answers {
 
     fn acked_count(&self) -> usize {
         self.acked.lock().unwrap().len()
+    }
+
+    fn acked_after(&self, t: Instant) -> usize {
+        self.acked
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(_, at)| *at > t)
+            .count()
     }
 
     fn unexpected(&self, what: String) {
@@ -339,6 +351,250 @@ fn a_kill_9_of_one_of_two_instances_under_load_loses_nothing_and_the_survivor_de
         a_leased.len(),
         in_flight.len(),
         app.deliveries().len(),
+        ledger.len()
+    );
+}
+
+/// A private PostgreSQL cluster in a temp directory, on a free port, stopped on drop: for the
+/// test that restarts its server.
+struct Cluster {
+    bin: PathBuf,
+    /// The temp directory: the data directory, the socket directory and the server's log.
+    dir: tempfile::TempDir,
+    /// initdb refuses to run as root: as root every command runs as the `postgres` user.
+    as_postgres: bool,
+    port: u16,
+}
+
+impl Cluster {
+    /// Where initdb and pg_ctl are: `HOOKLEDGER_TEST_PG_BIN`, or PostgreSQL 15's on Debian.
+    fn bin() -> PathBuf {
+        std::env::var_os("HOOKLEDGER_TEST_PG_BIN")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from("/usr/lib/postgresql/15/bin"))
+    }
+
+    /// Creates and starts the cluster; `None` (the test is skipped) without the binaries, or
+    /// as root without `runuser` and a `postgres` user.
+    fn start() -> Option<Cluster> {
+        let bin = Cluster::bin();
+        let found = bin.join("initdb").exists() && bin.join("pg_ctl").exists();
+        let what = format!(
+            "needs PostgreSQL's initdb and pg_ctl in {} (HOOKLEDGER_TEST_PG_BIN)",
+            bin.display()
+        );
+        if !prerequisite(found, "HOOKLEDGER_REQUIRE_POSTGRES", &what) {
+            return None;
+        }
+        use std::os::unix::fs::MetadataExt;
+        let as_postgres = std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0);
+        if as_postgres {
+            let runnable = Command::new("runuser")
+                .args(["-u", "postgres", "--", "true"])
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success());
+            let what = "needs runuser and a postgres user to run initdb as root";
+            if !prerequisite(runnable, "HOOKLEDGER_REQUIRE_POSTGRES", what) {
+                return None;
+            }
+        }
+        let dir = tempfile::tempdir().unwrap();
+        if as_postgres {
+            let chowned = Command::new("chown")
+                .arg("postgres:")
+                .arg(dir.path())
+                .status()
+                .unwrap();
+            assert!(chowned.success(), "chown postgres {}", dir.path().display());
+        }
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let cluster = Cluster {
+            bin,
+            dir,
+            as_postgres,
+            port,
+        };
+        let data = cluster.data();
+        cluster.run(
+            "initdb",
+            &[
+                "-D",
+                &data,
+                "-U",
+                "postgres",
+                "-A",
+                "trust",
+                "-E",
+                "UTF8",
+                "--locale=C",
+                // The cluster is thrown away: its creation need not be durable (the server's
+                // own fsync stays on).
+                "--no-sync",
+            ],
+        );
+        cluster.pg_ctl("start");
+        Some(cluster)
+    }
+
+    fn data(&self) -> String {
+        self.dir.path().join("data").to_str().unwrap().to_string()
+    }
+
+    fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+
+    fn command(&self, program: &str) -> Command {
+        let program = self.bin.join(program);
+        let mut cmd = if self.as_postgres {
+            let mut cmd = Command::new("runuser");
+            cmd.args(["-u", "postgres", "--"]).arg(program);
+            cmd
+        } else {
+            Command::new(program)
+        };
+        // Somewhere the postgres user may enter.
+        cmd.current_dir(self.dir.path()).stdin(Stdio::null());
+        cmd
+    }
+
+    /// Runs `program` to its end; a test failure with its output if it fails.
+    fn run(&self, program: &str, args: &[&str]) {
+        let output = self.command(program).args(args).output().unwrap();
+        assert!(
+            output.status.success(),
+            "{program} {args:?}: {}\n{}\n{}\nserver log:\n{}",
+            output.status,
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr),
+            std::fs::read_to_string(self.dir.path().join("server.log")).unwrap_or_default()
+        );
+    }
+
+    /// `pg_ctl start` or `pg_ctl stop -m fast`, waiting (at most 30 s) until it is done. The
+    /// server logs to a file, so no pipe of ours stays open in it.
+    fn pg_ctl(&self, action: &str) {
+        let data = self.data();
+        let log = self.dir.path().join("server.log");
+        let options = format!(
+            "-p {} -k {} -c listen_addresses=127.0.0.1",
+            self.port,
+            self.dir.path().display()
+        );
+        let mut args = vec!["-D", &data, "-w", "-t", "30"];
+        match action {
+            "start" => args.extend(["-l", log.to_str().unwrap(), "-o", &options, "start"]),
+            "stop" => args.extend(["-m", "fast", "stop"]),
+            _ => unreachable!("{action}"),
+        }
+        self.run("pg_ctl", &args);
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = self
+            .command("pg_ctl")
+            .args([
+                "-D",
+                &self.data(),
+                "-m",
+                "immediate",
+                "-w",
+                "-t",
+                "30",
+                "stop",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+#[test]
+fn postgres_restarted_mid_stream_every_request_gets_200_or_503_and_nothing_acknowledged_is_lost() {
+    let Some(cluster) = Cluster::start() else {
+        return;
+    };
+    let url = cluster.url();
+    let app = FakeApp::start(&[]);
+    let args = forwarding(&app.url());
+    let server = Server::start_on(&url, &strs(&args));
+    let stop = AtomicBool::new(false);
+    let answers = Answers::default();
+    let (down_at, up_at) = std::thread::scope(|s| {
+        send_until(s, server.url(), "evt_r", 4, &stop, &answers);
+        let under_way = wait_for(Duration::from_secs(15), || {
+            (answers.acked_count() >= 100).then_some(())
+        });
+        let down_at = Instant::now();
+        cluster.pg_ctl("stop");
+        // Down for a moment: every request meanwhile must get a 503.
+        std::thread::sleep(Duration::from_secs(1));
+        cluster.pg_ctl("start");
+        let up_at = Instant::now();
+        // Streaming on: the writer must come back by itself (checked below, with the log).
+        let _ = wait_for(Duration::from_secs(10), || {
+            (answers.acked_after(up_at) >= 200).then_some(())
+        });
+        std::thread::sleep(Duration::from_millis(500));
+        stop.store(true, Ordering::Relaxed);
+        under_way.expect("events were not acknowledged before the restart");
+        (down_at, up_at)
+    });
+
+    let log = server.log();
+    let unexpected: Vec<String> = answers
+        .unexpected_answers()
+        .into_iter()
+        .map(|(at, what)| match at.checked_duration_since(down_at) {
+            Some(after) => format!("{after:?} after the stop: {what}"),
+            None => format!("before the stop: {what}"),
+        })
+        .collect();
+    assert!(
+        unexpected.is_empty(),
+        "answers other than 200 and 503: {unexpected:#?}\nlog:\n{log}"
+    );
+    let refused = answers.refused.lock().unwrap().clone();
+    let kinds: BTreeSet<&str> = refused.iter().map(String::as_str).collect();
+    assert!(
+        !refused.is_empty(),
+        "no request was refused while PostgreSQL was down"
+    );
+    assert_eq!(
+        kinds,
+        BTreeSet::from(["database_unavailable"]),
+        "the kinds of the 503s"
+    );
+    let after = answers.acked_after(up_at);
+    assert!(
+        after >= 200,
+        "only {after} events processed after PostgreSQL came back\nlog:\n{log}"
+    );
+    // And one more, from a new client.
+    assert_outcome(&server.send(&paid("evt_r_last")), "evt_r_last", "processed");
+
+    let db = Db::open(&url);
+    let acked = answers.acked();
+    let missing = missing_from_ledger(&db, &acked);
+    assert!(missing.is_empty(), "acknowledged events lost: {missing:?}");
+    assert_one_outbox_row_per_claim(&db);
+    // The outbox worker's connection broke too: it reconnects and delivers everything.
+    wait_outbox_all_done(&db, Duration::from_secs(20));
+    let keys = delivered_keys(&app);
+    let ledger = db.strings("SELECT event_id FROM webhook_events");
+    let undelivered: Vec<&String> = ledger.iter().filter(|id| !keys.contains(*id)).collect();
+    assert!(undelivered.is_empty(), "never delivered: {undelivered:?}");
+    eprintln!(
+        "acknowledged {} ({after} after the restart), refused {}, ledger {}",
+        acked.len(),
+        refused.len(),
         ledger.len()
     );
 }
