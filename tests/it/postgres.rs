@@ -1,5 +1,6 @@
 //! The PostgreSQL store's own promises: two instances on one database (a claim race, a
-//! SIGKILL with outbox rows leased), the database server restarting under a stream.
+//! SIGKILL with outbox rows leased), the database server restarting under a stream,
+//! `migrate-to`, and retention's lock.
 //!
 //! These run in both modes (`HOOKLEDGER_TEST_STORE` unset or `postgres`), each on a database
 //! of its own on the server at `HOOKLEDGER_TEST_POSTGRES` ([`postgres_db_in`]), whenever that
@@ -147,6 +148,42 @@ fn wait_outbox_all_done(db: &Db, deadline: Duration) {
         );
         panic!("outbox rows not delivered after {deadline:?}: {left:#?}");
     }
+}
+
+/// Runs the `hookledger` CLI with `args` for at most `deadline`; (exit code, stdout, stderr).
+fn cli_within(args: &[&str], deadline: Duration) -> (i32, String, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_hookledger"))
+        .args(args)
+        .env_remove("STRIPE_WEBHOOK_SECRET")
+        .env_remove("HOOKLEDGER_DATABASE")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawning hookledger");
+    let read = |mut pipe: Box<dyn std::io::Read + Send>| {
+        std::thread::spawn(move || {
+            let mut text = String::new();
+            let _ = pipe.read_to_string(&mut text);
+            text
+        })
+    };
+    let stdout = read(Box::new(child.stdout.take().unwrap()));
+    let stderr = read(Box::new(child.stderr.take().unwrap()));
+    let status = wait_for(deadline, || child.try_wait().unwrap());
+    if status.is_none() {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!(
+            "hookledger {args:?} still running after {deadline:?}: {}",
+            stderr.join().unwrap()
+        );
+    }
+    (
+        status.unwrap().code().unwrap_or(-1),
+        stdout.join().unwrap(),
+        stderr.join().unwrap(),
+    )
 }
 
 #[test]
@@ -596,5 +633,240 @@ fn postgres_restarted_mid_stream_every_request_gets_200_or_503_and_nothing_ackno
         acked.len(),
         refused.len(),
         ledger.len()
+    );
+}
+
+/// Every row of the tables `migrate-to` copies, each as one line of text, the same on both
+/// stores; payloads (bytes) apart.
+fn copied_rows(db: &Db) -> Vec<(String, Vec<String>)> {
+    const QUERIES: &[(&str, &str)] = &[
+        (
+            "webhook_events",
+            "SELECT source || '|' || event_id || '|' || event_type || '|'
+                    || coalesce(CAST(created AS TEXT), '-') || '|' || CAST(received_at AS TEXT)
+             FROM webhook_events ORDER BY source, event_id",
+        ),
+        (
+            "outbox",
+            "SELECT CAST(id AS TEXT) || '|' || kind || '|' || source || '|' || key || '|'
+                    || coalesce(event_type, '-') || '|' || status || '|'
+                    || CAST(attempts AS TEXT) || '|' || CAST(next_attempt_at AS TEXT) || '|'
+                    || coalesce(last_error, '-') || '|' || CAST(created_at AS TEXT) || '|'
+                    || coalesce(CAST(done_at AS TEXT), '-') || '|' || CAST(queued AS TEXT)
+             FROM outbox ORDER BY id",
+        ),
+        (
+            "subscriptions",
+            "SELECT id || '|' || customer_id || '|' || coalesce(account_id, '-') || '|' || status
+                    || '|' || CAST(provider_updated_at AS TEXT) || '|'
+                    || CAST(event_rank AS TEXT) || '|' || event_id
+             FROM subscriptions ORDER BY id",
+        ),
+        (
+            "invoice_payments",
+            "SELECT stripe_invoice_id || '|' || account_id || '|' || CAST(amount_paid AS TEXT)
+                    || '|' || event_id
+             FROM invoice_payments ORDER BY stripe_invoice_id",
+        ),
+        (
+            "accounts",
+            "SELECT id || '|' || CAST(credits AS TEXT) || '|'
+                    || coalesce(CAST(plan_until AS TEXT), '-')
+             FROM accounts ORDER BY id",
+        ),
+        (
+            "counters",
+            "SELECT name || '|' || CAST(value AS TEXT) FROM counters ORDER BY name",
+        ),
+    ];
+    QUERIES
+        .iter()
+        .map(|(table, sql)| (table.to_string(), db.strings(sql)))
+        .collect()
+}
+
+/// The payloads of the ledger and the outbox, by key.
+fn payloads(db: &Db) -> Vec<(String, Option<Vec<u8>>)> {
+    let mut rows: Vec<(String, Option<Vec<u8>>)> = db.all(
+        "SELECT 'event ' || event_id, payload FROM webhook_events ORDER BY event_id",
+        &[],
+    );
+    let outbox: Vec<(String, Vec<u8>)> = db.all(
+        "SELECT 'outbox ' || key, payload FROM outbox ORDER BY id",
+        &[],
+    );
+    rows.extend(outbox.into_iter().map(|(k, p)| (k, Some(p))));
+    rows
+}
+
+#[test]
+fn migrate_to_copies_a_sqlite_ledger_and_outbox_into_postgres() {
+    let Some((_pg_dir, pg_url)) = pg_database() else {
+        return;
+    };
+    let sqlite_dir = test_dir();
+    let file = sqlite_dir.path().join("hookledger.db");
+    let file = file.to_str().unwrap();
+
+    // On SQLite: three events delivered to the app, then three (and a subscription) while the
+    // app is down, so the copy has done and pending outbox rows.
+    let app = FakeApp::start(&[]);
+    let mut sqlite = Server::start_on(file, &strs(&forwarding(&app.url())));
+    for i in 1..=3 {
+        let id = format!("evt_m{i}");
+        assert_outcome(&sqlite.send(&paid(&id)), &id, "processed");
+    }
+    let db = sqlite.db();
+    for i in 1..=3 {
+        wait_outbox_status(&db, &format!("evt_m{i}"), "done", Duration::from_secs(10));
+    }
+    drop(db);
+    assert_eq!(sqlite.terminate(), Some(0));
+    let (_, down) = down_app();
+    let mut sqlite = Server::start_on(file, &strs(&down));
+    for i in 4..=6 {
+        let id = format!("evt_m{i}");
+        assert_outcome(&sqlite.send(&paid(&id)), &id, "processed");
+    }
+    let subscription = fixture("customer.subscription.updated");
+    assert_eq!(sqlite.send(&subscription).status, 200);
+    assert_eq!(sqlite.terminate(), Some(0));
+
+    let sqlite_db = Db::open(file);
+    let before = copied_rows(&sqlite_db);
+    let before_payloads = payloads(&sqlite_db);
+    let count = |table: &str| {
+        before
+            .iter()
+            .find(|(t, _)| t == table)
+            .map_or(0, |(_, rows)| rows.len())
+    };
+    assert_eq!(count("webhook_events"), 7);
+    assert_eq!(count("outbox"), 7);
+    assert_eq!(
+        sqlite_db.count("SELECT count(*) FROM outbox WHERE status = 'pending'"),
+        4,
+        "the rows for the down app are pending"
+    );
+    assert_eq!(count("subscriptions"), 1);
+    let sqlite_credits = credits(&sqlite_db, "acct_1");
+    assert_eq!(sqlite_credits, 600);
+
+    let password = url::Url::parse(&pg_url)
+        .unwrap()
+        .password()
+        .map(|p| format!(":{p}@"));
+    let shows_password = |text: &str| password.as_ref().is_some_and(|p| text.contains(p));
+    let (code, stdout, stderr) = cli_within(
+        &["migrate-to", &pg_url, "--db", file],
+        Duration::from_secs(30),
+    );
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    for (table, rows) in &before {
+        assert!(
+            stdout.contains(&format!("{table}: {} row(s)", rows.len())),
+            "{table} and its count are not in the output: {stdout}"
+        );
+    }
+    assert!(
+        !shows_password(&stdout) && !shows_password(&stderr),
+        "{stdout}{stderr}"
+    );
+
+    let pg = Db::open(&pg_url);
+    assert_eq!(copied_rows(&pg), before, "the copied rows");
+    assert_eq!(payloads(&pg), before_payloads, "the copied payloads");
+    let max_copied_id = pg.count("SELECT max(id) FROM outbox");
+
+    // A server on the copy knows the old events and takes new ones.
+    let server = Server::start_on(&pg_url, &strs(&down));
+    assert_outcome(&server.send(&paid("evt_m1")), "evt_m1", "duplicate");
+    assert_outcome(&server.send(&paid("evt_m5")), "evt_m5", "duplicate");
+    assert_outcome(&server.send(&paid("evt_m7")), "evt_m7", "processed");
+    assert_eq!(credits(&pg, "acct_1"), sqlite_credits + 100);
+    assert_eq!(ledger_count(&pg), 8);
+    assert_one_outbox_row_per_claim(&pg);
+    let new_id: i64 = pg.one(
+        "SELECT id FROM outbox WHERE kind = 'forward' AND key = $1",
+        &[&"evt_m7"],
+    );
+    assert!(
+        new_id > max_copied_id,
+        "new outbox id {new_id} after the copied ones"
+    );
+    assert_eq!(
+        pg.count("SELECT count(*) FROM outbox WHERE status = 'done'"),
+        3,
+        "the delivered rows stay delivered"
+    );
+    drop(server);
+
+    // A second copy into the same database is refused and changes nothing.
+    let snapshot_before = snapshot(&pg);
+    let (code, stdout, stderr) = cli_within(
+        &["migrate-to", &pg_url, "--db", file],
+        Duration::from_secs(30),
+    );
+    assert_eq!(code, 2, "{stdout}{stderr}");
+    assert!(
+        stderr.contains("already has") && stderr.contains("empty"),
+        "{stderr}"
+    );
+    assert!(
+        !shows_password(&stdout) && !shows_password(&stderr),
+        "{stdout}{stderr}"
+    );
+    assert_eq!(snapshot(&pg), snapshot_before);
+}
+
+/// The advisory lock key of retention on PostgreSQL (`RETENTION_LOCK` in
+/// `src/store/postgres/mod.rs`, "hookret"): the test holds it as another instance pruning
+/// would.
+const RETENTION_LOCK: i64 = 0x0068_6f6f_6b72_6574;
+
+#[test]
+fn retention_runs_on_one_instance_at_a_time() {
+    let Some((_dir, url)) = pg_database() else {
+        return;
+    };
+    // hookledger's schema, and one recent event.
+    let server = Server::start_on(&url, &[]);
+    assert_outcome(&server.send(&paid("evt_new")), "evt_new", "processed");
+    drop(server);
+    let db = Db::open(&url);
+    let old = now() - 500 * 86_400;
+    for i in 0..10 {
+        db.execute(
+            "INSERT INTO webhook_events (source, event_id, event_type, created, received_at, payload)
+             VALUES ('stripe', $1, 'invoice.paid', $2, $2, $3)",
+            &[&format!("evt_old{i}"), &old, &b"{}".to_vec()],
+        );
+    }
+    let prune = || {
+        let (code, stdout, stderr) = cli_within(&["prune", "--db", &url], Duration::from_secs(30));
+        assert_eq!(code, 0, "{stdout}{stderr}");
+        stdout
+    };
+
+    // Another instance is pruning: this one prunes nothing.
+    let other = Db::open(&url);
+    other.batch(&format!(
+        "BEGIN; SELECT pg_advisory_xact_lock({RETENTION_LOCK})"
+    ));
+    let out = prune();
+    assert!(out.contains("deleted 0 ledger rows"), "{out}");
+    assert_eq!(
+        ledger_count(&db),
+        11,
+        "nothing pruned while the lock is held"
+    );
+
+    // Once it is done, this one prunes.
+    other.batch("COMMIT");
+    let out = prune();
+    assert!(out.contains("deleted 10 ledger rows"), "{out}");
+    assert_eq!(
+        db.strings("SELECT event_id FROM webhook_events"),
+        vec!["evt_new".to_string()]
     );
 }
