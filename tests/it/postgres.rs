@@ -186,6 +186,69 @@ fn cli_within(args: &[&str], deadline: Duration) -> (i32, String, String) {
     )
 }
 
+/// An event sent: its id and its raw body.
+type Sent = (String, Vec<u8>);
+
+/// A signed-now invoice payment report (`kind` `invoice.paid` or `invoice.payment_succeeded`)
+/// with event id `id` for `invoice` of `account`.
+fn payment(id: &str, kind: &str, invoice: &str, account: &str) -> Sent {
+    let body = hookledger::internals::invoice_event(id, kind, now(), invoice, "cus_1", account);
+    (id.to_string(), body.into_bytes())
+}
+
+/// Sends the first event of each pair to `a` and the second to `b` at the same moment (a
+/// barrier per pair), with many pairs in flight at once, so that batches of several events
+/// meet on both instances. Per pair, what each instance answered: the outcome of a 200 for
+/// that event, else the status and the body.
+fn at_once(a: &Server, b: &Server, pairs: &[(Sent, Sent)]) -> Vec<[String; 2]> {
+    const LANES: usize = 32;
+    let answers = Mutex::new(vec![<[String; 2]>::default(); pairs.len()]);
+    std::thread::scope(|s| {
+        for lane in 0..LANES {
+            let barrier = std::sync::Arc::new(Barrier::new(2));
+            for (k, server) in [a, b].into_iter().enumerate() {
+                let (barrier, answers) = (barrier.clone(), &answers);
+                s.spawn(move || {
+                    for (i, pair) in pairs.iter().enumerate().skip(lane).step_by(LANES) {
+                        let (id, body) = if k == 0 { &pair.0 } else { &pair.1 };
+                        barrier.wait();
+                        let reply = server.send(body);
+                        let json: serde_json::Value =
+                            serde_json::from_str(&reply.body).unwrap_or_default();
+                        answers.lock().unwrap()[i][k] = match reply.status {
+                            200 if json["event_id"] == id.as_str() => {
+                                json["outcome"].as_str().unwrap_or("").to_string()
+                            }
+                            status => format!("{status} {}", reply.body),
+                        };
+                    }
+                });
+            }
+        }
+    });
+    answers.into_inner().unwrap()
+}
+
+/// The pairs whose answers are not `expected` (in either order), with their ids.
+fn answered_otherwise<'p>(
+    pairs: &'p [(Sent, Sent)],
+    answers: &'p [[String; 2]],
+    expected: [&str; 2],
+) -> Vec<(&'p str, &'p str, &'p [String; 2])> {
+    pairs
+        .iter()
+        .zip(answers)
+        .filter(|(_, answer)| {
+            let mut sorted = [answer[0].as_str(), answer[1].as_str()];
+            sorted.sort();
+            let mut expected = expected;
+            expected.sort();
+            sorted != expected
+        })
+        .map(|(pair, answer)| (pair.0 .0.as_str(), pair.1 .0.as_str(), answer))
+        .collect()
+}
+
 #[test]
 fn two_instances_one_event_at_once_give_one_processed_and_one_duplicate() {
     let Some((_dir, url)) = pg_database() else {
@@ -194,66 +257,24 @@ fn two_instances_one_event_at_once_give_one_processed_and_one_duplicate() {
     let a = Server::start_on(&url, &[]);
     let b = Server::start_on(&url, &[]);
     const EVENTS: usize = 1000;
-    // Pairs in flight at once: so that batches of several claims meet on both instances.
-    const LANES: usize = 32;
-    // One body per event, the same bytes to both instances (as a provider's resend). The
-    // events credit four accounts: the instances' effects meet on a few shared rows, as their
-    // claims meet on the ledger.
-    let events: Vec<(String, Vec<u8>)> = (0..EVENTS)
+    // The same bytes to both instances (as a provider's resend). The events credit four
+    // accounts: the instances' effects meet on a few shared rows, as their claims meet on the
+    // ledger.
+    let pairs: Vec<(Sent, Sent)> = (0..EVENTS)
         .map(|i| {
             let id = format!("evt_pair{i}");
-            let body = hookledger::internals::invoice_event(
+            let event = payment(
                 &id,
                 "invoice.paid",
-                now(),
                 &format!("in_{id}"),
-                "cus_1",
                 &format!("acct_{}", i % 4),
-            )
-            .into_bytes();
-            (id, body)
+            );
+            (event.clone(), event)
         })
         .collect();
-    // Per event: what each instance answered (status, outcome or error).
-    let answers: Mutex<BTreeMap<String, [String; 2]>> = Mutex::new(BTreeMap::new());
-    std::thread::scope(|s| {
-        for lane in 0..LANES {
-            let barrier = std::sync::Arc::new(Barrier::new(2));
-            for (k, server) in [&a, &b].into_iter().enumerate() {
-                let (barrier, events, answers) = (barrier.clone(), &events, &answers);
-                s.spawn(move || {
-                    for (id, body) in events.iter().skip(lane).step_by(LANES) {
-                        barrier.wait();
-                        let reply = server.send(body);
-                        let json: serde_json::Value =
-                            serde_json::from_str(&reply.body).unwrap_or_default();
-                        let what = match reply.status {
-                            200 if json["event_id"] == id.as_str() => {
-                                json["outcome"].as_str().unwrap_or("").to_string()
-                            }
-                            status => format!("{status} {}", reply.body),
-                        };
-                        answers
-                            .lock()
-                            .unwrap()
-                            .entry(id.clone())
-                            .or_insert_with(Default::default)[k] = what;
-                    }
-                });
-            }
-        }
-    });
+    let answers = at_once(&a, &b, &pairs);
 
-    let answers = answers.into_inner().unwrap();
-    assert_eq!(answers.len(), EVENTS);
-    let wrong: Vec<_> = answers
-        .iter()
-        .filter(|(_, pair)| {
-            let mut sorted = (*pair).clone();
-            sorted.sort();
-            sorted != ["duplicate", "processed"]
-        })
-        .collect();
+    let wrong = answered_otherwise(&pairs, &answers, ["processed", "duplicate"]);
     assert!(
         wrong.is_empty(),
         "{} of {EVENTS} pairs not one processed and one duplicate: {wrong:#?}\nA's log:\n{}\nB's log:\n{}",
@@ -261,11 +282,11 @@ fn two_instances_one_event_at_once_give_one_processed_and_one_duplicate() {
         a.log(),
         b.log()
     );
-    let by_a = answers.values().filter(|p| p[0] == "processed").count();
+    let by_a = answers.iter().filter(|p| p[0] == "processed").count();
     eprintln!("processed by A: {by_a}, by B: {}", EVENTS - by_a);
 
     let db = Db::open(&url);
-    let ids: Vec<String> = answers.keys().cloned().collect();
+    let ids: Vec<String> = pairs.iter().map(|p| p.0 .0.clone()).collect();
     assert_eq!(missing_from_ledger(&db, &ids), Vec::<&String>::new());
     assert_eq!(ledger_count(&db), EVENTS as i64, "one ledger row per event");
     // The billing effect ran once per event: one payment row each, 100 credits each.
@@ -283,6 +304,86 @@ fn two_instances_one_event_at_once_give_one_processed_and_one_duplicate() {
     );
     for a in 0..4 {
         assert_eq!(credits(&db, &format!("acct_{a}")), 100 * EVENTS as i64 / 4);
+    }
+}
+
+/// Stripe reports a payment twice (`invoice.paid` and `invoice.payment_succeeded`, two
+/// events): here each report reaches another instance at the same moment, and the ids are
+/// chosen so that the two instances' batches (in event id order) name the invoices in
+/// opposite orders.
+#[test]
+fn two_reports_of_one_invoice_on_two_instances_at_once_are_both_processed_and_count_once() {
+    let Some((_dir, url)) = pg_database() else {
+        return;
+    };
+    let a = Server::start_on(&url, &[]);
+    let b = Server::start_on(&url, &[]);
+    const INVOICES: usize = 600;
+    let pairs: Vec<(Sent, Sent)> = (0..INVOICES)
+        .map(|i| {
+            let invoice = format!("in_{i:04}");
+            let account = format!("acct_{}", i % 4);
+            (
+                payment(&format!("evt_p{i:04}"), "invoice.paid", &invoice, &account),
+                payment(
+                    &format!("evt_s{:04}", INVOICES - i),
+                    "invoice.payment_succeeded",
+                    &invoice,
+                    &account,
+                ),
+            )
+        })
+        .collect();
+    let answers = at_once(&a, &b, &pairs);
+
+    let wrong = answered_otherwise(&pairs, &answers, ["processed", "processed"]);
+    assert!(
+        wrong.is_empty(),
+        "{} of {INVOICES} pairs of reports not both processed: {wrong:#?}\nA's log:\n{}\nB's log:\n{}",
+        wrong.len(),
+        a.log(),
+        b.log()
+    );
+    let db = Db::open(&url);
+    assert_eq!(
+        ledger_count(&db),
+        2 * INVOICES as i64,
+        "both reports are claimed"
+    );
+    // Each invoice counted once, by one of its two reports.
+    assert_eq!(
+        db.count("SELECT count(*) FROM invoice_payments"),
+        INVOICES as i64
+    );
+    let payments: Vec<(String, String)> = db.all(
+        "SELECT stripe_invoice_id, event_id FROM invoice_payments ORDER BY 1",
+        &[],
+    );
+    let not_its_report: Vec<&(String, String)> = payments
+        .iter()
+        .filter(|(invoice, event)| {
+            let i: usize = invoice["in_".len()..].parse().unwrap();
+            ![&pairs[i].0 .0, &pairs[i].1 .0].contains(&event)
+        })
+        .collect();
+    assert_eq!(
+        not_its_report,
+        Vec::<&(String, String)>::new(),
+        "payments not of their invoice's reports"
+    );
+    let by_paid = payments
+        .iter()
+        .filter(|(_, e)| e.starts_with("evt_p"))
+        .count();
+    eprintln!(
+        "counted by invoice.paid (on A): {by_paid}, by invoice.payment_succeeded (on B): {}",
+        INVOICES - by_paid
+    );
+    for a in 0..4 {
+        assert_eq!(
+            credits(&db, &format!("acct_{a}")),
+            100 * INVOICES as i64 / 4
+        );
     }
 }
 
