@@ -48,7 +48,7 @@ pub use config::{
 pub use event::{Event, JsonError, ParseError};
 pub use handler::{Handler, Prepared, Tx};
 pub use source::{Secret, VerifyError};
-pub use store::{FromValue, Outcome, Param, Row, StoreError, ToParam, Value};
+pub use store::{Dialect, FromValue, Outcome, Param, Row, StoreError, ToParam, Value};
 
 /// The command line, for the `hookledger` binary.
 #[doc(hidden)]

@@ -36,7 +36,7 @@ use tokio::sync::oneshot;
 
 use crate::config::WriterConfig;
 use crate::handler::Submission;
-use crate::store::{Outcome, Store, StoreError, Write};
+use crate::store::{Done, Outcome, Store, StoreError, Work, Write};
 use crate::unix_now;
 
 /// One unit of work for the writer.
@@ -193,21 +193,6 @@ fn run(
     log::debug!("writer: queue closed, exiting");
 }
 
-/// The result of one job before COMMIT decides whether it stands.
-enum Done {
-    Event(Result<Outcome, StoreError>),
-    Write(Result<u64, StoreError>),
-}
-
-impl Done {
-    fn error(&self) -> Option<&StoreError> {
-        match self {
-            Done::Event(r) => r.as_ref().err(),
-            Done::Write(r) => r.as_ref().err(),
-        }
-    }
-}
-
 /// Answers `job` with `err` without running it.
 fn fail(job: Job, err: &StoreError) {
     match job {
@@ -265,33 +250,25 @@ fn run_batch(store: &mut dyn Store, batch: &mut Vec<Job>) -> Result<bool, StoreE
     busy.map_or(Ok(processed), Err)
 }
 
-/// Begin, one savepoint per job, commit. An `Err` means the whole transaction is lost;
-/// per-job failures are inside the `Ok`.
+/// Begin, the jobs (the store's [`Store::run`]: each either stands or changes nothing),
+/// commit. An `Err` means the whole transaction is lost; per-job failures are inside the `Ok`.
 fn apply_batch(store: &mut dyn Store, batch: &mut [Job]) -> Result<Vec<Done>, StoreError> {
     let now = unix_now();
     // Claims in key order: two writers sharing a database (PostgreSQL instances) then lock
     // claim rows in the same order and cannot deadlock on them. A stable sort: two copies of
     // one event keep their order, and other writes (no key) go first, in queue order.
     batch.sort_by(|a, b| a.claim_key().cmp(&b.claim_key()));
-    store.begin()?;
-    let mut results = Vec::with_capacity(batch.len());
-    for job in batch.iter_mut() {
-        store.savepoint()?;
-        let done = match job {
-            Job::Event { submission, .. } => Done::Event(match submission.take() {
-                Some(submission) => store.apply(submission, now),
-                None => unreachable!("each job runs once"),
-            }),
-            Job::Write { write, .. } => Done::Write(store.write(write, now)),
-        };
-        if let Some(e) = done.error() {
-            if store.transaction_lost() {
-                return Err(e.clone());
+    let work = batch
+        .iter_mut()
+        .map(|job| match job {
+            Job::Event { submission, .. } => {
+                Work::Event(submission.take().expect("each job runs once"))
             }
-        }
-        store.release(done.error().is_none())?;
-        results.push(done);
-    }
+            Job::Write { write, .. } => Work::Write(write),
+        })
+        .collect();
+    store.begin()?;
+    let results = store.run(work, now)?;
     store.commit()?;
     Ok(results)
 }

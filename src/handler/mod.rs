@@ -50,6 +50,16 @@ pub trait Handler: Send + Sync + 'static {
     /// Applies the event inside the claim's transaction. An error rolls back the event (its
     /// claim included): the sender gets a 500 or 503 and retries.
     fn handle(&self, tx: &Tx<'_>, event: &Event, prepared: Prepared) -> Result<(), StoreError>;
+
+    /// Applies several new events at once, with the same result as [`Handler::handle`] on
+    /// each in turn. A store where each statement is a network round trip (PostgreSQL) calls
+    /// it with a batch's events; if it fails, their writes are undone and the store calls
+    /// `handle` for each, so that a bad event fails alone. The default does exactly that.
+    fn handle_all(&self, tx: &Tx<'_>, events: Vec<(&Event, Prepared)>) -> Result<(), StoreError> {
+        events
+            .into_iter()
+            .try_for_each(|(event, prepared)| self.handle(tx, event, prepared))
+    }
 }
 
 /// What [`Handler::prepare`] decoded for [`Handler::handle`] (one value of the handler's own

@@ -16,7 +16,7 @@ mod retention;
 pub(crate) mod sqlite;
 pub(crate) mod tx;
 
-pub use tx::{FromValue, Param, Row, ToParam, Tx, Value};
+pub use tx::{Dialect, FromValue, Param, Row, ToParam, Tx, Value};
 
 use crate::config::{Database, StorageConfig};
 use crate::handler::Submission;
@@ -88,6 +88,51 @@ pub(crate) enum Write {
     /// Queues a new forward of a stored event of `source`, or puts its existing row back to
     /// pending.
     Replay { source: String, event_id: String },
+}
+
+/// One job of a batch, as a store runs it.
+pub(crate) enum Work<'a> {
+    Event(Submission),
+    Write(&'a Write),
+}
+
+/// The result of one job before COMMIT decides whether it stands.
+pub(crate) enum Done {
+    Event(Result<Outcome, StoreError>),
+    Write(Result<u64, StoreError>),
+}
+
+impl Done {
+    pub(crate) fn error(&self) -> Option<&StoreError> {
+        match self {
+            Done::Event(r) => r.as_ref().err(),
+            Done::Write(r) => r.as_ref().err(),
+        }
+    }
+}
+
+/// [`Store::run`] with a savepoint per job.
+pub(crate) fn run_each<S: Store + ?Sized>(
+    store: &mut S,
+    work: Vec<Work<'_>>,
+    now: i64,
+) -> Result<Vec<Done>, StoreError> {
+    let mut results = Vec::with_capacity(work.len());
+    for job in work {
+        store.savepoint()?;
+        let done = match job {
+            Work::Event(submission) => Done::Event(store.apply(submission, now)),
+            Work::Write(write) => Done::Write(store.write(write, now)),
+        };
+        if let Some(e) = done.error() {
+            if store.transaction_lost() {
+                return Err(e.clone());
+            }
+        }
+        store.release(done.error().is_none())?;
+        results.push(done);
+    }
+    Ok(results)
 }
 
 /// What must live as long as a server on its database (the SQLite serve lock).
@@ -211,6 +256,14 @@ pub(crate) trait Store: Send + 'static {
     fn apply(&mut self, submission: Submission, now: i64) -> Result<Outcome, StoreError>;
     /// Returns a count for the caller: rows changed or deleted.
     fn write(&mut self, write: &Write, now: i64) -> Result<u64, StoreError>;
+
+    /// Runs a batch's jobs, in order, in the open transaction: a job that fails changes
+    /// nothing (its writes are undone) and the others stand. `Err` when the transaction itself
+    /// is lost (then nothing of the batch stands). This one takes a savepoint per job; a store
+    /// where a round trip costs more than a savepoint may do it its own way.
+    fn run(&mut self, work: Vec<Work<'_>>, now: i64) -> Result<Vec<Done>, StoreError> {
+        run_each(self, work, now)
+    }
     /// Runs `write` in one short transaction of its own (a CLI command next to a running
     /// `serve`: the database serialises it with the server's writer).
     fn write_now(&mut self, write: &Write, now: i64) -> Result<u64, StoreError> {

@@ -15,8 +15,16 @@ pub struct Tx<'c> {
     conn: &'c dyn Session,
 }
 
+/// Which SQL a store speaks, for a handler that writes a statement per store (most need not).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dialect {
+    Sqlite,
+    Postgres,
+}
+
 /// A store's side of [`Tx`]: one open transaction.
 pub(crate) trait Session {
+    fn dialect(&self) -> Dialect;
     /// Runs `sql` with `params`; the number of rows it changed.
     fn execute(&self, sql: &str, params: &[&dyn ToParam]) -> Result<u64, StoreError>;
     /// Runs `sql` with `params`; every row it returned.
@@ -26,6 +34,11 @@ pub(crate) trait Session {
 impl<'c> Tx<'c> {
     pub(crate) fn new(conn: &'c dyn Session) -> Self {
         Tx { conn }
+    }
+
+    /// Which store runs the statements.
+    pub fn dialect(&self) -> Dialect {
+        self.conn.dialect()
     }
 
     /// Runs one statement (prepared once per connection and cached) and returns the number

@@ -22,16 +22,19 @@ mod due;
 mod session;
 
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
 use postgres::NoTls;
 
 use crate::config::Database;
-use crate::handler::Submission;
+use crate::handler::{Handler, Prepared, Submission};
 use crate::outbox::FORWARD;
 use crate::store::tx::Session;
-use crate::store::{app_schema, ledger, outbox, Outcome, Store, StoreError, Tx, Write};
+use crate::store::{
+    app_schema, ledger, outbox, run_each, Done, Outcome, Store, StoreError, Tx, Work, Write,
+};
 
 pub(crate) use due::PgOutbox;
 pub(crate) use session::PgSession;
@@ -48,6 +51,26 @@ pub(crate) struct PgStore {
     config: postgres::Config,
     session: PgSession,
     busy_timeout: Duration,
+}
+
+/// The one handler every event of `work` has, if they share one (`Some(None)`: none has a
+/// handler); `None` when an event has several, or two events have different ones: then their
+/// order across events matters, and they run job by job.
+fn shared_handler(work: &[Work<'_>]) -> Option<Option<Arc<dyn Handler>>> {
+    let mut shared: Option<Arc<dyn Handler>> = None;
+    for job in work {
+        let Work::Event(submission) = job else {
+            continue;
+        };
+        match submission.handlers.as_slice() {
+            [] => {}
+            [(handler, _)] if shared.as_ref().is_none_or(|h| Arc::ptr_eq(h, handler)) => {
+                shared = Some(handler.clone());
+            }
+            _ => return None,
+        }
+    }
+    Some(shared)
 }
 
 /// The connection settings of `url`, checked without showing it (it may hold a password).
@@ -257,6 +280,20 @@ impl Store for PgStore {
         Ok(Outcome::Processed)
     }
 
+    /// When the batch's new events share one handler (or have none), they run together
+    /// ([`PgStore::run_together`]); otherwise, or when that handler fails on the batch, each
+    /// job runs in a savepoint of its own, so that a bad event fails alone.
+    fn run(&mut self, mut work: Vec<Work<'_>>, now: i64) -> Result<Vec<Done>, StoreError> {
+        let Some(handler) = shared_handler(&work) else {
+            return run_each(self, work, now);
+        };
+        if let Some(results) = self.run_together(&mut work, handler.as_ref(), now)? {
+            return Ok(results);
+        }
+        self.session.batch("ROLLBACK; BEGIN")?;
+        run_each(self, work, now)
+    }
+
     fn write(&mut self, write: &Write, now: i64) -> Result<u64, StoreError> {
         if write.is_prune() && !self.holds_retention_lock()? {
             log::debug!("retention: another instance is pruning");
@@ -267,6 +304,155 @@ impl Store for PgStore {
 }
 
 impl PgStore {
+    /// The batch together: the other writes, each in a savepoint (they are few: attempt
+    /// results, retention, the CLI's); the events' claims in one statement; the handler they
+    /// share on all new events at once ([`Handler::handle_all`]); the outbox rows in one
+    /// statement. A few round trips per batch instead of several per event. `None` when the
+    /// handler failed: then the transaction is aborted, and the batch must run again job by
+    /// job, and each new event's prepared value was made again for that.
+    fn run_together(
+        &mut self,
+        work: &mut [Work<'_>],
+        handler: Option<&Arc<dyn Handler>>,
+        now: i64,
+    ) -> Result<Option<Vec<Done>>, StoreError> {
+        let mut results = Vec::with_capacity(work.len());
+        let mut events = Vec::new();
+        for job in work.iter_mut() {
+            match job {
+                Work::Write(write) => {
+                    self.savepoint()?;
+                    let done = self.write(write, now);
+                    if let Err(e) = &done {
+                        if self.transaction_lost() {
+                            return Err(e.clone());
+                        }
+                    }
+                    self.release(done.is_ok())?;
+                    results.push(Some(Done::Write(done)));
+                }
+                Work::Event(submission) => {
+                    results.push(None);
+                    events.push(submission);
+                }
+            }
+        }
+        let new = self.claim_all(&events, now)?;
+        let mut fresh: Vec<&mut Submission> = events
+            .into_iter()
+            .zip(&new)
+            .filter_map(|(s, new)| new.then_some(s))
+            .collect();
+        if let Some(handler) = handler {
+            let batch = fresh
+                .iter_mut()
+                .filter_map(|s| {
+                    let (_, prepared) = s.handlers.first_mut()?;
+                    Some((&s.event, std::mem::replace(prepared, Prepared::none())))
+                })
+                .collect();
+            if let Err(e) = handler.handle_all(&Tx::new(&self.session), batch) {
+                if self.session.is_closed() {
+                    return Err(e);
+                }
+                log::warn!(
+                    "writer: {} failed on a batch of {} ({e}); applying them one by one",
+                    handler.name(),
+                    fresh.len()
+                );
+                for s in fresh {
+                    if let Some((handler, prepared)) = s.handlers.first_mut() {
+                        *prepared = handler.prepare(&s.event).unwrap_or_else(|e| {
+                            log::error!(
+                                "writer: {}: {} prepared again: {e}",
+                                handler.name(),
+                                s.event.id
+                            );
+                            Prepared::none()
+                        });
+                    }
+                }
+                return Ok(None);
+            }
+        }
+        let forwards: Vec<&crate::event::Event> = fresh
+            .iter()
+            .filter(|s| s.forward)
+            .map(|s| &s.event)
+            .collect();
+        self.enqueue_all(&forwards, now)?;
+        let mut new = new.into_iter();
+        Ok(Some(
+            results
+                .into_iter()
+                .map(|done| {
+                    done.unwrap_or_else(|| {
+                        Done::Event(Ok(match new.next() {
+                            Some(true) => Outcome::Processed,
+                            _ => Outcome::Duplicate,
+                        }))
+                    })
+                })
+                .collect(),
+        ))
+    }
+
+    /// Claims every event of the batch in one statement, in batch (key) order; whether each
+    /// is new. Of two copies of one event in a batch, the first is the new one.
+    fn claim_all(&self, events: &[&mut Submission], now: i64) -> Result<Vec<bool>, StoreError> {
+        let column =
+            |f: fn(&Submission) -> &str| events.iter().map(|s| f(s)).collect::<Vec<&str>>();
+        let sources = column(|s| &s.event.source);
+        let ids = column(|s| &s.event.id);
+        let types = column(|s| &s.event.kind);
+        let created: Vec<Option<i64>> = events.iter().map(|s| s.event.created).collect();
+        let bodies: Vec<&[u8]> = events.iter().map(|s| &s.event.body[..]).collect();
+        let inserted: std::collections::HashSet<(String, String)> = self
+            .session
+            .query_typed(
+                "INSERT INTO webhook_events
+                     (source, event_id, event_type, created, received_at, payload)
+                 SELECT source, event_id, event_type, created, $5, payload
+                 FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $6::bytea[])
+                     AS e (source, event_id, event_type, created, payload)
+                 ON CONFLICT (source, event_id) DO NOTHING
+                 RETURNING source, event_id",
+                &[&sources, &ids, &types, &created, &now, &bodies],
+            )?
+            .iter()
+            .map(|r| (r.get(0), r.get(1)))
+            .collect();
+        let mut seen = std::collections::HashSet::new();
+        Ok(events
+            .iter()
+            .map(|s| {
+                let key = (s.event.source.to_string(), s.event.id.clone());
+                inserted.contains(&key) && seen.insert(key)
+            })
+            .collect())
+    }
+
+    /// Queues a `forward` row for each event, in one statement.
+    fn enqueue_all(&self, events: &[&crate::event::Event], now: i64) -> Result<(), StoreError> {
+        if events.is_empty() {
+            return Ok(());
+        }
+        let sources: Vec<&str> = events.iter().map(|e| &*e.source).collect();
+        let ids: Vec<&str> = events.iter().map(|e| e.id.as_str()).collect();
+        let types: Vec<&str> = events.iter().map(|e| e.kind.as_str()).collect();
+        let bodies: Vec<&[u8]> = events.iter().map(|e| &e.body[..]).collect();
+        self.session.query_typed(
+            "INSERT INTO outbox
+                 (kind, source, key, event_type, payload, status, next_attempt_at, created_at)
+             SELECT $1, source, key, event_type, payload, 'pending', $6, $6
+             FROM unnest($2::text[], $3::text[], $4::text[], $5::bytea[])
+                 AS e (source, key, event_type, payload)
+             ON CONFLICT (kind, source, key) DO NOTHING",
+            &[&FORWARD, &sources, &ids, &types, &bodies, &now],
+        )?;
+        Ok(())
+    }
+
     /// Takes the retention lock for this transaction, unless another instance holds it.
     fn holds_retention_lock(&self) -> Result<bool, StoreError> {
         let row = self

@@ -10,7 +10,7 @@ use bytes::{BufMut, BytesMut};
 use postgres::types::{FromSql, IsNull, Kind, ToSql, Type};
 use postgres::{Client, Statement};
 
-use crate::store::tx::{Param, Row, Session, ToParam, Value};
+use crate::store::tx::{Dialect, Param, Row, Session, ToParam, Value};
 use crate::store::StoreError;
 
 /// One connection and its statement cache. The writer owns one; each CLI command opens one.
@@ -52,6 +52,19 @@ impl PgSession {
     }
 }
 
+impl PgSession {
+    /// Runs the store's own `sql` with typed parameters (arrays, for one statement per batch).
+    pub(crate) fn query_typed(
+        &self,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Vec<postgres::Row>, StoreError> {
+        let mut conn = self.conn.borrow_mut();
+        let stmt = conn.statement(sql)?;
+        Ok(conn.client.query(&stmt, params)?)
+    }
+}
+
 impl Conn {
     fn statement(&mut self, sql: &str) -> Result<Statement, StoreError> {
         if let Some(stmt) = self.statements.get(sql) {
@@ -65,6 +78,10 @@ impl Conn {
 }
 
 impl Session for PgSession {
+    fn dialect(&self) -> Dialect {
+        Dialect::Postgres
+    }
+
     fn execute(&self, sql: &str, params: &[&dyn ToParam]) -> Result<u64, StoreError> {
         let mut conn = self.conn.borrow_mut();
         let stmt = conn.statement(sql)?;

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use rusqlite::types::{ToSqlOutput, ValueRef};
 use rusqlite::{CachedStatement, Connection};
 
-use crate::store::tx::{Param, Row, Session, ToParam, Value, DOLLAR_NAMES};
+use crate::store::tx::{Dialect, Param, Row, Session, ToParam, Value, DOLLAR_NAMES};
 use crate::store::StoreError;
 
 /// The cached statement for `sql` with `params` bound: `$n` by name, else the n-th.
@@ -36,6 +36,10 @@ fn bound<'c>(
 
 /// The writer's connection is a handler's [`Session`].
 impl Session for Connection {
+    fn dialect(&self) -> Dialect {
+        Dialect::Sqlite
+    }
+
     fn execute(&self, sql: &str, params: &[&dyn ToParam]) -> Result<u64, StoreError> {
         Ok(bound(self, sql, params)?.raw_execute()? as u64)
     }
