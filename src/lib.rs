@@ -1,5 +1,5 @@
 //! hookledger receives webhooks and makes each event change the app's data exactly once, on
-//! one SQLite file.
+//! one SQLite file, or on PostgreSQL shared by several instances.
 //!
 //! The crate in the order a request travels:
 //! - `http/server.rs`: the accept loop, limits and graceful shutdown; `http/ingest.rs`: THE
@@ -10,9 +10,10 @@
 //! - `event.rs`: the verified [`Event`], the same for every source;
 //! - `writer.rs`: the single writer thread, its queue, group commit and the replies after
 //!   COMMIT (no SQL, no provider);
-//! - `store/`: what the writer and the workers need from a database; `store/sqlite/`: the
-//!   transactions, the claim (`INSERT OR IGNORE`), the outbox and retention SQL, migrations,
-//!   the checkpointer;
+//! - `store/`: what the writer and the workers need from a database, and the SQL both stores
+//!   share: the claim (`INSERT … ON CONFLICT DO NOTHING`), the outbox, retention, listings,
+//!   the app's migrations, and the handlers' [`Tx`]; `store/sqlite/` and `store/postgres/`:
+//!   each store's transactions, migrations, due outbox rows and errors;
 //! - `handler/`: the [`Handler`] trait, run inside the claim's transaction, and the
 //!   `stripe-billing` handler;
 //! - `outbox.rs`, `delivery.rs`: external calls queued in the transaction, delivered to the
@@ -24,6 +25,7 @@
 //!
 //! [`Scheme`]: crate::source
 //! [`Event`]: crate::Event
+//! [`Tx`]: crate::Tx
 
 mod app;
 mod cli;

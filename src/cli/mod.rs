@@ -20,7 +20,7 @@ use crate::store::{self, admin as listing};
 #[command(
     name = "hookledger",
     version,
-    about = "Webhooks that change your data exactly once, on one SQLite file."
+    about = "Webhooks that change your data exactly once, on one SQLite file or on PostgreSQL."
 )]
 pub struct Cli {
     #[command(subcommand)]

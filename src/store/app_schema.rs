@@ -32,13 +32,21 @@ pub(crate) fn migrate(db: &Migrator<'_>, folder: &Path) -> anyhow::Result<usize>
         .filter(|path| path.extension().is_some_and(|e| e == "sql"))
         .collect();
     files.sort();
-    (db.batch)(
+    // In the migrations' transaction (and lock): two servers starting at once create it once.
+    (db.batch)(db.begin)?;
+    let created = (db.batch)(
         "CREATE TABLE IF NOT EXISTS hookledger_app_migrations (
              name       TEXT PRIMARY KEY,
              sha256     TEXT NOT NULL,
              applied_at BIGINT NOT NULL
          )",
-    )?;
+    );
+    (db.batch)(if created.is_ok() {
+        "COMMIT"
+    } else {
+        "ROLLBACK"
+    })?;
+    created?;
     let mut applied = 0;
     for path in files {
         let name = path

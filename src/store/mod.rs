@@ -1,10 +1,13 @@
 //! The storage seam: what the writer, the outbox worker, retention and the CLI need from a
 //! database, and why a write did not happen.
 //!
-//! [`Store`] is the writer's side: one batch transaction, a savepoint per job, the claim and
-//! the handlers of an event ([`Store::apply`]), and the other writes ([`Write`]). Each backend
-//! is a module of its own (today [`sqlite`]); its SQL, its transaction control and the
-//! classification of its errors into [`StoreError`] stay inside it.
+//! [`Store`] is the writer's side: one batch transaction, its jobs ([`Store::run`]: by default
+//! a savepoint per job), the claim and the handlers of an event ([`Store::apply`]), and the
+//! other writes ([`Write`]). Each backend is a module of its own ([`sqlite`], [`postgres`]);
+//! its transaction control, its migrations and the classification of its errors into
+//! [`StoreError`] stay inside it. The SQL both run is here, on [`tx::Session`]: the claim
+//! (`ledger.rs`), the outbox's writes, retention, the listings, the app's migrations, and the
+//! copy from one store to the other (`copy.rs`).
 
 pub(crate) mod admin;
 mod app_schema;

@@ -2,12 +2,13 @@
 //! on SQLite.
 //!
 //! - Connections: the writer owns one (the synchronous `postgres` client keeps the writer's
-//!   thread model: one thread, one connection, group commit); the outbox worker reads through
-//!   a small r2d2 pool; each CLI command opens its own. A connection that broke (the server
+//!   thread model: one thread, one connection, group commit); the outbox worker has one of its
+//!   own (it holds the leases); each CLI command opens its own. A connection that broke (the server
 //!   restarted, the network failed) is replaced at the next batch; until then requests get
 //!   503 `database_unavailable`, and nothing of a failed batch was committed.
-//! - Transactions: `BEGIN` per batch (read committed), `SAVEPOINT hookledger_job` per job, one
-//!   `COMMIT`. The writer takes a batch's claims in key order, so two instances never wait on
+//! - Transactions: `BEGIN` per batch (read committed), one `COMMIT`; in between, the claims
+//!   of the batch in one statement and its handler on all new events at once, or a
+//!   `SAVEPOINT hookledger_job` per job (see [`PgStore::run`](Store::run)). The writer takes a batch's claims in key order, so two instances never wait on
 //!   each other's claims in opposite orders. A claim that waits on another instance's
 //!   uncommitted claim of the same event sees it once that commits: a duplicate.
 //! - `lock_timeout` is the storage busy timeout: a statement waiting longer for a row lock
@@ -130,12 +131,15 @@ impl PgStore {
 
     /// The migrations not applied yet, each in its own transaction, under the migration lock.
     fn migrate(&self) -> anyhow::Result<()> {
-        self.session.batch(
-            "CREATE TABLE IF NOT EXISTS hookledger_migrations (
+        // Under the lock too: two instances creating the table at once collide in the catalog.
+        self.session.batch(&format!(
+            "BEGIN; SELECT pg_advisory_xact_lock({MIGRATION_LOCK});
+             CREATE TABLE IF NOT EXISTS hookledger_migrations (
                  version    BIGINT PRIMARY KEY,
                  applied_at BIGINT NOT NULL
-             )",
-        )?;
+             );
+             COMMIT"
+        ))?;
         for (i, sql) in MIGRATIONS.iter().enumerate() {
             let version = i as i64 + 1;
             self.session.batch(&format!(

@@ -11,8 +11,9 @@
 //! - Migrations are an append-only list keyed by `PRAGMA user_version`: entry `i` moves the
 //!   schema from version `i` to `i + 1`. `schema.sql` is migration 1 and never changes; the
 //!   later ones are in `migrations/`.
-//! - The SQL of the ledger, the outbox, retention and the listings is in the files beside this
-//!   one; the WAL is copied back by [`checkpoint`], off the commit path.
+//! - The SQL of the ledger, the outbox, retention and the listings is shared with PostgreSQL
+//!   (in `store/`); which outbox rows are due is here (`due.rs`). The WAL is copied back by
+//!   [`checkpoint`], off the commit path.
 
 mod checkpoint;
 mod due;
