@@ -1,6 +1,6 @@
-//! The PostgreSQL store's own promises: two instances on one database (a claim race, a
-//! SIGKILL with outbox rows leased), the database server restarting under a stream,
-//! `migrate-to`, and retention's lock.
+//! The PostgreSQL store's own promises: two instances on one database (one event on both at
+//! once, two reports of one invoice on both at once, a SIGKILL with outbox rows leased), the
+//! database server restarting under a stream, `migrate-to`, and retention's lock.
 //!
 //! These run in both modes (`HOOKLEDGER_TEST_STORE` unset or `postgres`), each on a database
 //! of its own on the server at `HOOKLEDGER_TEST_POSTGRES` ([`postgres_db_in`]), whenever that
