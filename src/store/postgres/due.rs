@@ -30,7 +30,10 @@ pub(crate) struct PgOutbox {
 impl PgOutbox {
     pub(crate) fn open(url: &str, lease: Duration) -> anyhow::Result<PgOutbox> {
         Ok(PgOutbox {
-            config: super::parse(url)?,
+            // Checked by super::parse at start-up; parsed again for the synchronous client.
+            config: url
+                .parse::<postgres::Config>()
+                .map_err(|_| anyhow::anyhow!("database: not a valid PostgreSQL URL"))?,
             conn: Mutex::new(None),
             lease,
         })

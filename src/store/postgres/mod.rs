@@ -27,7 +27,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use postgres::NoTls;
 
 use crate::config::Database;
 use crate::handler::{Handler, Prepared, Submission};
@@ -49,7 +48,7 @@ const RETENTION_LOCK: i64 = 0x0068_6f6f_6b72_6574; // "hookret"
 
 /// The writer's connection (or one CLI command's).
 pub(crate) struct PgStore {
-    config: postgres::Config,
+    config: tokio_postgres::Config,
     session: PgSession,
     busy_timeout: Duration,
 }
@@ -75,8 +74,8 @@ fn shared_handler(work: &[Work<'_>]) -> Option<Option<Arc<dyn Handler>>> {
 }
 
 /// The connection settings of `url`, checked without showing it (it may hold a password).
-pub(crate) fn parse(url: &str) -> anyhow::Result<postgres::Config> {
-    url.parse::<postgres::Config>().map_err(|e| {
+pub(crate) fn parse(url: &str) -> anyhow::Result<tokio_postgres::Config> {
+    url.parse::<tokio_postgres::Config>().map_err(|e| {
         anyhow::anyhow!(
             "database: not a valid PostgreSQL URL ({}): {e}",
             Database::Postgres(url.to_string())
@@ -85,14 +84,16 @@ pub(crate) fn parse(url: &str) -> anyhow::Result<postgres::Config> {
 }
 
 /// Opens a connection with hookledger's session settings.
-fn connect(config: &postgres::Config, busy_timeout: Duration) -> Result<PgSession, StoreError> {
+fn connect(
+    config: &tokio_postgres::Config,
+    busy_timeout: Duration,
+) -> Result<PgSession, StoreError> {
     let mut config = config.clone();
     config.connect_timeout(busy_timeout);
     if config.get_application_name().is_none() {
         config.application_name("hookledger");
     }
-    let client = config.connect(NoTls)?;
-    let session = PgSession::new(client);
+    let session = PgSession::connect(&config)?;
     session.batch(&format!(
         "SET lock_timeout = {}; SET client_min_messages = warning",
         busy_timeout.as_millis().max(1)
@@ -235,7 +236,9 @@ impl Store for PgStore {
         if self.session.is_closed() {
             self.reconnect()?;
         }
-        Ok(self.session.batch("BEGIN")?)
+        // Sent with the batch's first statement, in its round trip.
+        self.session.begin();
+        Ok(())
     }
 
     fn savepoint(&mut self) -> Result<(), StoreError> {
@@ -255,12 +258,12 @@ impl Store for PgStore {
     }
 
     fn commit(&mut self) -> Result<(), StoreError> {
-        Ok(self.session.batch("COMMIT")?)
+        Ok(self.session.end("COMMIT")?)
     }
 
     fn rollback(&mut self) {
         if !self.session.is_closed() {
-            if let Err(e) = self.session.batch("ROLLBACK") {
+            if let Err(e) = self.session.end("ROLLBACK") {
                 log::error!("writer: rollback failed: {e}");
             }
         }

@@ -7,36 +7,78 @@ use std::collections::HashMap;
 use std::error::Error;
 
 use bytes::{BufMut, BytesMut};
-use postgres::types::{FromSql, IsNull, Kind, ToSql, Type};
-use postgres::{Client, Statement};
+use tokio_postgres::types::{FromSql, IsNull, Kind, ToSql, Type};
+use tokio_postgres::{Client, NoTls, Statement};
 
 use crate::store::tx::{Dialect, Param, Row, Session, ToParam, Value};
 use crate::store::StoreError;
 
 /// One connection and its statement cache. The writer owns one; each CLI command opens one.
+///
+/// It is tokio-postgres on a runtime of its own (one thread: the caller's), so that a
+/// transaction's `BEGIN` can travel with its first statement: [`PgSession::begin`] only notes
+/// it, and the next statement sends both in one round trip.
 pub(crate) struct PgSession {
     conn: RefCell<Conn>,
 }
 
 struct Conn {
+    runtime: tokio::runtime::Runtime,
     client: Client,
     statements: HashMap<String, Statement>,
+    /// A `BEGIN` to send with the next statement.
+    begin_pending: bool,
 }
 
 impl PgSession {
-    pub(crate) fn new(client: Client) -> Self {
-        PgSession {
+    /// Connects with `config`.
+    pub(crate) fn connect(config: &tokio_postgres::Config) -> Result<PgSession, StoreError> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| StoreError::Unavailable(format!("cannot start a runtime: {e}")))?;
+        let (client, connection) = runtime.block_on(config.connect(NoTls))?;
+        // Driven whenever the session waits for an answer (block_on); it ends with the client.
+        runtime.spawn(async move {
+            if let Err(e) = connection.await {
+                log::debug!("PostgreSQL connection ended: {e}");
+            }
+        });
+        Ok(PgSession {
             conn: RefCell::new(Conn {
+                runtime,
                 client,
                 statements: HashMap::new(),
+                begin_pending: false,
             }),
+        })
+    }
+
+    /// Opens a transaction: `BEGIN` goes with the next statement (no round trip of its own).
+    pub(crate) fn begin(&self) {
+        self.conn.borrow_mut().begin_pending = true;
+    }
+
+    /// Ends the open transaction with `COMMIT` or `ROLLBACK` (`end`); nothing to send if it
+    /// never ran a statement.
+    pub(crate) fn end(&self, end: &str) -> Result<(), tokio_postgres::Error> {
+        let mut conn = self.conn.borrow_mut();
+        if std::mem::take(&mut conn.begin_pending) {
+            return Ok(());
         }
+        conn.runtime.block_on(conn.client.batch_execute(end))
     }
 
     /// Runs `sql` (one or more statements, no parameters) as it is: transaction control and
     /// migrations.
-    pub(crate) fn batch(&self, sql: &str) -> Result<(), postgres::Error> {
-        self.conn.borrow_mut().client.batch_execute(sql)
+    pub(crate) fn batch(&self, sql: &str) -> Result<(), tokio_postgres::Error> {
+        let mut conn = self.conn.borrow_mut();
+        let sql = if std::mem::take(&mut conn.begin_pending) {
+            format!("BEGIN; {sql}")
+        } else {
+            sql.to_string()
+        };
+        conn.runtime.block_on(conn.client.batch_execute(&sql))
     }
 
     /// Whether the connection is gone (the server restarted, the network broke).
@@ -50,18 +92,16 @@ impl PgSession {
         let stmt = conn.statement(sql)?;
         Ok((stmt.params().len(), !stmt.columns().is_empty()))
     }
-}
 
-impl PgSession {
     /// Runs the store's own `sql` with typed parameters (arrays, for one statement per batch).
     pub(crate) fn query_typed(
         &self,
         sql: &str,
         params: &[&(dyn ToSql + Sync)],
-    ) -> Result<Vec<postgres::Row>, StoreError> {
+    ) -> Result<Vec<tokio_postgres::Row>, StoreError> {
         let mut conn = self.conn.borrow_mut();
         let stmt = conn.statement(sql)?;
-        Ok(conn.client.query(&stmt, params)?)
+        conn.run(|client| client.query(&stmt, params))
     }
 }
 
@@ -71,9 +111,28 @@ impl Conn {
             return Ok(stmt.clone());
         }
         refuse_transaction_control(sql)?;
-        let stmt = self.client.prepare(sql)?;
+        let stmt = self.runtime.block_on(self.client.prepare(sql))?;
         self.statements.insert(sql.to_string(), stmt.clone());
         Ok(stmt)
+    }
+
+    /// Runs `op` on the client, after a pending `BEGIN` in the same round trip (the two are
+    /// pipelined: both are written before either answer is read, and run in that order).
+    fn run<'a, T, F>(&'a mut self, op: impl FnOnce(&'a Client) -> F) -> Result<T, StoreError>
+    where
+        F: std::future::Future<Output = Result<T, tokio_postgres::Error>>,
+    {
+        let begin = std::mem::take(&mut self.begin_pending);
+        let client = &self.client;
+        let op = op(client);
+        if !begin {
+            return Ok(self.runtime.block_on(op)?);
+        }
+        let (begun, result) = self
+            .runtime
+            .block_on(async { tokio::join!(client.batch_execute("BEGIN"), op) });
+        begun?;
+        Ok(result?)
     }
 }
 
@@ -87,7 +146,7 @@ impl Session for PgSession {
         let stmt = conn.statement(sql)?;
         let values: Vec<Param<'_>> = params.iter().map(|p| p.to_param()).collect();
         let refs: Vec<&(dyn ToSql + Sync)> = values.iter().map(|v| v as _).collect();
-        Ok(conn.client.execute(&stmt, &refs)?)
+        conn.run(|client| client.execute(&stmt, &refs))
     }
 
     fn query(&self, sql: &str, params: &[&dyn ToParam]) -> Result<Vec<Row>, StoreError> {
@@ -95,8 +154,7 @@ impl Session for PgSession {
         let stmt = conn.statement(sql)?;
         let values: Vec<Param<'_>> = params.iter().map(|p| p.to_param()).collect();
         let refs: Vec<&(dyn ToSql + Sync)> = values.iter().map(|v| v as _).collect();
-        conn.client
-            .query(&stmt, &refs)?
+        conn.run(|client| client.query(&stmt, &refs))?
             .iter()
             .map(|row| {
                 (0..row.len())
@@ -186,7 +244,7 @@ impl ToSql for Param<'_> {
         true
     }
 
-    postgres::types::to_sql_checked!();
+    tokio_postgres::types::to_sql_checked!();
 }
 
 impl<'a> FromSql<'a> for Value {
@@ -262,9 +320,9 @@ fn numeric(raw: &[u8]) -> Result<Value, BoxError> {
     })
 }
 
-impl From<postgres::Error> for StoreError {
-    fn from(e: postgres::Error) -> Self {
-        use postgres::error::SqlState;
+impl From<tokio_postgres::Error> for StoreError {
+    fn from(e: tokio_postgres::Error) -> Self {
+        use tokio_postgres::error::SqlState;
         let text = match e.as_db_error() {
             Some(db) => format!("{}: {}", db.code().code(), db.message()),
             None => e.to_string(),
