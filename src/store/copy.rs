@@ -85,12 +85,14 @@ pub(crate) fn sqlite_to_postgres(from: &Path, to: &str) -> anyhow::Result<Vec<(S
     let source = sqlite::open_read(from)?;
     source.execute_batch("BEGIN")?;
     let mut target = PgStore::open(to, crate::config::DEFAULT_BUSY_TIMEOUT)?;
-    let existing = count(target.session(), "webhook_events")? + count(target.session(), "outbox")?;
-    if existing > 0 {
-        bail!(
-            "the target database already has {existing} ledger or outbox row(s); migrate-to \
-             copies into an empty hookledger database (create a new one)"
-        );
+    for (table, _, _) in TABLES {
+        let existing = count(target.session(), table)?;
+        if existing > 0 {
+            bail!(
+                "the target database already has {existing} row(s) in {table}; migrate-to \
+                 copies into an empty hookledger database (create a new one)"
+            );
+        }
     }
     target.begin()?;
     let copied = TABLES

@@ -35,7 +35,9 @@ pub enum StoreError {
     QueueFull,
     #[error("hookledger is shutting down")]
     ShuttingDown,
-    #[error("the database is locked by another process: {0}")]
+    /// SQLite: another process holds the write lock. PostgreSQL: a lock wait over the busy
+    /// timeout, a deadlock or a serialization failure.
+    #[error("the database is busy (a lock held elsewhere, or a deadlock): {0}")]
     Busy(String),
     #[error("the database cannot be reached: {0}")]
     Unavailable(String),
