@@ -250,8 +250,8 @@ fn run_batch(store: &mut dyn Store, batch: &mut Vec<Job>) -> Result<bool, StoreE
     busy.map_or(Ok(processed), Err)
 }
 
-/// Begin, the jobs (the store's [`Store::run`]: each either stands or changes nothing),
-/// commit. An `Err` means the whole transaction is lost; per-job failures are inside the `Ok`.
+/// Begin, the jobs and commit (the store's [`Store::run_and_commit`]: each job either stands
+/// or changes nothing). An `Err` means the whole transaction is lost; per-job failures are inside the `Ok`.
 fn apply_batch(store: &mut dyn Store, batch: &mut [Job]) -> Result<Vec<Done>, StoreError> {
     let now = unix_now();
     // Claims in key order: two writers sharing a database (PostgreSQL instances) then lock
@@ -268,9 +268,7 @@ fn apply_batch(store: &mut dyn Store, batch: &mut [Job]) -> Result<Vec<Done>, St
         })
         .collect();
     store.begin()?;
-    let results = store.run(work, now)?;
-    store.commit()?;
-    Ok(results)
+    store.run_and_commit(work, now)
 }
 
 /// The writer without HTTP, for the bench's ceiling: the real store, handler and batch loop.

@@ -1,8 +1,8 @@
 //! The storage seam: what the writer, the outbox worker, retention and the CLI need from a
 //! database, and why a write did not happen.
 //!
-//! [`Store`] is the writer's side: one batch transaction, its jobs ([`Store::run`]: by default
-//! a savepoint per job), the claim and the handlers of an event ([`Store::apply`]), and the
+//! [`Store`] is the writer's side: one batch transaction, its jobs ([`Store::run_and_commit`]:
+//! by default a savepoint per job), the claim and the handlers of an event ([`Store::apply`]), and the
 //! other writes ([`Write`]). Each backend is a module of its own ([`sqlite`], [`postgres`]);
 //! its transaction control, its migrations and the classification of its errors into
 //! [`StoreError`] stay inside it. The SQL both run is here, on [`tx::Session`]: the claim
@@ -116,7 +116,7 @@ impl Done {
     }
 }
 
-/// [`Store::run`] with a savepoint per job.
+/// [`Store::run_and_commit`]'s jobs with a savepoint per job (before the commit).
 pub(crate) fn run_each<S: Store + ?Sized>(
     store: &mut S,
     work: Vec<Work<'_>>,
@@ -262,12 +262,15 @@ pub(crate) trait Store: Send + 'static {
     /// Returns a count for the caller: rows changed or deleted.
     fn write(&mut self, write: &Write, now: i64) -> Result<u64, StoreError>;
 
-    /// Runs a batch's jobs, in order, in the open transaction: a job that fails changes
-    /// nothing (its writes are undone) and the others stand. `Err` when the transaction itself
-    /// is lost (then nothing of the batch stands). This one takes a savepoint per job; a store
-    /// where a round trip costs more than a savepoint may do it its own way.
-    fn run(&mut self, work: Vec<Work<'_>>, now: i64) -> Result<Vec<Done>, StoreError> {
-        run_each(self, work, now)
+    /// Runs a batch's jobs, in order, in the open transaction, and commits: a job that fails
+    /// changes nothing (its writes are undone) and the others stand. `Err` when the
+    /// transaction itself is lost (then nothing of the batch stands). This one takes a
+    /// savepoint per job; a store where a round trip costs more than a savepoint may do it its
+    /// own way.
+    fn run_and_commit(&mut self, work: Vec<Work<'_>>, now: i64) -> Result<Vec<Done>, StoreError> {
+        let results = run_each(self, work, now)?;
+        self.commit()?;
+        Ok(results)
     }
     /// Runs `write` in one short transaction of its own (a CLI command next to a running
     /// `serve`: the database serialises it with the server's writer).

@@ -29,6 +29,10 @@ pub(crate) trait Session {
     fn execute(&self, sql: &str, params: &[&dyn ToParam]) -> Result<u64, StoreError>;
     /// Runs `sql` with `params`; every row it returned.
     fn query(&self, sql: &str, params: &[&dyn ToParam]) -> Result<Vec<Row>, StoreError>;
+    /// Runs `sql` with `params` before the transaction commits, or now (the default).
+    fn defer(&self, sql: &str, params: &[&dyn ToParam]) -> Result<(), StoreError> {
+        self.execute(sql, params).map(|_| ())
+    }
 }
 
 impl<'c> Tx<'c> {
@@ -45,6 +49,15 @@ impl<'c> Tx<'c> {
     /// of rows it changed.
     pub fn execute(&self, sql: &str, params: &[&dyn ToParam]) -> Result<u64, StoreError> {
         self.conn.execute(sql, params)
+    }
+
+    /// Runs one statement whose count nobody needs when the transaction commits: on
+    /// PostgreSQL in the round trip of the COMMIT (after any statement run meanwhile), on
+    /// SQLite now. Only for a [`Handler::handle_all`](crate::Handler::handle_all) on the
+    /// PostgreSQL store's batch path, where a failure at commit runs the batch again job by
+    /// job (and `handle` runs, which must not defer).
+    pub(crate) fn defer(&self, sql: &str, params: &[&dyn ToParam]) -> Result<(), StoreError> {
+        self.conn.defer(sql, params)
     }
 
     /// Runs a query and returns every row.
@@ -168,6 +181,18 @@ pub enum Value {
     Real(f64),
     Text(String),
     Blob(Vec<u8>),
+}
+
+impl From<Param<'_>> for Value {
+    fn from(param: Param<'_>) -> Self {
+        match param {
+            Param::Null => Value::Null,
+            Param::Integer(i) => Value::Integer(i),
+            Param::Real(f) => Value::Real(f),
+            Param::Text(s) => Value::Text(s.to_string()),
+            Param::Blob(b) => Value::Blob(b.to_vec()),
+        }
+    }
 }
 
 /// One row a query returned.

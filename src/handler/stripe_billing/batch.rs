@@ -1,5 +1,6 @@
-//! stripe-billing for a whole batch on PostgreSQL, in one statement instead of one or two per
-//! event, with the same result as applying the events one by one in batch order:
+//! stripe-billing for a whole batch on PostgreSQL, in one statement sent with the COMMIT
+//! instead of one or two per event, with the same result as applying the events one by one
+//! in batch order:
 //!
 //! - Subscriptions: walking each subscription's events in batch order (a window over them)
 //!   decides which event's snapshot ends up stored (the last strictly newer one) and how many
@@ -42,7 +43,8 @@ pub(super) fn apply(
     if subscriptions.is_empty() && invoices.is_empty() {
         return Ok(());
     }
-    tx.execute(
+    // Nothing here needs its count: it goes with the COMMIT, in the same round trip.
+    tx.defer(
         BATCH_SQL,
         &[
             &serde_json::Value::Array(subscriptions).to_string(),

@@ -37,6 +37,7 @@ use crate::store::{
 };
 
 pub(crate) use due::PgOutbox;
+use session::CommitError;
 pub(crate) use session::PgSession;
 
 /// Append-only. Never edit a released entry; add a new one.
@@ -71,6 +72,25 @@ fn shared_handler(work: &[Work<'_>]) -> Option<Option<Arc<dyn Handler>>> {
         }
     }
     Some(shared)
+}
+
+/// Makes again the prepared values a handler's `handle_all` took, for a run job by job.
+fn prepare_again(work: &mut [Work<'_>]) {
+    for job in work {
+        let Work::Event(s) = job else {
+            continue;
+        };
+        for (handler, prepared) in &mut s.handlers {
+            *prepared = handler.prepare(&s.event).unwrap_or_else(|e| {
+                log::error!(
+                    "writer: {}: {} prepared again: {e}",
+                    handler.name(),
+                    s.event.id
+                );
+                Prepared::none()
+            });
+        }
+    }
 }
 
 /// The connection settings of `url`, checked without showing it (it may hold a password).
@@ -258,12 +278,14 @@ impl Store for PgStore {
     }
 
     fn commit(&mut self) -> Result<(), StoreError> {
-        Ok(self.session.end("COMMIT")?)
+        self.session.commit().map_err(|e| match e {
+            CommitError::Deferred(e) | CommitError::Commit(e) => e,
+        })
     }
 
     fn rollback(&mut self) {
         if !self.session.is_closed() {
-            if let Err(e) = self.session.end("ROLLBACK") {
+            if let Err(e) = self.session.rollback() {
                 log::error!("writer: rollback failed: {e}");
             }
         }
@@ -288,17 +310,35 @@ impl Store for PgStore {
     }
 
     /// When the batch's new events share one handler (or have none), they run together
-    /// ([`PgStore::run_together`]); otherwise, or when that handler fails on the batch, each
-    /// job runs in a savepoint of its own, so that a bad event fails alone.
-    fn run(&mut self, mut work: Vec<Work<'_>>, now: i64) -> Result<Vec<Done>, StoreError> {
+    /// ([`PgStore::run_together`]) and commit with the handler's deferred statements in one
+    /// round trip. Otherwise, or when the handler fails on the batch (then, or at the commit),
+    /// the batch runs again in a new transaction, each job in a savepoint of its own, so that a
+    /// bad event fails alone.
+    fn run_and_commit(
+        &mut self,
+        mut work: Vec<Work<'_>>,
+        now: i64,
+    ) -> Result<Vec<Done>, StoreError> {
         let Some(handler) = shared_handler(&work) else {
-            return run_each(self, work, now);
+            return self.each_and_commit(work, now);
         };
-        if let Some(results) = self.run_together(&mut work, handler.as_ref(), now)? {
-            return Ok(results);
+        match self.run_together(&mut work, handler.as_ref(), now)? {
+            Some(results) => {
+                match self.session.commit() {
+                    Ok(()) => return Ok(results),
+                    Err(CommitError::Commit(e)) => return Err(e),
+                    Err(CommitError::Deferred(e)) if self.session.is_closed() => return Err(e),
+                    Err(CommitError::Deferred(e)) => {
+                        let name = handler.as_ref().map_or("a handler", |h| h.name());
+                        log::warn!("writer: {name} failed on a batch at commit ({e}); applying it job by job");
+                        prepare_again(&mut work);
+                    }
+                }
+            }
+            None => self.session.rollback()?,
         }
-        self.session.batch("ROLLBACK; BEGIN")?;
-        run_each(self, work, now)
+        self.session.begin();
+        self.each_and_commit(work, now)
     }
 
     fn write(&mut self, write: &Write, now: i64) -> Result<u64, StoreError> {
@@ -311,6 +351,13 @@ impl Store for PgStore {
 }
 
 impl PgStore {
+    /// Runs `work` job by job, each in a savepoint, and commits.
+    fn each_and_commit(&mut self, work: Vec<Work<'_>>, now: i64) -> Result<Vec<Done>, StoreError> {
+        let results = run_each(self, work, now)?;
+        self.commit()?;
+        Ok(results)
+    }
+
     /// The batch together: the other writes, each in a savepoint (they are few: attempt
     /// results, retention, the CLI's); the events' claims in one statement; the handler they
     /// share on all new events at once ([`Handler::handle_all`]); the outbox rows in one
@@ -367,18 +414,7 @@ impl PgStore {
                     handler.name(),
                     fresh.len()
                 );
-                for s in fresh {
-                    if let Some((handler, prepared)) = s.handlers.first_mut() {
-                        *prepared = handler.prepare(&s.event).unwrap_or_else(|e| {
-                            log::error!(
-                                "writer: {}: {} prepared again: {e}",
-                                handler.name(),
-                                s.event.id
-                            );
-                            Prepared::none()
-                        });
-                    }
-                }
+                prepare_again(work);
                 return Ok(None);
             }
         }

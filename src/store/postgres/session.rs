@@ -28,6 +28,16 @@ struct Conn {
     statements: HashMap<String, Statement>,
     /// A `BEGIN` to send with the next statement.
     begin_pending: bool,
+    /// Statements to send with the `COMMIT` ([`Session::defer`]).
+    deferred: Vec<(Statement, Vec<Value>)>,
+}
+
+/// Why a commit did not happen.
+pub(crate) enum CommitError {
+    /// A deferred statement failed: the transaction rolled back, nothing of it stands.
+    Deferred(StoreError),
+    /// The COMMIT itself failed (or the connection did).
+    Commit(StoreError),
 }
 
 impl PgSession {
@@ -50,6 +60,7 @@ impl PgSession {
                 client,
                 statements: HashMap::new(),
                 begin_pending: false,
+                deferred: Vec::new(),
             }),
         })
     }
@@ -59,14 +70,50 @@ impl PgSession {
         self.conn.borrow_mut().begin_pending = true;
     }
 
-    /// Ends the open transaction with `COMMIT` or `ROLLBACK` (`end`); nothing to send if it
-    /// never ran a statement.
-    pub(crate) fn end(&self, end: &str) -> Result<(), tokio_postgres::Error> {
+    /// Commits the open transaction, its deferred statements in the same round trip (nothing
+    /// to send if it never ran a statement). After a deferred statement failed, PostgreSQL
+    /// answers the COMMIT with a rollback.
+    pub(crate) fn commit(&self) -> Result<(), CommitError> {
         let mut conn = self.conn.borrow_mut();
+        let deferred = std::mem::take(&mut conn.deferred);
+        if std::mem::take(&mut conn.begin_pending) && deferred.is_empty() {
+            return Ok(());
+        }
+        let params: Vec<Vec<Param<'_>>> = deferred
+            .iter()
+            .map(|(_, values)| values.iter().map(Value::to_param).collect())
+            .collect();
+        let refs: Vec<Vec<&(dyn ToSql + Sync)>> = params
+            .iter()
+            .map(|p| p.iter().map(|v| v as _).collect())
+            .collect();
+        let client = &conn.client;
+        let (ran, committed) = conn.runtime.block_on(async {
+            let statements = deferred
+                .iter()
+                .zip(&refs)
+                .map(|((stmt, _), params)| client.execute(stmt, params));
+            // All written before any answer is read: one round trip, in this order.
+            tokio::join!(
+                biased;
+                futures_join_all(statements),
+                client.batch_execute("COMMIT")
+            )
+        });
+        if let Some(e) = ran.into_iter().find_map(Result::err) {
+            return Err(CommitError::Deferred(e.into()));
+        }
+        committed.map_err(|e| CommitError::Commit(e.into()))
+    }
+
+    /// Ends the open transaction without committing.
+    pub(crate) fn rollback(&self) -> Result<(), tokio_postgres::Error> {
+        let mut conn = self.conn.borrow_mut();
+        conn.deferred.clear();
         if std::mem::take(&mut conn.begin_pending) {
             return Ok(());
         }
-        conn.runtime.block_on(conn.client.batch_execute(end))
+        conn.runtime.block_on(conn.client.batch_execute("ROLLBACK"))
     }
 
     /// Runs `sql` (one or more statements, no parameters) as it is: transaction control and
@@ -105,6 +152,35 @@ impl PgSession {
     }
 }
 
+/// Polls every future of `futures` in order (so their requests are written in order) and
+/// waits for all of them.
+async fn futures_join_all<F: std::future::Future>(
+    futures: impl Iterator<Item = F>,
+) -> Vec<F::Output> {
+    let mut pending: Vec<std::pin::Pin<Box<F>>> = futures.map(Box::pin).collect();
+    let mut done: Vec<Option<F::Output>> = pending.iter().map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut all = true;
+        for (future, slot) in pending.iter_mut().zip(done.iter_mut()) {
+            if slot.is_none() {
+                match future.as_mut().poll(cx) {
+                    std::task::Poll::Ready(output) => *slot = Some(output),
+                    std::task::Poll::Pending => all = false,
+                }
+            }
+        }
+        if all {
+            std::task::Poll::Ready(())
+        } else {
+            std::task::Poll::Pending
+        }
+    })
+    .await;
+    done.into_iter()
+        .map(|d| d.expect("every future finished"))
+        .collect()
+}
+
 impl Conn {
     fn statement(&mut self, sql: &str) -> Result<Statement, StoreError> {
         if let Some(stmt) = self.statements.get(sql) {
@@ -130,7 +206,7 @@ impl Conn {
         }
         let (begun, result) = self
             .runtime
-            .block_on(async { tokio::join!(client.batch_execute("BEGIN"), op) });
+            .block_on(async { tokio::join!(biased; client.batch_execute("BEGIN"), op) });
         begun?;
         Ok(result?)
     }
@@ -147,6 +223,14 @@ impl Session for PgSession {
         let values: Vec<Param<'_>> = params.iter().map(|p| p.to_param()).collect();
         let refs: Vec<&(dyn ToSql + Sync)> = values.iter().map(|v| v as _).collect();
         conn.run(|client| client.execute(&stmt, &refs))
+    }
+
+    fn defer(&self, sql: &str, params: &[&dyn ToParam]) -> Result<(), StoreError> {
+        let mut conn = self.conn.borrow_mut();
+        let stmt = conn.statement(sql)?;
+        let values = params.iter().map(|p| p.to_param().into()).collect();
+        conn.deferred.push((stmt, values));
+        Ok(())
     }
 
     fn query(&self, sql: &str, params: &[&dyn ToParam]) -> Result<Vec<Row>, StoreError> {
