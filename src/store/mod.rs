@@ -22,7 +22,7 @@ pub(crate) mod tx;
 pub use tx::{Dialect, FromValue, Param, Row, ToParam, Tx, Value};
 
 use crate::config::{Database, StorageConfig};
-use crate::handler::Submission;
+use crate::handler::{Handler, Prepared, Submission};
 use crate::outbox::{Attempt, PendingRow};
 
 /// Why a write did not happen. Mapped to HTTP in `http::error`.
@@ -206,6 +206,31 @@ impl Write {
             Write::PruneEvents { .. } | Write::PrunePayloads { .. } | Write::PruneOutbox { .. }
         )
     }
+}
+
+/// [`Store::apply`] in the open transaction of `tx`: the claim, then the event's handlers (each
+/// through `run`, which the store wraps in its own checks), then its outbox row.
+pub(crate) fn apply_in(
+    tx: &dyn tx::Session,
+    submission: Submission,
+    now: i64,
+    mut run: impl FnMut(&dyn Handler, &crate::event::Event, Prepared) -> Result<(), StoreError>,
+) -> Result<Outcome, StoreError> {
+    let Submission {
+        event,
+        handlers,
+        forward,
+    } = submission;
+    if !ledger::claim(tx, &event, now)? {
+        return Ok(Outcome::Duplicate);
+    }
+    for (handler, prepared) in handlers {
+        run(&*handler, &event, prepared)?;
+    }
+    if forward {
+        outbox::enqueue(tx, crate::outbox::FORWARD, &event, &event.body, now)?;
+    }
+    Ok(Outcome::Processed)
 }
 
 /// Runs `write` in the open transaction of `tx`: the same SQL on every store. Returns a count

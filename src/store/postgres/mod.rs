@@ -32,9 +32,7 @@ use crate::config::Database;
 use crate::handler::{Handler, Prepared, Submission};
 use crate::outbox::FORWARD;
 use crate::store::tx::Session;
-use crate::store::{
-    app_schema, ledger, outbox, run_each, Done, Outcome, Store, StoreError, Tx, Work, Write,
-};
+use crate::store::{app_schema, run_each, Done, Outcome, Store, StoreError, Tx, Work, Write};
 
 pub(crate) use due::PgOutbox;
 use session::CommitError;
@@ -292,21 +290,10 @@ impl Store for PgStore {
     }
 
     fn apply(&mut self, submission: Submission, now: i64) -> Result<Outcome, StoreError> {
-        let Submission {
-            event,
-            handlers,
-            forward,
-        } = submission;
-        if !ledger::claim(&self.session, &event, now)? {
-            return Ok(Outcome::Duplicate);
-        }
-        for (handler, prepared) in handlers {
-            handler.handle(&Tx::new(&self.session), &event, prepared)?;
-        }
-        if forward {
-            outbox::enqueue(&self.session, FORWARD, &event, &event.body, now)?;
-        }
-        Ok(Outcome::Processed)
+        let session = &self.session;
+        crate::store::apply_in(session, submission, now, |handler, event, prepared| {
+            handler.handle(&Tx::new(session), event, prepared)
+        })
     }
 
     /// When the batch's new events share one handler (or have none), they run together

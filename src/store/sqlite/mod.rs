@@ -28,8 +28,8 @@ use rusqlite::hooks::{AuthAction, Authorization};
 use rusqlite::{Connection, ErrorCode, OpenFlags};
 
 use crate::handler::Submission;
-use crate::outbox::{PendingRow, FORWARD};
-use crate::store::{app_schema, ledger, outbox, Outcome, Store, StoreError, Tx, Write};
+use crate::outbox::PendingRow;
+use crate::store::{app_schema, Outcome, Store, StoreError, Tx, Write};
 
 use checkpoint::Checkpointer;
 use tx::HandlerGuard;
@@ -237,30 +237,20 @@ impl Store for SqliteStore {
     }
 
     fn apply(&mut self, submission: Submission, now: i64) -> Result<Outcome, StoreError> {
-        let Submission {
-            event,
-            handlers,
-            forward,
-        } = submission;
-        if !ledger::claim(&self.conn, &event, now)? {
-            return Ok(Outcome::Duplicate);
-        }
-        for (handler, prepared) in handlers {
-            self.handler.set(true);
-            let result = handler.handle(&Tx::new(&self.conn), &event, prepared);
-            self.handler.set(false);
+        let (conn, guard) = (&self.conn, &self.handler);
+        crate::store::apply_in(conn, submission, now, |handler, event, prepared| {
+            guard.set(true);
+            let result = handler.handle(&Tx::new(conn), event, prepared);
+            guard.set(false);
             result?;
-            if self.conn.is_autocommit() {
+            if conn.is_autocommit() {
                 return Err(StoreError::Database(format!(
                     "handler {} ended the transaction",
                     handler.name()
                 )));
             }
-        }
-        if forward {
-            outbox::enqueue(&self.conn, FORWARD, &event, &event.body, now)?;
-        }
-        Ok(Outcome::Processed)
+            Ok(())
+        })
     }
 
     fn write(&mut self, write: &Write, now: i64) -> Result<u64, StoreError> {
@@ -393,6 +383,8 @@ pub(crate) fn open_read(path: &Path) -> anyhow::Result<Connection> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::outbox::FORWARD;
+    use crate::store::outbox;
 
     #[test]
     fn migrating_twice_changes_nothing_and_a_newer_schema_is_refused() {
