@@ -1,9 +1,10 @@
 //! The baseline of the PostgreSQL column: a plain transaction-per-request webhook handler, as
-//! an app would write it without hookledger. A thread per connection and a pool of
-//! PostgreSQL connections; per request: verify the signature, `BEGIN`, claim the event id with
-//! `INSERT … ON CONFLICT DO NOTHING`, apply the same billing effects as `stripe-billing` (the
-//! same SQL), `COMMIT`, answer. Concurrent requests commit concurrently, on their own
-//! connections: what hookledger's one writer with group commit is compared with.
+//! a careful app would write it without hookledger. A thread per connection and a pool of
+//! PostgreSQL connections, each with its statements prepared once; per request: verify the
+//! signature, `BEGIN`, claim the event id with `INSERT … ON CONFLICT DO NOTHING`, apply the
+//! same billing effects as `stripe-billing` (the same SQL), `COMMIT`, answer: one round trip
+//! per statement. Concurrent requests commit concurrently, on their own connections: what
+//! hookledger's one writer with group commit is compared with.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -12,10 +13,72 @@ use anyhow::Context;
 use hookledger::internals::stripe;
 use hookledger::internals::stripe_billing::{decode, Change};
 use hookledger::Secret;
-use postgres::NoTls;
-use r2d2_postgres::PostgresConnectionManager;
+use postgres::{Client, NoTls, Statement};
 
-type Pool = r2d2::Pool<PostgresConnectionManager<NoTls>>;
+type Pool = r2d2::Pool<Prepared>;
+
+/// A pooled connection with the handler's statements prepared on it.
+pub struct Connection {
+    client: Client,
+    claim: Statement,
+    subscription: Statement,
+    payment: Statement,
+    account: Statement,
+}
+
+/// Makes [`Connection`]s for the pool.
+pub struct Prepared {
+    config: postgres::Config,
+}
+
+impl r2d2::ManageConnection for Prepared {
+    type Connection = Connection;
+    type Error = postgres::Error;
+
+    fn connect(&self) -> Result<Connection, postgres::Error> {
+        let mut client = self.config.connect(NoTls)?;
+        Ok(Connection {
+            claim: client.prepare(CLAIM)?,
+            subscription: client.prepare(SUBSCRIPTION)?,
+            payment: client.prepare(PAYMENT)?,
+            account: client.prepare(ACCOUNT)?,
+            client,
+        })
+    }
+
+    fn is_valid(&self, conn: &mut Connection) -> Result<(), postgres::Error> {
+        conn.client.simple_query("").map(|_| ())
+    }
+
+    fn has_broken(&self, conn: &mut Connection) -> bool {
+        conn.client.is_closed()
+    }
+}
+
+const CLAIM: &str = "INSERT INTO webhook_events
+        (source, event_id, event_type, created, received_at, payload)
+    VALUES ('stripe', $1, $2, $3, $4, $5) ON CONFLICT (source, event_id) DO NOTHING";
+
+const SUBSCRIPTION: &str = "INSERT INTO subscriptions
+        (id, customer_id, account_id, status, provider_updated_at, event_rank, event_id)
+    VALUES ($1, $2, $3, $4, $5, $6, $7)
+    ON CONFLICT (id) DO UPDATE SET
+        customer_id = excluded.customer_id, account_id = excluded.account_id,
+        status = excluded.status, provider_updated_at = excluded.provider_updated_at,
+        event_rank = excluded.event_rank, event_id = excluded.event_id
+    WHERE (excluded.provider_updated_at, excluded.event_rank)
+        > (subscriptions.provider_updated_at, subscriptions.event_rank)";
+
+const PAYMENT: &str = "INSERT INTO invoice_payments
+        (stripe_invoice_id, account_id, amount_paid, event_id)
+    VALUES ($1, $2, $3, $4) ON CONFLICT (stripe_invoice_id) DO NOTHING";
+
+const ACCOUNT: &str = "INSERT INTO accounts (id, credits, plan_until) VALUES ($1, $2, $3)
+    ON CONFLICT (id) DO UPDATE SET
+        credits = accounts.credits + excluded.credits,
+        plan_until = CASE
+            WHEN excluded.plan_until > accounts.plan_until OR accounts.plan_until IS NULL
+            THEN excluded.plan_until ELSE accounts.plan_until END";
 
 /// The tables it writes (hookledger's own schema, created here for a fresh database).
 const SCHEMA: &str = "
@@ -33,11 +96,13 @@ CREATE TABLE IF NOT EXISTS accounts (
 
 /// Serves on a free port of 127.0.0.1 in background threads; the address.
 pub fn start(url: &str, secret: Secret, pool_size: u32) -> anyhow::Result<SocketAddr> {
+    Client::connect(url, NoTls)?.batch_execute(SCHEMA)?;
     let pool = r2d2::Pool::builder()
         .max_size(pool_size)
-        .build(PostgresConnectionManager::new(url.parse()?, NoTls))
+        .build(Prepared {
+            config: url.parse()?,
+        })
         .context("connecting the plain handler's pool")?;
-    pool.get()?.batch_execute(SCHEMA)?;
     let listener = TcpListener::bind("127.0.0.1:0")?;
     let addr = listener.local_addr()?;
     std::thread::spawn(move || {
@@ -116,10 +181,16 @@ fn handle(
     let event = stripe::envelope(body)?;
     let change = decode(&event.kind, body)?;
     let mut conn = pool.get()?;
-    let mut tx = conn.transaction()?;
+    let Connection {
+        client,
+        claim,
+        subscription,
+        payment,
+        account,
+    } = &mut *conn;
+    let mut tx = client.transaction()?;
     let claimed = tx.execute(
-        "INSERT INTO webhook_events (source, event_id, event_type, created, received_at, payload)
-         VALUES ('stripe', $1, $2, $3, $4, $5) ON CONFLICT (source, event_id) DO NOTHING",
+        &*claim,
         &[&event.id, &event.kind, &event.created, &now, &body],
     )?;
     let outcome = if claimed == 1 {
@@ -127,17 +198,7 @@ fn handle(
         match change {
             Some(Change::Subscription(s)) => {
                 tx.execute(
-                    "INSERT INTO subscriptions
-                         (id, customer_id, account_id, status, provider_updated_at, event_rank,
-                          event_id)
-                     VALUES ($1, $2, $3, $4, $5, $6, $7)
-                     ON CONFLICT (id) DO UPDATE SET
-                         customer_id = excluded.customer_id, account_id = excluded.account_id,
-                         status = excluded.status,
-                         provider_updated_at = excluded.provider_updated_at,
-                         event_rank = excluded.event_rank, event_id = excluded.event_id
-                     WHERE (excluded.provider_updated_at, excluded.event_rank)
-                         > (subscriptions.provider_updated_at, subscriptions.event_rank)",
+                    &*subscription,
                     &[
                         &s.id,
                         &s.customer_id,
@@ -151,23 +212,12 @@ fn handle(
             }
             Some(Change::InvoicePaid(p)) => {
                 let inserted = tx.execute(
-                    "INSERT INTO invoice_payments (stripe_invoice_id, account_id, amount_paid,
-                         event_id)
-                     VALUES ($1, $2, $3, $4) ON CONFLICT (stripe_invoice_id) DO NOTHING",
+                    &*payment,
                     &[&p.invoice_id, &p.account_id, &p.amount_paid, &event.id],
                 )?;
                 if inserted == 1 {
                     let credits: i64 = if p.amount_paid > 0 { 100 } else { 0 };
-                    tx.execute(
-                        "INSERT INTO accounts (id, credits, plan_until) VALUES ($1, $2, $3)
-                         ON CONFLICT (id) DO UPDATE SET
-                             credits = accounts.credits + excluded.credits,
-                             plan_until = CASE
-                                 WHEN excluded.plan_until > accounts.plan_until
-                                     OR accounts.plan_until IS NULL
-                                 THEN excluded.plan_until ELSE accounts.plan_until END",
-                        &[&p.account_id, &credits, &p.period_end],
-                    )?;
+                    tx.execute(&*account, &[&p.account_id, &credits, &p.period_end])?;
                 }
             }
             None => {}
