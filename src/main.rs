@@ -43,14 +43,18 @@ fn main() -> ExitCode {
     }
 }
 
-/// The logger, minus the HTTP client's lines below info, whatever `RUST_LOG` says (even
-/// `ureq::unit=debug`): at debug it logs whole requests, with the delivery signature and any
-/// `user:password@` of the forward URL.
+/// The logger, minus the HTTP client's and the PostgreSQL client's lines below info, whatever
+/// `RUST_LOG` says (even `ureq::unit=debug`): at debug ureq logs whole requests, with the
+/// delivery signature and any `user:password@` of the forward URL, and tokio-postgres logs
+/// every statement's parameters, webhook bodies included.
 struct QuietDependencies(env_logger::Logger);
 
 impl log::Log for QuietDependencies {
     fn enabled(&self, metadata: &log::Metadata<'_>) -> bool {
-        let noisy = metadata.target() == "ureq" || metadata.target().starts_with("ureq::");
+        let target = metadata.target();
+        let noisy = ["ureq", "tokio_postgres", "postgres"]
+            .iter()
+            .any(|c| target == *c || target.strip_prefix(c).is_some_and(|t| t.starts_with("::")));
         !(noisy && metadata.level() > log::Level::Info) && self.0.enabled(metadata)
     }
 

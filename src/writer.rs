@@ -215,7 +215,7 @@ fn run_batch(store: &mut dyn Store, batch: &mut Vec<Job>) -> Result<bool, StoreE
         Err(e) => {
             log::error!("writer: batch of {} failed: {e}", batch.len());
             store.rollback();
-            if matches!(e, StoreError::Busy(_) | StoreError::Unavailable(_)) {
+            if e.is_busy() {
                 busy = Some(e.clone());
             }
             batch

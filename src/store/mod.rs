@@ -50,6 +50,12 @@ pub enum StoreError {
 }
 
 impl StoreError {
+    /// Whether the database is busy or unreachable (a 503): waiting again right away would
+    /// wait just as long.
+    pub(crate) fn is_busy(&self) -> bool {
+        matches!(self, StoreError::Busy(_) | StoreError::Unavailable(_))
+    }
+
     /// The same error, its detail prefixed with `what` (for the log: which effect failed).
     pub(crate) fn context(self, what: &str) -> StoreError {
         match self {
@@ -130,7 +136,9 @@ pub(crate) fn run_each<S: Store + ?Sized>(
             Work::Write(write) => Done::Write(store.write(write, now)),
         };
         if let Some(e) = done.error() {
-            if store.transaction_lost() {
+            // A lost transaction fails the batch; so does a busy or unreachable database,
+            // which every other job would wait out again.
+            if store.transaction_lost() || e.is_busy() {
                 return Err(e.clone());
             }
         }
@@ -177,9 +185,9 @@ pub(crate) fn outbox_reader(
     }
 }
 
-/// A store for one CLI command's writes, each its own short transaction. The database must
+/// A store for one CLI command's writes, each its own short transaction. A SQLite file must
 /// exist already (a typo in `--db` should be an error, not a fresh database that shows
-/// nothing).
+/// nothing); a PostgreSQL database must exist, and gets hookledger's tables if it has none.
 pub(crate) fn open_existing(database: &Database) -> anyhow::Result<Box<dyn Store>> {
     match database {
         Database::Sqlite(path) => Ok(Box::new(sqlite::SqliteStore::open_existing(path)?)),

@@ -1,14 +1,16 @@
 //! The PostgreSQL store: several hookledger instances on one database, the same contract as
 //! on SQLite.
 //!
-//! - Connections: the writer owns one (the synchronous `postgres` client keeps the writer's
-//!   thread model: one thread, one connection, group commit); the outbox worker has one of its
-//!   own (it holds the leases); each CLI command opens its own. A connection that broke (the server
-//!   restarted, the network failed) is replaced at the next batch; until then requests get
-//!   503 `database_unavailable`, and nothing of a failed batch was committed.
-//! - Transactions: `BEGIN` per batch (read committed), one `COMMIT`; in between, the claims
-//!   of the batch in one statement and its handler on all new events at once, or a
-//!   `SAVEPOINT hookledger_job` per job (see [`PgStore::run`](Store::run)). The writer takes a batch's claims in key order, so two instances never wait on
+//! - Connections: the writer owns one (tokio-postgres driven on the writer's own thread, see
+//!   `session.rs`: one thread, one connection, group commit, as on SQLite); the outbox worker
+//!   has one of its own (it holds the leases); each CLI command opens its own. A connection that
+//!   broke (the server restarted, the network failed; TCP keepalives find a silent one) is
+//!   replaced at the next batch; until then requests get 503 `database_unavailable`, and
+//!   nothing of a failed batch was committed.
+//! - Transactions: `BEGIN` per batch (read committed, sent with the first statement), one
+//!   `COMMIT`; in between, the claims of the batch in one statement and its handler on all new
+//!   events at once, or a `SAVEPOINT hookledger_job` per job (see
+//!   [`PgStore::run_and_commit`](Store::run_and_commit)). The writer takes a batch's claims in key order, so two instances never wait on
 //!   each other's claims in opposite orders. A claim that waits on another instance's
 //!   uncommitted claim of the same event sees it once that commits: a duplicate.
 //! - `lock_timeout` is the storage busy timeout: a statement waiting longer for a row lock
@@ -20,6 +22,8 @@
 //! - The outbox: see `due.rs` (leases with `FOR UPDATE SKIP LOCKED`).
 
 mod due;
+#[cfg(test)]
+pub(crate) mod scratch;
 mod session;
 
 use std::path::Path;
@@ -79,15 +83,42 @@ fn prepare_again(work: &mut [Work<'_>]) {
             continue;
         };
         for (handler, prepared) in &mut s.handlers {
-            *prepared = handler.prepare(&s.event).unwrap_or_else(|e| {
-                log::error!(
-                    "writer: {}: {} prepared again: {e}",
-                    handler.name(),
-                    s.event.id
-                );
-                Prepared::none()
-            });
+            match handler.prepare(&s.event) {
+                Ok(again) => *prepared = again,
+                // It cannot run without its prepared value: the event fails (and is retried).
+                Err(e) => {
+                    *handler = Arc::new(Unprepared {
+                        name: handler.name().to_string(),
+                        error: e.to_string(),
+                    });
+                    *prepared = Prepared::none();
+                }
+            }
         }
+    }
+}
+
+/// Stands in for a handler whose `prepare` failed the second time: the event fails.
+struct Unprepared {
+    name: String,
+    error: String,
+}
+
+impl Handler for Unprepared {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn handle(
+        &self,
+        _: &Tx<'_>,
+        event: &crate::event::Event,
+        _: Prepared,
+    ) -> Result<(), StoreError> {
+        Err(StoreError::Database(format!(
+            "{} could not prepare {} again: {}",
+            self.name, event.id, self.error
+        )))
     }
 }
 
@@ -108,6 +139,10 @@ fn connect(
 ) -> Result<PgSession, StoreError> {
     let mut config = config.clone();
     config.connect_timeout(busy_timeout);
+    // A peer that went silent (a dropped network, a dead host) is found within about a
+    // minute instead of the system's two hours, and the writer gets to reconnect.
+    config.keepalives_idle(Duration::from_secs(30));
+    config.tcp_user_timeout(Duration::from_secs(60));
     if config.get_application_name().is_none() {
         config.application_name("hookledger");
     }
@@ -242,9 +277,10 @@ impl Store for PgStore {
 
     fn check_statement(&mut self, sql: &str, parameters: usize) -> Result<bool, String> {
         let (taken, returns_rows) = self.session.describe(sql).map_err(|e| e.to_string())?;
-        if taken > parameters {
+        if taken != parameters {
             return Err(format!(
-                "it takes {taken} parameters, and only {parameters} are named"
+                "PostgreSQL counts {taken} parameter(s) where {parameters} are named (is a \
+                 :name inside a string or a $$ quote?)"
             ));
         }
         Ok(returns_rows)
@@ -314,7 +350,11 @@ impl Store for PgStore {
                 match self.session.commit() {
                     Ok(()) => return Ok(results),
                     Err(CommitError::Commit(e)) => return Err(e),
-                    Err(CommitError::Deferred(e)) if self.session.is_closed() => return Err(e),
+                    // Job by job, every event would wait out the same lock again: the whole
+                    // batch gets the 503 at once.
+                    Err(CommitError::Deferred(e)) if self.session.is_closed() || e.is_busy() => {
+                        return Err(e)
+                    }
                     Err(CommitError::Deferred(e)) => {
                         let name = handler.as_ref().map_or("a handler", |h| h.name());
                         log::warn!("writer: {name} failed on a batch at commit ({e}); applying it job by job");
@@ -393,7 +433,7 @@ impl PgStore {
                 })
                 .collect();
             if let Err(e) = handler.handle_all(&Tx::new(&self.session), batch) {
-                if self.session.is_closed() {
+                if self.session.is_closed() || e.is_busy() {
                     return Err(e);
                 }
                 log::warn!(

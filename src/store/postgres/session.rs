@@ -13,6 +13,10 @@ use tokio_postgres::{Client, NoTls, Statement};
 use crate::store::tx::{Dialect, Param, Row, Session, ToParam, Value};
 use crate::store::StoreError;
 
+/// Prepared statements kept per connection: the store's, the handlers' and the effects', with
+/// room to spare.
+const STATEMENT_CACHE: usize = 256;
+
 /// One connection and its statement cache. The writer owns one; each CLI command opens one.
 ///
 /// It is tokio-postgres on a runtime of its own (one thread: the caller's), so that a
@@ -76,7 +80,8 @@ impl PgSession {
     pub(crate) fn commit(&self) -> Result<(), CommitError> {
         let mut conn = self.conn.borrow_mut();
         let deferred = std::mem::take(&mut conn.deferred);
-        if std::mem::take(&mut conn.begin_pending) && deferred.is_empty() {
+        let begin = std::mem::take(&mut conn.begin_pending);
+        if begin && deferred.is_empty() {
             return Ok(());
         }
         let params: Vec<Vec<Param<'_>>> = deferred
@@ -88,22 +93,32 @@ impl PgSession {
             .map(|p| p.iter().map(|v| v as _).collect())
             .collect();
         let client = &conn.client;
-        let (ran, committed) = conn.runtime.block_on(async {
-            let statements = deferred
-                .iter()
-                .zip(&refs)
-                .map(|((stmt, _), params)| client.execute(stmt, params));
-            // All written before any answer is read: one round trip, in this order.
-            tokio::join!(
-                biased;
-                futures_join_all(statements),
-                client.batch_execute("COMMIT")
-            )
+        let (ran, ended) = conn.runtime.block_on(async {
+            let mut pipeline: Vec<Pending<'_>> = Vec::with_capacity(deferred.len() + 1);
+            if begin {
+                // First: the deferred statements run in the transaction.
+                pipeline.push(Box::pin(client.batch_execute("BEGIN")));
+            }
+            for ((stmt, _), params) in deferred.iter().zip(&refs) {
+                pipeline.push(Box::pin(async move {
+                    client.execute(stmt, params).await.map(|_| ())
+                }));
+            }
+            // Each one's first poll writes it, or fails before anything is written (a
+            // parameter that does not encode): then the transaction must not commit.
+            let mut done: Vec<Option<Result<(), tokio_postgres::Error>>> =
+                pipeline.iter().map(|_| None).collect();
+            poll_pending(&mut pipeline, &mut done).await;
+            let failed_early = done.iter().any(|d| matches!(d, Some(Err(_))));
+            let end = client.batch_execute(if failed_early { "ROLLBACK" } else { "COMMIT" });
+            let (_, ended) = tokio::join!(biased; drive(&mut pipeline, &mut done), end);
+            let ran: Vec<_> = done.into_iter().flatten().collect();
+            (ran, if failed_early { Ok(()) } else { ended })
         });
         if let Some(e) = ran.into_iter().find_map(Result::err) {
             return Err(CommitError::Deferred(e.into()));
         }
-        committed.map_err(|e| CommitError::Commit(e.into()))
+        ended.map_err(|e| CommitError::Commit(e.into()))
     }
 
     /// Ends the open transaction without committing.
@@ -152,33 +167,50 @@ impl PgSession {
     }
 }
 
-/// Polls every future of `futures` in order (so their requests are written in order) and
-/// waits for all of them.
-async fn futures_join_all<F: std::future::Future>(
-    futures: impl Iterator<Item = F>,
-) -> Vec<F::Output> {
-    let mut pending: Vec<std::pin::Pin<Box<F>>> = futures.map(Box::pin).collect();
-    let mut done: Vec<Option<F::Output>> = pending.iter().map(|_| None).collect();
-    std::future::poll_fn(|cx| {
-        let mut all = true;
-        for (future, slot) in pending.iter_mut().zip(done.iter_mut()) {
-            if slot.is_none() {
-                match future.as_mut().poll(cx) {
-                    std::task::Poll::Ready(output) => *slot = Some(output),
-                    std::task::Poll::Pending => all = false,
-                }
+/// A request in a pipeline, its result not read yet.
+type Pending<'a> =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), tokio_postgres::Error>> + 'a>>;
+
+/// Polls each unfinished request of `pipeline` once, in order (the first poll writes it),
+/// noting those that finished in `done`; whether all have.
+fn poll_each(
+    pipeline: &mut [Pending<'_>],
+    done: &mut [Option<Result<(), tokio_postgres::Error>>],
+    cx: &mut std::task::Context<'_>,
+) -> bool {
+    let mut all = true;
+    for (request, slot) in pipeline.iter_mut().zip(done.iter_mut()) {
+        if slot.is_none() {
+            match request.as_mut().poll(cx) {
+                std::task::Poll::Ready(result) => *slot = Some(result),
+                std::task::Poll::Pending => all = false,
             }
         }
-        if all {
+    }
+    all
+}
+
+/// One pass of [`poll_each`]: writes what is not written yet.
+async fn poll_pending(
+    pipeline: &mut [Pending<'_>],
+    done: &mut [Option<Result<(), tokio_postgres::Error>>],
+) {
+    std::future::poll_fn(|cx| std::task::Poll::Ready(poll_each(pipeline, done, cx))).await;
+}
+
+/// Waits until every request of `pipeline` finished.
+async fn drive(
+    pipeline: &mut [Pending<'_>],
+    done: &mut [Option<Result<(), tokio_postgres::Error>>],
+) {
+    std::future::poll_fn(|cx| {
+        if poll_each(pipeline, done, cx) {
             std::task::Poll::Ready(())
         } else {
             std::task::Poll::Pending
         }
     })
     .await;
-    done.into_iter()
-        .map(|d| d.expect("every future finished"))
-        .collect()
 }
 
 impl Conn {
@@ -188,6 +220,11 @@ impl Conn {
         }
         refuse_transaction_control(sql)?;
         let stmt = self.runtime.block_on(self.client.prepare(sql))?;
+        // Bounded, like SQLite's cache: a handler that builds its SQL at run time must not
+        // grow it (and the server's prepared statements) without end.
+        if self.statements.len() >= STATEMENT_CACHE {
+            self.statements.clear();
+        }
         self.statements.insert(sql.to_string(), stmt.clone());
         Ok(stmt)
     }
@@ -253,8 +290,14 @@ impl Session for PgSession {
 /// The batch's transaction belongs to the writer: a handler's statement may not end it or
 /// touch its savepoints.
 fn refuse_transaction_control(sql: &str) -> Result<(), StoreError> {
-    let first = sql
-        .trim_start_matches(|c: char| c.is_whitespace() || c == '(')
+    // split_statements drops comments, so `/* … */ COMMIT` is seen for what it is.
+    let first = crate::config::split_statements(sql)
+        .first()
+        .map(|s| {
+            s.trim_start_matches(|c: char| c.is_whitespace() || c == '(')
+                .to_string()
+        })
+        .unwrap_or_default()
         .split(|c: char| !c.is_ascii_alphabetic())
         .next()
         .unwrap_or("")
@@ -279,6 +322,22 @@ fn refuse_transaction_control(sql: &str) -> Result<(), StoreError> {
 }
 
 type BoxError = Box<dyn Error + Sync + Send>;
+
+/// Types whose binary format for a string is the string itself (or jsonb's, which `to_sql`
+/// writes), and bytea: the others take a string in the text format.
+fn binary_text(ty: &Type) -> bool {
+    matches!(
+        *ty,
+        Type::TEXT
+            | Type::VARCHAR
+            | Type::BPCHAR
+            | Type::NAME
+            | Type::UNKNOWN
+            | Type::JSON
+            | Type::JSONB
+            | Type::BYTEA
+    ) || matches!(ty.kind(), Kind::Enum(_))
+}
 
 impl ToSql for Param<'_> {
     fn to_sql(&self, ty: &Type, out: &mut BytesMut) -> Result<IsNull, BoxError> {
@@ -311,8 +370,13 @@ impl ToSql for Param<'_> {
                     out.put_slice(s.as_bytes());
                     Ok(IsNull::No)
                 }
-                // Text, varchar, names, enums, domains over text: the binary format is UTF-8.
-                _ => s.to_sql(ty, out),
+                // Text, varchar, names, enums: the binary format is UTF-8. Any other type gets
+                // the text in the text format (see `encode_format`): PostgreSQL parses it as
+                // it would a literal, so "12345678" fills a bigint and an id fills a uuid.
+                _ => {
+                    out.put_slice(s.as_bytes());
+                    Ok(IsNull::No)
+                }
             },
             Param::Blob(b) => match *ty {
                 Type::BYTEA => b.to_sql(ty, out),
@@ -326,6 +390,20 @@ impl ToSql for Param<'_> {
 
     fn accepts(_: &Type) -> bool {
         true
+    }
+
+    fn encode_format(&self, ty: &Type) -> tokio_postgres::types::Format {
+        use tokio_postgres::types::Format;
+        let text = match *self {
+            Param::Text(_) => !binary_text(ty),
+            Param::Blob(b) => !binary_text(ty) && std::str::from_utf8(b).is_ok(),
+            _ => false,
+        };
+        if text {
+            Format::Text
+        } else {
+            Format::Binary
+        }
     }
 
     tokio_postgres::types::to_sql_checked!();
@@ -444,6 +522,84 @@ impl From<tokio_postgres::Error> for StoreError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::postgres::scratch::Scratch;
+
+    fn session(scratch: &Scratch) -> PgSession {
+        PgSession::connect(&scratch.url.parse().unwrap()).unwrap()
+    }
+
+    #[test]
+    fn text_parameters_fill_columns_of_other_types_as_literals_would() {
+        let Some(db) = Scratch::new() else { return };
+        let s = session(&db);
+        s.batch("CREATE TABLE t (n BIGINT, u UUID, b BOOLEAN, j JSONB, x TEXT)")
+            .unwrap();
+        let n = s
+            .execute(
+                "INSERT INTO t VALUES ($1, $2, $3, $4, $5)",
+                &[
+                    &"12345678",
+                    &"6f1c1e4e-2a3b-4c5d-8e9f-0a1b2c3d4e5f",
+                    &"true",
+                    &r#"{"a": 1}"#,
+                    &"plain",
+                ],
+            )
+            .unwrap();
+        assert_eq!(n, 1);
+        let row = s
+            .query("SELECT n, u::text, b, j ->> 'a', x FROM t", &[])
+            .unwrap()
+            .remove(0);
+        assert_eq!(row.get::<i64>(0), Ok(12_345_678));
+        assert_eq!(
+            row.get::<String>(1).unwrap(),
+            "6f1c1e4e-2a3b-4c5d-8e9f-0a1b2c3d4e5f"
+        );
+        assert_eq!(row.get::<i64>(2), Ok(1));
+        assert_eq!(row.get::<String>(3).unwrap(), "1");
+        // Not a number: refused, not stored as bytes.
+        assert!(s
+            .execute("INSERT INTO t (n) VALUES ($1)", &[&"evt_1"])
+            .is_err());
+    }
+
+    #[test]
+    fn a_deferred_statement_that_fails_commits_nothing_of_its_transaction() {
+        let Some(db) = Scratch::new() else { return };
+        let s = session(&db);
+        s.batch("CREATE TABLE t (k TEXT PRIMARY KEY, n INTEGER)")
+            .unwrap();
+        let count = |s: &PgSession| {
+            s.query("SELECT count(*) FROM t", &[]).unwrap()[0]
+                .get::<i64>(0)
+                .unwrap()
+        };
+        // It fails on the server: the pipelined COMMIT is answered with a rollback.
+        s.begin();
+        s.execute("INSERT INTO t VALUES ('a', 1)", &[]).unwrap();
+        s.defer("INSERT INTO t VALUES ('a', 2)", &[]).unwrap();
+        assert!(matches!(s.commit(), Err(CommitError::Deferred(_))));
+        assert_eq!(count(&s), 0);
+        // It fails before it is sent (a value that does not fit an integer): no COMMIT goes.
+        s.begin();
+        s.execute("INSERT INTO t VALUES ('b', 1)", &[]).unwrap();
+        s.defer("INSERT INTO t VALUES ('c', $1)", &[&(i64::MAX)])
+            .unwrap();
+        assert!(matches!(s.commit(), Err(CommitError::Deferred(_))));
+        assert_eq!(count(&s), 0);
+        // Only deferred statements, BEGIN still pending: they run in one transaction.
+        s.begin();
+        s.defer("INSERT INTO t VALUES ('d', 1)", &[]).unwrap();
+        s.defer("INSERT INTO t VALUES ('d', 2)", &[]).unwrap();
+        assert!(matches!(s.commit(), Err(CommitError::Deferred(_))));
+        assert_eq!(count(&s), 0);
+        // And when they succeed, they commit.
+        s.begin();
+        s.defer("INSERT INTO t VALUES ('e', 1)", &[]).unwrap();
+        assert!(s.commit().is_ok());
+        assert_eq!(count(&s), 1);
+    }
 
     fn numeric_of(ndigits: i16, weight: i16, sign: u16, scale: i16, digits: &[i16]) -> Vec<u8> {
         let mut raw = Vec::new();
@@ -476,6 +632,8 @@ mod tests {
             "savepoint a",
             "BEGIN",
             "end",
+            "/* why */ COMMIT",
+            "-- a note\nrollback",
         ] {
             assert!(refuse_transaction_control(sql).is_err(), "{sql}");
         }

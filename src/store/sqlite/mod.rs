@@ -188,6 +188,13 @@ impl Store for SqliteStore {
         let stmt = self.conn.prepare(sql);
         self.handler.set(was);
         let stmt = stmt.map_err(|e| e.to_string())?;
+        if stmt.parameter_count() < parameters {
+            return Err(format!(
+                "SQLite counts {} parameter(s) where {parameters} are named (is a :name \
+                 inside a string?)",
+                stmt.parameter_count()
+            ));
+        }
         for i in 1..=stmt.parameter_count() {
             let name = stmt.parameter_name(i);
             if !tx_names(parameters).any(|n| Some(n) == name) {
