@@ -357,6 +357,26 @@ impl Config {
         }
         if let Database::Postgres(url) = &self.database {
             crate::store::postgres::parse(url)?;
+            // A worker leases up to 8 rows and attempts them one after the other: a lease
+            // shorter than that lets another instance take a row still being attempted (a
+            // second delivery, which at-least-once allows: said, not refused).
+            let slowest = self
+                .deliveries
+                .iter()
+                .filter_map(|d| d.timeout)
+                .chain(self.forward.as_ref().map(|f| f.timeout))
+                .max()
+                .unwrap_or_default();
+            if self.storage.outbox_lease < slowest * 8 {
+                log::warn!(
+                    "--outbox-lease (storage.outbox_lease, {} s) is shorter than 8 delivery \
+                     timeouts ({} s: 8 × {} s), the rows one worker attempts in turn: another \
+                     instance may deliver a row again while it is being attempted",
+                    self.storage.outbox_lease.as_secs(),
+                    (slowest * 8).as_secs(),
+                    slowest.as_secs()
+                );
+            }
         }
         // Whole seconds, as the lease is stored; at most a day, so a dead instance's rows wait
         // no longer than that.
