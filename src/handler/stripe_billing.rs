@@ -269,6 +269,39 @@ pub(crate) enum Applied {
     Tie,
 }
 
+/// The guarded upsert of a subscription snapshot, after its `INSERT … VALUES`/`SELECT`: the
+/// same on one event and on a batch (`batch.rs`).
+macro_rules! subscription_guard {
+    () => {
+        "ON CONFLICT (id) DO UPDATE SET
+             customer_id = excluded.customer_id,
+             account_id = excluded.account_id,
+             status = excluded.status,
+             provider_updated_at = excluded.provider_updated_at,
+             event_rank = excluded.event_rank,
+             event_id = excluded.event_id
+         -- only a strictly newer (created, rank) wins: late and equal events change nothing
+         WHERE (excluded.provider_updated_at, excluded.event_rank)
+             > (subscriptions.provider_updated_at, subscriptions.event_rank)"
+    };
+}
+
+/// Adding a paid invoice's credits and plan end to its account, after its `INSERT INTO
+/// accounts (id, credits, plan_until) …`: the same on one event and on a batch.
+macro_rules! account_credit {
+    () => {
+        "ON CONFLICT (id) DO UPDATE SET
+             credits = accounts.credits + excluded.credits,
+             -- the later end wins, so an old invoice never shortens the plan (a CASE, as
+             -- SQLite's max() and PostgreSQL's greatest() differ)
+             plan_until = CASE
+                 WHEN excluded.plan_until > accounts.plan_until OR accounts.plan_until IS NULL
+                 THEN excluded.plan_until
+                 ELSE accounts.plan_until
+             END"
+    };
+}
+
 /// Applies `change` of event `event_id` (created at `created`) inside the caller's transaction.
 /// The SQL is the same on SQLite and PostgreSQL.
 pub(crate) fn apply(
@@ -291,19 +324,12 @@ fn upsert_subscription(
     s: &SubscriptionChange,
 ) -> Result<Applied, StoreError> {
     let changed = tx.execute(
-        "INSERT INTO subscriptions
-             (id, customer_id, account_id, status, provider_updated_at, event_rank, event_id)
-         VALUES ($1, $2, $3, $4, $5, $6, $7)
-         ON CONFLICT (id) DO UPDATE SET
-             customer_id = excluded.customer_id,
-             account_id = excluded.account_id,
-             status = excluded.status,
-             provider_updated_at = excluded.provider_updated_at,
-             event_rank = excluded.event_rank,
-             event_id = excluded.event_id
-         -- only a strictly newer (created, rank) wins: late and equal events change nothing
-         WHERE (excluded.provider_updated_at, excluded.event_rank)
-             > (subscriptions.provider_updated_at, subscriptions.event_rank)",
+        concat!(
+            "INSERT INTO subscriptions
+                 (id, customer_id, account_id, status, provider_updated_at, event_rank, event_id)
+             VALUES ($1, $2, $3, $4, $5, $6, $7) ",
+            subscription_guard!()
+        ),
         &[
             &s.id,
             &s.customer_id,
@@ -354,16 +380,10 @@ fn record_payment(
         0
     };
     tx.execute(
-        "INSERT INTO accounts (id, credits, plan_until) VALUES ($1, $2, $3)
-         ON CONFLICT (id) DO UPDATE SET
-             credits = accounts.credits + excluded.credits,
-             -- the later end wins, so an old invoice never shortens the plan (a CASE, as
-             -- SQLite's max() and PostgreSQL's greatest() differ)
-             plan_until = CASE
-                 WHEN excluded.plan_until > accounts.plan_until OR accounts.plan_until IS NULL
-                 THEN excluded.plan_until
-                 ELSE accounts.plan_until
-             END",
+        concat!(
+            "INSERT INTO accounts (id, credits, plan_until) VALUES ($1, $2, $3) ",
+            account_credit!()
+        ),
         &[&p.account_id, &credits, &p.period_end],
     )?;
     Ok(Applied::Changed)

@@ -63,7 +63,8 @@ pub(super) fn apply(
 /// stored "before" an event is the greater of the stored key and the keys of the events before
 /// it: the event wins if it is greater (the last winner is written, still guarded), ties if it
 /// is equal (counted; the first stays), and is stale otherwise.
-const BATCH_SQL: &str = "
+const BATCH_SQL: &str = concat!(
+    "
 WITH sub_input AS (
     SELECT * FROM jsonb_to_recordset($1::text::jsonb) AS i (pos bigint, id text,
         customer_id text, account_id text, status text, created bigint, rank bigint,
@@ -82,16 +83,9 @@ WITH sub_input AS (
         ORDER BY id, pos DESC
     ) winners
     ORDER BY id
-    ON CONFLICT (id) DO UPDATE SET
-        customer_id = excluded.customer_id,
-        account_id = excluded.account_id,
-        status = excluded.status,
-        provider_updated_at = excluded.provider_updated_at,
-        event_rank = excluded.event_rank,
-        event_id = excluded.event_id
-    -- only a strictly newer (created, rank) wins: late and equal events change nothing
-    WHERE (excluded.provider_updated_at, excluded.event_rank)
-        > (subscriptions.provider_updated_at, subscriptions.event_rank)
+    ",
+    subscription_guard!(),
+    "
 ), ties AS (
     INSERT INTO counters (name, value)
     SELECT 'subscription_ties', count(*) FROM walk WHERE k = before_k HAVING count(*) > 0
@@ -113,14 +107,9 @@ SELECT i.account_id, sum(CASE WHEN i.amount_paid > 0 THEN $3::bigint ELSE 0 END)
 FROM invoice_input i JOIN paid p ON p.stripe_invoice_id = i.invoice_id
 GROUP BY i.account_id
 ORDER BY i.account_id
-ON CONFLICT (id) DO UPDATE SET
-    credits = accounts.credits + excluded.credits,
-    -- the later end wins, so an old invoice never shortens the plan
-    plan_until = CASE
-        WHEN excluded.plan_until > accounts.plan_until OR accounts.plan_until IS NULL
-        THEN excluded.plan_until
-        ELSE accounts.plan_until
-    END";
+",
+    account_credit!()
+);
 
 /// The batch statement against one by one, on PostgreSQL: random batches of subscription
 /// events (many in one second, so ties and stale events) and invoice reports (several per
