@@ -54,7 +54,7 @@ pub use store::{Dialect, FromValue, Outcome, Param, Row, StoreError, ToParam, Va
 
 /// The command line, for the `hookledger` binary.
 #[doc(hidden)]
-pub use cli::{run as run_cli, Cli, Command as CliCommand, Exit};
+pub use cli::{run as run_cli, Cli, Command as CliCommand, Exit, LogFormat};
 
 /// Not a stable API: what the project's own tests, fuzz targets and tools (bench, load
 /// generator) reach inside the crate. Embedding apps use the items at the crate root.

@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use hookledger::{run_cli, Cli, CliCommand, Exit};
+use hookledger::{run_cli, Cli, CliCommand, Exit, LogFormat};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -13,12 +13,23 @@ fn main() -> ExitCode {
         CliCommand::Demo => "warn",
         _ => "info",
     };
+    let json = cli.log_format == LogFormat::Json;
     let logger =
         env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(default_level))
             // Plain lines, no colour handling: one line per event must stay cheap at 10k events/s.
             .write_style(env_logger::WriteStyle::Never)
-            .format(|buf, record| {
+            .format(move |buf, record| {
                 use std::io::Write;
+                if json {
+                    // One object per line: serde_json escapes whatever a message holds.
+                    let line = serde_json::json!({
+                        "ts": buf.timestamp_millis().to_string(),
+                        "level": record.level().as_str(),
+                        "target": record.target(),
+                        "message": record.args().to_string(),
+                    });
+                    return writeln!(buf, "{line}");
+                }
                 writeln!(
                     buf,
                     "{} {:<5} {}: {}",

@@ -25,6 +25,24 @@ use crate::store::{self, admin as listing};
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
+    /// Log lines as plain text, or as one JSON object per line (for a log collector).
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        default_value = "plain",
+        env = "HOOKLEDGER_LOG_FORMAT"
+    )]
+    pub log_format: LogFormat,
+}
+
+/// How log lines are written (to stderr).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// `2026-11-30T09:40:37.730Z INFO  target: message`
+    Plain,
+    /// `{"ts":"2026-11-30T09:40:37.730Z","level":"INFO","target":"…","message":"…"}`
+    Json,
 }
 
 #[derive(Debug, Subcommand)]

@@ -12,6 +12,7 @@ mod embed;
 mod faults;
 mod fixtures;
 mod hostile;
+mod operations;
 mod outbox;
 mod postgres;
 mod receiver;
