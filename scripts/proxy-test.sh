@@ -32,7 +32,7 @@ trap cleanup EXIT
 openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj "/CN=$DOMAIN" \
   -addext "subjectAltName=DNS:$DOMAIN" -keyout "$WORK/key.pem" -out "$WORK/cert.pem" 2>/dev/null
 
-$BIN serve --listen 127.0.0.1:$H_PORT --db "$WORK/hookledger.db" --stripe-secret $SECRET \
+$BIN serve --listen 127.0.0.1:$H_PORT --admin-listen off --db "$WORK/hookledger.db" --stripe-secret $SECRET \
   >"$WORK/hookledger.out" 2>"$WORK/hookledger.log" &
 pids+=($!)
 
@@ -50,7 +50,7 @@ if command -v psql >/dev/null && psql "$PG" -Atqc 'SELECT 1' >/dev/null 2>&1; th
   declare -A instance
   # The first one creates the tables; the others start once it listens.
   for n in 1 2 3; do
-    HOOKLEDGER_DATABASE=$PG_DB $BIN serve --listen 127.0.0.1:1808$n --stripe-secret $SECRET \
+    HOOKLEDGER_DATABASE=$PG_DB $BIN serve --listen 127.0.0.1:1808$n --admin-listen 127.0.0.1:1909$n --stripe-secret $SECRET \
       >"$WORK/instance$n.out" 2>"$WORK/instance$n.log" &
     pids+=($!)
     instance[$n]=$!

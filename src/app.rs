@@ -39,6 +39,8 @@ pub struct Hookledger {
     config: Config,
     app: Router,
     writer: writer::Writer,
+    /// For the admin routes' heartbeat.
+    writer_handle: writer::WriterHandle,
     /// Delivers outbox rows to the app; `None` without forwarding.
     worker: Option<delivery::Worker>,
     retention: Retention,
@@ -188,13 +190,14 @@ impl Hookledger {
             sources,
             http: config.http.clone(),
             budget: BodyBudget::new(config.http.body_budget),
-            writer: handle,
+            writer: handle.clone(),
             rejection_log: Default::default(),
         });
         Ok(Hookledger {
             app: server::router(ingest),
             config,
             writer,
+            writer_handle: handle,
             worker,
             retention,
             lock,
@@ -206,6 +209,12 @@ impl Hookledger {
     /// the `Hookledger` is dropped.
     pub fn router(&self) -> Router {
         self.app.clone()
+    }
+
+    /// The operators' routes (`/healthz`, `/readyz`), to serve on a listener of their own,
+    /// never on the webhook port (`serve` binds `--admin-listen`).
+    pub fn admin_router(&self) -> Router {
+        crate::http::admin::router(self.writer_handle.clone())
     }
 
     /// Serves on an already bound listener until `shutdown` resolves, then shuts down in the
@@ -227,11 +236,13 @@ impl Hookledger {
             config: _,
             app,
             writer,
+            writer_handle,
             worker,
             retention,
             lock,
         } = self;
         drop(app);
+        drop(writer_handle);
         // The worker finishes its current attempt, retention its batch. Then the last writer
         // handle is dropped: the writer commits its queue and ends.
         tokio::task::spawn_blocking(move || {

@@ -26,6 +26,10 @@ pub struct ServeArgs {
     /// [default: 127.0.0.1:8080]
     #[arg(long)]
     listen: Option<SocketAddr>,
+    /// Where to answer /healthz and /readyz for operators (never the webhook port), or `off`.
+    /// [default: 127.0.0.1:9090]
+    #[arg(long, value_parser = admin_listen)]
+    admin_listen: Option<AdminListen>,
     /// SQLite database file, created on first start, or a PostgreSQL URL
     /// (postgres://user:password@host/db). [default: ./hookledger.db]
     #[arg(long, env = "HOOKLEDGER_DATABASE", hide_env_values = true)]
@@ -118,6 +122,7 @@ impl ServeArgs {
     /// The given flags over `config`.
     fn overlay(self, mut config: Config, from_file: bool) -> anyhow::Result<Config> {
         set(&mut config.listen, self.listen);
+        set(&mut config.admin_listen, self.admin_listen.map(|a| a.0));
         set(&mut config.database, self.db);
         set(&mut config.http.max_body, self.max_body);
         set(&mut config.http.body_budget, self.max_body_in_flight);
@@ -298,6 +303,15 @@ fn read_forward_secret(from: SecretFrom<'_>) -> anyhow::Result<String> {
     }
 }
 
+/// `--admin-listen`: an address, or `off` (a type of its own: clap reads `Option<Option<_>>`
+/// as a flag with an optional value).
+#[derive(Debug, Clone, Copy)]
+struct AdminListen(Option<SocketAddr>);
+
+fn admin_listen(value: &str) -> Result<AdminListen, String> {
+    config::parse_admin_listen(value).map(AdminListen)
+}
+
 /// Runs `serve`: the flags over the defaults, then open, listen and serve until a signal.
 pub(super) fn run(args: ServeArgs) -> anyhow::Result<Exit> {
     let config = args.config()?;
@@ -312,6 +326,7 @@ pub(super) fn run(args: ServeArgs) -> anyhow::Result<Exit> {
     }
 
     let hookledger = Hookledger::open(config.clone())?;
+    let hookledger_admin = hookledger.admin_router();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
@@ -331,9 +346,27 @@ pub(super) fn run(args: ServeArgs) -> anyhow::Result<Exit> {
                 source.secrets.len()
             );
         }
+        let admin = match config.admin_listen {
+            Some(at) => Some(
+                tokio::net::TcpListener::bind(at)
+                    .await
+                    .with_context(|| format!("cannot listen on {at} (--admin-listen)"))?,
+            ),
+            None => None,
+        };
         log::info!("database {}", config.database);
-        // A machine-readable line for scripts and tests that start us on port 0.
+        // Machine-readable lines for scripts and tests that start us on port 0.
         println!("hookledger listening on {addr}");
+        if let Some(admin) = admin {
+            let at = admin.local_addr()?;
+            log::info!("admin on http://{at}/ (healthz, readyz)");
+            println!("hookledger admin on {at}");
+            tokio::spawn(async move {
+                if let Err(e) = axum::serve(admin, hookledger_admin).await {
+                    log::error!("admin listener: {e}");
+                }
+            });
+        }
         hookledger.serve(listener, shutdown).await
     })?;
     Ok(Exit::Ok)

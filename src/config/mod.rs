@@ -81,6 +81,25 @@ pub(crate) const MIN_RETENTION_DAYS: u64 = 3;
 /// Default timeout of one delivery request: an app that takes longer is treated as failed.
 pub(crate) const DEFAULT_FORWARD_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Loopback: the admin routes need no token there (nothing on them changes data).
+pub(crate) const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:9090";
+
+/// `--admin-listen` / `admin_listen`: an address, or `off`.
+pub(crate) fn parse_admin_listen(value: &str) -> Result<Option<SocketAddr>, String> {
+    if value.eq_ignore_ascii_case("off") {
+        return Ok(None);
+    }
+    value
+        .parse()
+        .map(Some)
+        .map_err(|_| format!("`{value}` is not an address (host:port) or `off`"))
+}
+
+fn admin_listen<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<SocketAddr>, D::Error> {
+    let value = String::deserialize(d)?;
+    parse_admin_listen(&value).map_err(serde::de::Error::custom)
+}
+
 /// Long enough for a worker's batch of attempts against a slow app (each bounded by the
 /// forward timeout), short enough that a dead instance's rows are delivered within minutes.
 pub(crate) const DEFAULT_OUTBOX_LEASE: Duration = Duration::from_secs(300);
@@ -91,6 +110,10 @@ pub(crate) const DEFAULT_OUTBOX_LEASE: Duration = Duration::from_secs(300);
 pub struct Config {
     /// Where `serve` listens (port 0 picks a free port).
     pub listen: SocketAddr,
+    /// Where `serve` answers `/healthz` and `/readyz` for operators (`None`: nowhere). Never
+    /// the webhook port.
+    #[serde(deserialize_with = "admin_listen")]
+    pub admin_listen: Option<SocketAddr>,
     /// The SQLite database file, or a PostgreSQL URL.
     pub database: Database,
     pub http: HttpConfig,
@@ -293,6 +316,7 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             listen: DEFAULT_LISTEN.parse().expect("a valid address"),
+            admin_listen: Some(DEFAULT_ADMIN_LISTEN.parse().expect("a valid address")),
             database: Database::Sqlite(PathBuf::from(DEFAULT_DB)),
             http: HttpConfig::default(),
             storage: StorageConfig::default(),

@@ -110,6 +110,11 @@ impl Rejection {
         }
     }
 
+    /// The kind a store error is answered with (`disk_full`, `database_busy`, …).
+    pub(crate) fn of_store_kind(err: &StoreError) -> &'static str {
+        Rejection::of_store(err).kind
+    }
+
     fn of_store(err: &StoreError) -> Rejection {
         use StatusCode as S;
         let unavailable = format!(

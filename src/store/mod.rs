@@ -99,6 +99,8 @@ pub(crate) enum Write {
     /// Queues a new forward of a stored event of `source`, or puts its existing row back to
     /// pending.
     Replay { source: String, event_id: String },
+    /// Rewrites the heartbeat row: `/readyz`'s proof that a write commits.
+    Heartbeat { at: i64 },
 }
 
 /// One job of a batch, as a store runs it.
@@ -258,6 +260,11 @@ pub(crate) fn write_in(tx: &dyn tx::Session, write: &Write, now: i64) -> Result<
         Write::Replay { source, event_id } => {
             Ok(u64::from(outbox::replay(tx, source, event_id, now)?))
         }
+        Write::Heartbeat { at } => tx.execute(
+            "INSERT INTO hookledger_heartbeat (id, at) VALUES (1, $1)
+             ON CONFLICT (id) DO UPDATE SET at = excluded.at",
+            &[at],
+        ),
     }
 }
 

@@ -134,9 +134,14 @@ fn full_disk_gives_503_writes_nothing_half_and_recovers_when_space_returns() {
         }
     }
     assert!(!refused.is_empty(), "the disk never filled up");
+    // Not ready, and it says why.
+    let (status, body) = server.admin_get("/readyz");
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("\"reason\":\"disk_full\""), "{body}");
 
-    // Space returns: the refused events now go through.
+    // Space returns: the refused events now go through, and it is ready again.
     std::fs::remove_file(&filler).unwrap();
+    assert_eq!(server.admin_get("/readyz"), (200, "ready\n".to_string()));
     for id in &refused {
         assert_outcome(&server.send(&paid(id)), id, "processed");
     }

@@ -106,3 +106,32 @@ fn the_systemd_unit_is_hardened_and_verifies() {
     // It exits 0 over directives it ignores; it names the file when it does.
     assert!(!said.contains("hookledger.service"), "{said}");
 }
+
+/// The admin listener answers `/healthz` and `/readyz` (after a heartbeat write committed,
+/// which the database shows); the webhook port does not answer the operators' routes.
+#[test]
+fn the_admin_listener_answers_health_and_readiness_and_the_webhook_port_does_not() {
+    let server = Server::start(&[]);
+    assert_eq!(server.admin_get("/healthz"), (200, "ok\n".to_string()));
+    assert_eq!(server.admin_get("/readyz"), (200, "ready\n".to_string()));
+    let at: i64 = server
+        .db()
+        .one("SELECT at FROM hookledger_heartbeat WHERE id = 1", &[]);
+    assert!((now() - at).abs() <= 5, "heartbeat at {at}");
+    assert_eq!(server.admin_get("/nope").0, 404);
+    for path in ["/metrics", "/status", "/readyz"] {
+        let reply = server.raw(
+            format!("GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").as_bytes(),
+            std::time::Duration::from_secs(10),
+        );
+        assert!(reply.starts_with("HTTP/1.1 404"), "{path}: {reply}");
+    }
+    // Off: no admin line, nothing listening.
+    let quiet = Server::start(&["--admin-listen", "off"]);
+    assert!(quiet.admin.is_none());
+    assert_outcome(
+        &quiet.send(&paid("evt_no_admin")),
+        "evt_no_admin",
+        "processed",
+    );
+}

@@ -40,7 +40,14 @@ fn refused_at_open(args: &[&str], env: &[(&str, &str)]) -> (String, bool) {
     let dir = test_dir();
     let (code, stderr) = exit_of(
         Command::new(env!("CARGO_BIN_EXE_hookledger"))
-            .args(["serve", "--listen", "127.0.0.1:0", "--db"])
+            .args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--admin-listen",
+                "off",
+                "--db",
+            ])
             .arg(db_arg_in(dir.path()))
             .args(args)
             .env_remove("STRIPE_WEBHOOK_SECRET")
@@ -207,7 +214,14 @@ fn a_second_serve_on_the_same_database_is_refused_and_cli_commands_still_work() 
     let (_, args) = down_app();
     let (code, stderr) = exit_of(
         Command::new(env!("CARGO_BIN_EXE_hookledger"))
-            .args(["serve", "--listen", "127.0.0.1:0", "--db"])
+            .args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--admin-listen",
+                "off",
+                "--db",
+            ])
             .arg(first.db_arg())
             .args(&args)
             .env("STRIPE_WEBHOOK_SECRET", SECRET),
@@ -264,9 +278,16 @@ fn a_read_only_database_file_stops_start_up_with_the_reason() {
         Command::new(env!("CARGO_BIN_EXE_hookledger"))
     };
     let (code, stderr) = exit_of(
-        cmd.args(["serve", "--listen", "127.0.0.1:0", "--db"])
-            .arg(&db)
-            .env("STRIPE_WEBHOOK_SECRET", SECRET),
+        cmd.args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--admin-listen",
+            "off",
+            "--db",
+        ])
+        .arg(&db)
+        .env("STRIPE_WEBHOOK_SECRET", SECRET),
     );
     let dropped = !(root && stderr.contains("setpriv"));
     if !prerequisite(
@@ -466,6 +487,8 @@ fn bad_effects_and_changed_migrations_stop_start_up() {
                 "serve",
                 "--listen",
                 "127.0.0.1:0",
+                "--admin-listen",
+                "off",
                 "--config",
                 &path,
                 "--db",

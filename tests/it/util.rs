@@ -56,6 +56,8 @@ pub fn fixture_names() -> Vec<String> {
 pub struct Server {
     child: Child,
     pub addr: SocketAddr,
+    /// The admin listener's address (`/healthz`, `/readyz`), unless `args` turned it off.
+    pub admin: Option<SocketAddr>,
     pub dir: PathBuf,
     /// Its `--db`.
     db_arg: String,
@@ -102,10 +104,13 @@ impl Server {
     /// Runs `hookledger serve` in `dir` on `db_arg` and waits for its address.
     fn spawn(dir: &Path, db_arg: String, args: &[&str], env: &[(&str, &str)]) -> Server {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_hookledger"));
-        cmd.arg("serve")
-            .arg("--listen")
-            .arg("127.0.0.1:0")
-            .arg("--db")
+        // A free admin port each, so that servers can run side by side (unless `args` say
+        // where).
+        cmd.arg("serve").arg("--listen").arg("127.0.0.1:0");
+        if !args.contains(&"--admin-listen") {
+            cmd.arg("--admin-listen").arg("127.0.0.1:0");
+        }
+        cmd.arg("--db")
             .arg(&db_arg)
             .args(args)
             .envs(env.iter().copied())
@@ -146,10 +151,22 @@ impl Server {
                 );
             }
         };
+        // The admin line follows, unless the admin listener is off.
+        let admin_off = args.windows(2).any(|w| w == ["--admin-listen", "off"]);
+        let admin = (!admin_off).then(|| {
+            line.clear();
+            stdout.read_line(&mut line).unwrap();
+            line.trim()
+                .strip_prefix("hookledger admin on ")
+                .unwrap_or_else(|| panic!("no admin address: {line:?}"))
+                .parse()
+                .unwrap()
+        });
         std::thread::spawn(move || std::io::copy(&mut stdout, &mut std::io::sink()));
         Server {
             child,
             addr,
+            admin,
             dir: dir.to_path_buf(),
             db_arg,
             stderr,
@@ -209,6 +226,28 @@ impl Server {
         let mut out = Vec::new();
         let _ = stream.read_to_end(&mut out);
         String::from_utf8_lossy(&out).into_owned()
+    }
+
+    /// GET `path` on the admin listener: (status, body).
+    pub fn admin_get(&self, path: &str) -> (u16, String) {
+        let admin = self.admin.expect("the admin listener is on");
+        let mut stream = TcpStream::connect(admin).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        write!(
+            stream,
+            "GET {path} HTTP/1.1\r\nhost: {admin}\r\nconnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut out = String::new();
+        let _ = stream.read_to_string(&mut out);
+        let status = out.get(9..12).and_then(|s| s.parse().ok()).unwrap_or(0);
+        let body = out
+            .split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_string())
+            .unwrap_or_default();
+        (status, body)
     }
 
     /// Everything the server logged so far.

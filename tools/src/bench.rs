@@ -705,7 +705,8 @@ impl Server {
         let log = std::fs::File::create(log_path)?;
         let mut child = Command::new(exe)
             .arg("serve")
-            .args(["--listen", "127.0.0.1:0", "--stripe-secret", SECRET, "--db"])
+            .args(["--listen", "127.0.0.1:0", "--admin-listen", "off"])
+            .args(["--stripe-secret", SECRET, "--db"])
             .arg(db)
             .args(args)
             .env_remove("RUST_LOG")

@@ -43,7 +43,10 @@ use session::CommitError;
 pub(crate) use session::PgSession;
 
 /// Append-only. Never edit a released entry; add a new one.
-const MIGRATIONS: &[&str] = &[include_str!("migrations/0001_schema.sql")];
+const MIGRATIONS: &[&str] = &[
+    include_str!("migrations/0001_schema.sql"),
+    include_str!("migrations/0002_heartbeat.sql"),
+];
 
 /// The advisory lock keys: migrations (hookledger's and the app's) and retention.
 const MIGRATION_LOCK: i64 = 0x0068_6f6f_6b6d_6967; // "hookmig"

@@ -40,6 +40,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0002_outbox_queued.sql"),
     include_str!("migrations/0003_source_in_keys.sql"),
     include_str!("migrations/0004_outbox_lease.sql"),
+    include_str!("migrations/0005_heartbeat.sql"),
 ];
 
 /// How long a writer waits for another process's write lock (an `sqlite3` shell, a CLI
