@@ -311,16 +311,7 @@ fn secret_file_keeps_the_secret_out_of_argv_and_env() {
 #[test]
 fn without_a_secret_serve_refuses_to_start_with_exit_code_2() {
     let dir = test_dir();
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_hookledger"))
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--admin-listen",
-            "off",
-            "--db",
-        ])
-        .arg(db_arg_in(dir.path()))
+    let output = serve_command(db_arg_in(dir.path()))
         .env_remove("STRIPE_WEBHOOK_SECRET")
         .output()
         .unwrap();

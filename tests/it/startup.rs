@@ -39,16 +39,7 @@ fn exit_of(cmd: &mut Command) -> (Option<i32>, String) {
 fn refused_at_open(args: &[&str], env: &[(&str, &str)]) -> (String, bool) {
     let dir = test_dir();
     let (code, stderr) = exit_of(
-        Command::new(env!("CARGO_BIN_EXE_hookledger"))
-            .args([
-                "serve",
-                "--listen",
-                "127.0.0.1:0",
-                "--admin-listen",
-                "off",
-                "--db",
-            ])
-            .arg(db_arg_in(dir.path()))
+        serve_command(db_arg_in(dir.path()))
             .args(args)
             .env_remove("STRIPE_WEBHOOK_SECRET")
             .env_remove("HOOKLEDGER_FORWARD_SECRET")
@@ -213,16 +204,7 @@ fn a_second_serve_on_the_same_database_is_refused_and_cli_commands_still_work() 
     let first = Server::start(&[]);
     let (_, args) = down_app();
     let (code, stderr) = exit_of(
-        Command::new(env!("CARGO_BIN_EXE_hookledger"))
-            .args([
-                "serve",
-                "--listen",
-                "127.0.0.1:0",
-                "--admin-listen",
-                "off",
-                "--db",
-            ])
-            .arg(first.db_arg())
+        serve_command(first.db_arg())
             .args(&args)
             .env("STRIPE_WEBHOOK_SECRET", SECRET),
     );
@@ -277,18 +259,7 @@ fn a_read_only_database_file_stops_start_up_with_the_reason() {
     } else {
         Command::new(env!("CARGO_BIN_EXE_hookledger"))
     };
-    let (code, stderr) = exit_of(
-        cmd.args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--admin-listen",
-            "off",
-            "--db",
-        ])
-        .arg(&db)
-        .env("STRIPE_WEBHOOK_SECRET", SECRET),
-    );
+    let (code, stderr) = exit_of(serve_args(&mut cmd, &db).env("STRIPE_WEBHOOK_SECRET", SECRET));
     let dropped = !(root && stderr.contains("setpriv"));
     if !prerequisite(
         dropped,
@@ -482,18 +453,8 @@ fn bad_effects_and_changed_migrations_stop_start_up() {
         "CREATE TABLE t (x INTEGER);",
     );
     let (code, err) = exit_of(
-        Command::new(env!("CARGO_BIN_EXE_hookledger"))
-            .args([
-                "serve",
-                "--listen",
-                "127.0.0.1:0",
-                "--admin-listen",
-                "off",
-                "--config",
-                &path,
-                "--db",
-            ])
-            .arg(db_arg_in(db_dir.path()))
+        serve_command(db_arg_in(db_dir.path()))
+            .args(["--config", &path])
             .env("HOOKLEDGER_TEST_STRIPE", SECRET)
             .env_remove("STRIPE_WEBHOOK_SECRET"),
     );

@@ -554,6 +554,27 @@ fn handle(
     stream.flush()
 }
 
+/// `hookledger serve` on port 0 and `db`, no admin listener: for tests that run the process
+/// themselves (a refusal at start-up, another user).
+pub fn serve_command(db: impl AsRef<std::ffi::OsStr>) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_hookledger"));
+    serve_args(&mut cmd, db);
+    cmd
+}
+
+/// [`serve_command`]'s arguments, on a command of the caller's (`setpriv … hookledger`).
+pub fn serve_args(cmd: &mut Command, db: impl AsRef<std::ffi::OsStr>) -> &mut Command {
+    cmd.args([
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--admin-listen",
+        "off",
+        "--db",
+    ])
+    .arg(db)
+}
+
 /// Runs the `hookledger` CLI with `args`; returns (exit code, stdout, stderr).
 pub fn cli(args: &[&str]) -> (i32, String, String) {
     let output = Command::new(env!("CARGO_BIN_EXE_hookledger"))
