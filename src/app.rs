@@ -214,7 +214,11 @@ impl Hookledger {
     /// The operators' routes (`/healthz`, `/readyz`), to serve on a listener of their own,
     /// never on the webhook port (`serve` binds `--admin-listen`).
     pub fn admin_router(&self) -> Router {
-        crate::http::admin::router(self.writer_handle.clone())
+        let sqlite_file = match &self.config.database {
+            Database::Sqlite(path) => Some(path.clone()),
+            Database::Postgres(_) => None,
+        };
+        crate::http::admin::router(self.writer_handle.clone(), sqlite_file)
     }
 
     /// Serves on an already bound listener until `shutdown` resolves, then shuts down in the
