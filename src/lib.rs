@@ -94,3 +94,11 @@ pub fn unix_now() -> i64 {
         .map(|d| d.as_secs() as i64)
         .unwrap_or(0)
 }
+
+/// `2026-11-30 03:15:58` (UTC) for a Unix time.
+pub(crate) fn format_time(t: i64) -> String {
+    crate::source::standard::format_rfc3339(t)
+        .replacen('T', " ", 1)
+        .trim_end_matches('Z')
+        .to_string()
+}

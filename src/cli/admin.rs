@@ -11,6 +11,7 @@ use anyhow::bail;
 
 use crate::cli::table;
 use crate::config::RetentionConfig;
+use crate::format_time;
 use crate::retention::{self, Pruned};
 use crate::store::admin::{EventRow, OutboxRow};
 use crate::store::{Store, Write};
@@ -49,14 +50,6 @@ pub(crate) fn prune(store: &mut dyn Store, retention: &RetentionConfig) -> anyho
     Ok(retention::prune(now, retention, |write| {
         store.write_now(&write, now)
     })?)
-}
-
-/// `2026-11-30 03:15:58` (UTC) for a Unix time.
-pub(crate) fn format_time(t: i64) -> String {
-    crate::source::standard::format_rfc3339(t)
-        .replacen('T', " ", 1)
-        .trim_end_matches('Z')
-        .to_string()
 }
 
 pub(crate) fn render_outbox(rows: &[OutboxRow]) -> String {
@@ -125,8 +118,8 @@ pub(crate) fn render_events(rows: &[EventRow]) -> String {
 mod tests {
     #[test]
     fn formats_utc_times() {
-        assert_eq!(super::format_time(0), "1970-01-01 00:00:00");
-        assert_eq!(super::format_time(1721954054), "2024-07-26 00:34:14");
-        assert_eq!(super::format_time(1724632454), "2024-08-26 00:34:14");
+        assert_eq!(crate::format_time(0), "1970-01-01 00:00:00");
+        assert_eq!(crate::format_time(1721954054), "2024-07-26 00:34:14");
+        assert_eq!(crate::format_time(1724632454), "2024-08-26 00:34:14");
     }
 }
