@@ -30,6 +30,11 @@ pub struct ServeArgs {
     /// [default: 127.0.0.1:9090]
     #[arg(long, value_parser = admin_listen)]
     admin_listen: Option<AdminListen>,
+    /// The admin token, as env:NAME or file:PATH (never the token itself, which every user
+    /// could read in the process list): needed by the admin routes that change data, and by
+    /// /metrics and /status when --admin-listen is not loopback.
+    #[arg(long, value_name = "env:NAME|file:PATH")]
+    admin_token: Option<String>,
     /// SQLite database file, created on first start, or a PostgreSQL URL
     /// (postgres://user:password@host/db). [default: ./hookledger.db]
     #[arg(long, env = "HOOKLEDGER_DATABASE", hide_env_values = true)]
@@ -123,6 +128,9 @@ impl ServeArgs {
     fn overlay(self, mut config: Config, from_file: bool) -> anyhow::Result<Config> {
         set(&mut config.listen, self.listen);
         set(&mut config.admin_listen, self.admin_listen.map(|a| a.0));
+        if let Some(token) = &self.admin_token {
+            config.admin_token = Some(admin_token(token)?);
+        }
         set(&mut config.database, self.db);
         set(&mut config.http.max_body, self.max_body);
         set(&mut config.http.body_budget, self.max_body_in_flight);
@@ -303,6 +311,17 @@ fn read_forward_secret(from: SecretFrom<'_>) -> anyhow::Result<String> {
     }
 }
 
+/// `--admin-token`: what `env:NAME` or `file:PATH` names.
+fn admin_token(value: &str) -> anyhow::Result<Secret> {
+    if !(value.starts_with("env:") || value.starts_with("file:")) {
+        bail!(
+            "--admin-token takes env:NAME or file:PATH, not the token itself (a command line is \
+             visible to every user of the machine)"
+        );
+    }
+    config::one_secret("--admin-token", &Secret::new(value), Path::new(""))
+}
+
 /// `--admin-listen`: an address, or `off` (a type of its own: clap reads `Option<Option<_>>`
 /// as a flag with an optional value).
 #[derive(Debug, Clone, Copy)]
@@ -359,7 +378,7 @@ pub(super) fn run(args: ServeArgs) -> anyhow::Result<Exit> {
         println!("hookledger listening on {addr}");
         if let Some(admin) = admin {
             let at = admin.local_addr()?;
-            log::info!("admin on http://{at}/ (healthz, readyz)");
+            log::info!("admin on http://{at}/ (healthz, readyz, metrics, status)");
             println!("hookledger admin on {at}");
             tokio::spawn(async move {
                 if let Err(e) = axum::serve(admin, hookledger_admin).await {

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, Context};
 
-use super::source::resolve_secrets;
+use super::source::one_secret;
 use super::{Config, Database};
 
 impl Config {
@@ -77,11 +77,10 @@ impl Config {
             source.resolve_secrets(folder)?;
         }
         if let Some(forward) = &mut self.forward {
-            let secrets = std::slice::from_ref(&forward.secret);
-            let [secret] = resolve_secrets("forward.secret", secrets, folder)?
-                .try_into()
-                .map_err(|_| anyhow!("forward.secret: the file must hold exactly one secret"))?;
-            forward.secret = secret;
+            forward.secret = one_secret("forward.secret", &forward.secret, folder)?;
+        }
+        if let Some(token) = &mut self.admin_token {
+            *token = one_secret("admin_token", token, folder)?;
         }
         Ok(())
     }
@@ -199,6 +198,39 @@ secrets = ["file:gh.secret", "env:HOOKLEDGER_TEST_UNSET_VARIABLE_1"]
         assert!(
             format!("{err:#}").contains("source `gh`: secrets: cannot read"),
             "{err:#}"
+        );
+    }
+
+    #[test]
+    fn the_admin_token_is_read_from_its_file_and_must_be_long_enough() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("admin.token"), "0123456789abcdef0123\n").unwrap();
+        let text = "admin_token = \"file:admin.token\"\n[[source]]\nname = \"gh\"\n\
+                    scheme = \"github\"\nsecrets = [\"gh_literal_secret_123\"]\n";
+        let config = Config::from_toml(text, dir.path()).unwrap();
+        assert_eq!(
+            config.admin_token.as_ref().map(|t| t.expose()),
+            Some("0123456789abcdef0123")
+        );
+        config.validate().unwrap();
+        let unset = text.replace("file:admin.token", "env:HOOKLEDGER_TEST_UNSET_VARIABLE_2");
+        let err = Config::from_toml(&unset, dir.path()).unwrap_err();
+        assert!(
+            format!("{err:#}").contains(
+                "admin_token: environment variable HOOKLEDGER_TEST_UNSET_VARIABLE_2 is not set"
+            ),
+            "{err:#}"
+        );
+        std::fs::write(dir.path().join("admin.token"), "short-token\n").unwrap();
+        let err = Config::from_toml(text, dir.path())
+            .unwrap()
+            .validate()
+            .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("(admin_token): the token is shorter than 16")
+                && !err.to_string().contains("short-token"),
+            "{err}"
         );
     }
 }

@@ -11,6 +11,7 @@ mod source;
 pub use database::Database;
 pub(crate) use effect::{bind_parameters, split_statements, BoundStatement};
 pub use effect::{EffectConfig, SchemaConfig};
+pub(crate) use source::one_secret;
 pub use source::{HmacAlgorithm, HmacConfig, HmacEncoding, Locator, SchemeName, SourceConfig};
 
 use std::net::SocketAddr;
@@ -84,6 +85,32 @@ pub(crate) const DEFAULT_FORWARD_TIMEOUT: Duration = Duration::from_secs(10);
 /// Loopback: the admin routes need no token there (nothing on them changes data).
 pub(crate) const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:9090";
 
+/// The fewest characters of an admin token.
+const MIN_ADMIN_TOKEN: usize = 16;
+
+impl Config {
+    /// The admin listener shows event ids and errors: on an address other than loopback it
+    /// needs a token, and a token must not be guessable.
+    fn validate_admin(&self) -> anyhow::Result<()> {
+        if let Some(token) = &self.admin_token {
+            if token.expose().chars().count() < MIN_ADMIN_TOKEN {
+                bail!(
+                    "--admin-token (admin_token): the token is shorter than {MIN_ADMIN_TOKEN} \
+                     characters; make a random one, e.g. `openssl rand -hex 32`"
+                );
+            }
+        }
+        match self.admin_listen {
+            Some(at) if !at.ip().is_loopback() && self.admin_token.is_none() => bail!(
+                "--admin-listen (admin_listen) {at} is not a loopback address: set \
+                 --admin-token env:NAME (admin_token) too, since /metrics and /status show event \
+                 ids and errors to whoever reaches them, or listen on 127.0.0.1"
+            ),
+            _ => Ok(()),
+        }
+    }
+}
+
 /// `--admin-listen` / `admin_listen`: an address, or `off`.
 pub(crate) fn parse_admin_listen(value: &str) -> Result<Option<SocketAddr>, String> {
     if value.eq_ignore_ascii_case("off") {
@@ -114,6 +141,10 @@ pub struct Config {
     /// the webhook port.
     #[serde(deserialize_with = "admin_listen")]
     pub admin_listen: Option<SocketAddr>,
+    /// The bearer token of the admin routes that change data (and of all but health and
+    /// readiness when `admin_listen` is not loopback). In a config file `env:NAME` or
+    /// `file:PATH`.
+    pub admin_token: Option<Secret>,
     /// The SQLite database file, or a PostgreSQL URL.
     pub database: Database,
     pub http: HttpConfig,
@@ -317,6 +348,7 @@ impl Default for Config {
         Config {
             listen: DEFAULT_LISTEN.parse().expect("a valid address"),
             admin_listen: Some(DEFAULT_ADMIN_LISTEN.parse().expect("a valid address")),
+            admin_token: None,
             database: Database::Sqlite(PathBuf::from(DEFAULT_DB)),
             http: HttpConfig::default(),
             storage: StorageConfig::default(),
@@ -379,6 +411,7 @@ impl Config {
         if self.http.max_body == 0 {
             bail!("--max-body (http.max_body) must be at least 1 byte");
         }
+        self.validate_admin()?;
         if let Database::Postgres(url) = &self.database {
             crate::store::postgres::parse(url)?;
             // A worker leases up to 8 rows and attempts them one after the other: a lease

@@ -243,6 +243,14 @@ fn check_header_name(source: &str, key: &str, header: &str) -> anyhow::Result<()
     Ok(())
 }
 
+/// `secret` resolved as by [`resolve_secrets`], which must give exactly one.
+pub(crate) fn one_secret(key: &str, secret: &Secret, folder: &Path) -> anyhow::Result<Secret> {
+    let [one] = resolve_secrets(key, std::slice::from_ref(secret), folder)?
+        .try_into()
+        .map_err(|_| anyhow!("{key}: the file must hold exactly one secret"))?;
+    Ok(one)
+}
+
 /// Each `env:NAME` and `file:PATH` of `secrets` replaced with what it names (a file may hold
 /// several, one per line); a literal stays. `key` names them in errors.
 pub(crate) fn resolve_secrets(

@@ -486,3 +486,58 @@ fn a_delivery_without_a_url_or_a_secret_stops_start_up() {
         assert!(err.contains(expected), "`{expected}` not in: {err}");
     }
 }
+
+/// Admin settings that would let anyone read or change what the admin routes guard stop
+/// start-up, naming the setting: a token on the command line (every user of the machine can
+/// read it), one that is not there or is guessable, and a listener off loopback without one.
+#[test]
+fn admin_settings_that_would_expose_the_admin_routes_stop_start_up() {
+    let env = [
+        ("STRIPE_WEBHOOK_SECRET", SECRET),
+        ("HOOKLEDGER_TEST_SHORT_TOKEN", "0123456789"),
+    ];
+    for (token, expected) in [
+        (
+            "a-literal-token-0123456789",
+            "--admin-token takes env:NAME or file:PATH, not the token itself",
+        ),
+        (
+            "env:HOOKLEDGER_TEST_UNSET_TOKEN",
+            "--admin-token: environment variable HOOKLEDGER_TEST_UNSET_TOKEN is not set",
+        ),
+        (
+            "env:HOOKLEDGER_TEST_SHORT_TOKEN",
+            "--admin-token (admin_token): the token is shorter than 16 characters",
+        ),
+        (
+            "file:/nonexistent/hookledger-token",
+            "--admin-token: cannot read /nonexistent/hookledger-token",
+        ),
+    ] {
+        let err = refused(&["--admin-token", token], &env);
+        assert!(err.contains(expected), "`{expected}` not in: {err}");
+        assert!(!err.contains("0123456789"), "the token is shown: {err}");
+    }
+    // Built here: the harness's command turns the admin listener off, and a flag given twice
+    // is refused for that alone.
+    let dir = test_dir();
+    let (code, err) = exit_of(
+        Command::new(env!("CARGO_BIN_EXE_hookledger"))
+            .args(["serve", "--listen", "127.0.0.1:0"])
+            .args([
+                "--admin-listen",
+                "0.0.0.0:0",
+                "--db",
+                &db_arg_in(dir.path()),
+            ])
+            .env("STRIPE_WEBHOOK_SECRET", SECRET),
+    );
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains(
+            "--admin-listen (admin_listen) 0.0.0.0:0 is not a loopback address: set --admin-token"
+        ),
+        "{err}"
+    );
+    assert!(!database_created(dir.path()));
+}
