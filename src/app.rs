@@ -29,6 +29,7 @@ use crate::handler::Handler;
 use crate::http::body::BodyBudget;
 use crate::http::ingest::Ingest;
 use crate::http::server;
+use crate::metrics::Metrics;
 use crate::retention::Retention;
 use crate::source::Source;
 use crate::store::{self, ServeGuard, Store};
@@ -41,6 +42,8 @@ pub struct Hookledger {
     writer: writer::Writer,
     /// For the admin routes' heartbeat.
     writer_handle: writer::WriterHandle,
+    /// What `/metrics` and `/status` show.
+    metrics: Arc<Metrics>,
     /// Delivers outbox rows to the app; `None` without forwarding.
     worker: Option<delivery::Worker>,
     retention: Retention,
@@ -167,12 +170,14 @@ impl Hookledger {
                 source.handlers.push(Arc::new(SqlEffects(effects)));
             }
         }
+        let metrics = Arc::new(Metrics::new(sources.keys()));
         let (waker, woken) = delivery::Worker::channel();
         let on_commit = waker.clone();
         let (handle, writer) = writer::spawn(
             store,
             config.writer.clone(),
             Some(Box::new(move || on_commit.wake())),
+            metrics.writer(),
         )
         .context("cannot start the writer thread")?;
         let worker = match target {
@@ -182,6 +187,7 @@ impl Hookledger {
                 handle.clone(),
                 waker,
                 woken,
+                metrics.clone(),
             )?),
             None => None,
         };
@@ -192,12 +198,14 @@ impl Hookledger {
             budget: BodyBudget::new(config.http.body_budget),
             writer: handle.clone(),
             rejection_log: Default::default(),
+            metrics: metrics.clone(),
         });
         Ok(Hookledger {
             app: server::router(ingest),
             config,
             writer,
             writer_handle: handle,
+            metrics,
             worker,
             retention,
             lock,
@@ -211,14 +219,22 @@ impl Hookledger {
         self.app.clone()
     }
 
-    /// The operators' routes (`/healthz`, `/readyz`), to serve on a listener of their own,
-    /// never on the webhook port (`serve` binds `--admin-listen`).
+    /// The operators' routes (`/healthz`, `/readyz`, `/metrics`, `/status`), to serve on a
+    /// listener of their own, never on the webhook port (`serve` binds `--admin-listen`).
+    /// `/metrics` and `/status` ask for the admin token when the config's `admin_listen` is not
+    /// loopback: an app serving this router elsewhere should set `admin_listen` to where.
     pub fn admin_router(&self) -> Router {
-        let sqlite_file = match &self.config.database {
-            Database::Sqlite(path) => Some(path.clone()),
-            Database::Postgres(_) => None,
-        };
-        crate::http::admin::router(self.writer_handle.clone(), sqlite_file)
+        crate::http::admin::router(crate::http::admin::Admin {
+            writer: self.writer_handle.clone(),
+            database: self.config.database.clone(),
+            metrics: self.metrics.clone(),
+            retention: self.config.retention.clone(),
+            token: self.config.admin_token.clone(),
+            reads_need_token: self
+                .config
+                .admin_listen
+                .is_some_and(|at| !at.ip().is_loopback()),
+        })
     }
 
     /// Serves on an already bound listener until `shutdown` resolves, then shuts down in the
@@ -241,6 +257,7 @@ impl Hookledger {
             app,
             writer,
             writer_handle,
+            metrics: _,
             worker,
             retention,
             lock,

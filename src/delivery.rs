@@ -27,6 +27,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::config::ForwardConfig;
+use crate::metrics::Metrics;
 use crate::outbox::{next_delay, Attempt, PendingRow, FORWARD};
 use crate::source::standard::{self, SigningKey};
 use crate::store::{OutboxReader, Write};
@@ -129,12 +130,13 @@ impl Worker {
         writer: WriterHandle,
         waker: Waker,
         woken: Receiver<()>,
+        metrics: Arc<Metrics>,
     ) -> anyhow::Result<Worker> {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
         let thread = std::thread::Builder::new()
             .name("hookledger-outbox".into())
-            .spawn(move || run(&config, &pool, &writer, &woken, &flag))?;
+            .spawn(move || run(&config, &pool, &writer, &woken, &flag, &metrics))?;
         Ok(Worker {
             stop,
             wake: waker.0,
@@ -158,6 +160,7 @@ fn run(
     writer: &WriterHandle,
     woken: &Receiver<()>,
     stop: &AtomicBool,
+    metrics: &Metrics,
 ) {
     let kinds = targets.kinds();
     while !stop.load(Ordering::SeqCst) {
@@ -182,6 +185,7 @@ fn run(
                 continue; // only kinds with a target are polled
             };
             let attempt = attempt(target, &row);
+            metrics.delivery(&row.kind, attempt.label());
             match writer.run_blocking(Write::Record {
                 id,
                 queued,

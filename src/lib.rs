@@ -35,6 +35,7 @@ mod dev;
 mod event;
 mod handler;
 mod http;
+mod metrics;
 mod outbox;
 mod retention;
 mod source;

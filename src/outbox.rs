@@ -38,6 +38,17 @@ pub(crate) enum Attempt {
     },
 }
 
+impl Attempt {
+    /// The result as counted: `delivered`, `retry` or `dead`.
+    pub(crate) fn label(&self) -> &'static str {
+        match self {
+            Attempt::Delivered => "delivered",
+            Attempt::Retry { .. } => "retry",
+            Attempt::Dead { .. } => "dead",
+        }
+    }
+}
+
 /// The default schedule: quick retries for blips, then hourly doubling for outages, then
 /// every 8 h until 3 days after the first attempt (as long as Stripe itself retries).
 pub(crate) fn default_schedule() -> Vec<Duration> {

@@ -36,6 +36,7 @@ use tokio::sync::oneshot;
 
 use crate::config::WriterConfig;
 use crate::handler::Submission;
+use crate::metrics::WriterMetrics;
 use crate::store::{Done, Outcome, Store, StoreError, Work, Write};
 use crate::unix_now;
 
@@ -79,6 +80,8 @@ enum Message {
 #[derive(Clone)]
 pub(crate) struct WriterHandle {
     queue: SyncSender<Message>,
+    /// Jobs queued and not yet taken (`std::sync::mpsc` does not tell).
+    depth: prometheus_client::metrics::gauge::Gauge,
 }
 
 impl WriterHandle {
@@ -92,7 +95,13 @@ impl WriterHandle {
             submission: Some(submission),
             reply,
         };
-        match self.queue.try_send(Message::Job(job)) {
+        // Counted before it is sent, so the writer never takes a job not counted yet.
+        self.depth.inc();
+        let sent = self.queue.try_send(Message::Job(job));
+        if sent.is_err() {
+            self.depth.dec();
+        }
+        match sent {
             Ok(()) => Ok(rx),
             Err(TrySendError::Full(_)) => Err(StoreError::QueueFull),
             Err(TrySendError::Disconnected(_)) => Err(StoreError::ShuttingDown),
@@ -103,9 +112,15 @@ impl WriterHandle {
     /// never for the async request path.
     pub(crate) fn run_blocking(&self, write: Write) -> Result<u64, StoreError> {
         let (reply, rx) = oneshot::channel();
-        self.queue
+        self.depth.inc();
+        if self
+            .queue
             .send(Message::Job(Job::Write { write, reply }))
-            .map_err(|_| StoreError::ShuttingDown)?;
+            .is_err()
+        {
+            self.depth.dec();
+            return Err(StoreError::ShuttingDown);
+        }
         rx.blocking_recv().map_err(|_| StoreError::ShuttingDown)?
     }
 }
@@ -135,13 +150,15 @@ pub(crate) fn spawn(
     store: Box<dyn Store>,
     config: WriterConfig,
     on_commit: Option<Box<dyn Fn() + Send>>,
+    metrics: WriterMetrics,
 ) -> std::io::Result<(WriterHandle, Writer)> {
     let (queue, rx) = mpsc::sync_channel(config.queue_depth.max(1));
+    let depth = metrics.queue_depth.clone();
     let thread = std::thread::Builder::new()
         .name("hookledger-writer".into())
-        .spawn(move || run(store, rx, config.batch_max, on_commit.as_deref()))?;
+        .spawn(move || run(store, rx, config.batch_max, on_commit.as_deref(), &metrics))?;
     let close = queue.clone();
-    Ok((WriterHandle { queue }, Writer { thread, close }))
+    Ok((WriterHandle { queue, depth }, Writer { thread, close }))
 }
 
 fn run(
@@ -149,6 +166,7 @@ fn run(
     rx: Receiver<Message>,
     batch_max: usize,
     on_commit: Option<&(dyn Fn() + Send)>,
+    metrics: &WriterMetrics,
 ) {
     let batch_max = batch_max.max(1);
     let mut batch = Vec::with_capacity(batch_max);
@@ -165,6 +183,8 @@ fn run(
                 Err(_) => break,
             }
         }
+        metrics.queue_depth.dec_by(batch.len() as i64);
+        metrics.batch_size.observe(batch.len() as f64);
         match run_batch(&mut *store, &mut batch) {
             Ok(true) => {
                 if let Some(wake) = on_commit {
@@ -176,7 +196,10 @@ fn run(
             // get the same answer now instead of waiting for a second one.
             Err(busy) => loop {
                 match rx.try_recv() {
-                    Ok(Message::Job(job)) => fail(job, &busy),
+                    Ok(Message::Job(job)) => {
+                        metrics.queue_depth.dec();
+                        fail(job, &busy);
+                    }
                     Ok(Message::Close) => {
                         closing = true;
                         break;
@@ -324,7 +347,7 @@ pub(crate) mod ceiling {
             queue_depth: in_flight.max(1),
             ..WriterConfig::default()
         };
-        let (handle, writer) = super::spawn(Box::new(store), config, None)?;
+        let (handle, writer) = super::spawn(Box::new(store), config, None, Default::default())?;
         let started = Instant::now();
         let mut waiting = VecDeque::new();
         while !submissions.is_empty() || !waiting.is_empty() {

@@ -287,7 +287,7 @@ proptest! {
             batch_max,
             queue_depth: QUEUE_DEPTH,
         };
-        let (handle, writer) = writer::spawn(Box::new(store), config, None).unwrap();
+        let (handle, writer) = writer::spawn(Box::new(store), config, None, Default::default()).unwrap();
         let billing: Arc<dyn Handler> = Arc::new(StripeBilling {
             credits_per_invoice: CREDITS_PER_INVOICE,
         });

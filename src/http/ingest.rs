@@ -16,6 +16,7 @@ use crate::handler::Submission;
 use crate::http::body::{declared_size, read_body, BodyBudget};
 use crate::http::error::{IngestError, Rejection};
 use crate::http::log_budget::LogBudget;
+use crate::metrics::{self, Metrics, Seen};
 use crate::source::Source;
 use crate::store::{Outcome, StoreError};
 use crate::unix_now;
@@ -29,6 +30,7 @@ pub(crate) struct Ingest {
     pub(crate) writer: WriterHandle,
     /// Rejections are logged at most ten a second.
     pub(crate) rejection_log: LogBudget,
+    pub(crate) metrics: Arc<Metrics>,
 }
 
 /// `POST /webhooks/{source}`.
@@ -37,12 +39,16 @@ pub(crate) async fn webhook(
     Path(name): Path<String>,
     request: Request,
 ) -> Response {
-    let Some(source) = ingest.sources.get(name.as_str()) else {
-        return Rejection::unknown_source().into_response();
-    };
     let started = Instant::now();
+    let Some(source) = ingest.sources.get(name.as_str()) else {
+        let rejection = Rejection::unknown_source();
+        let seconds = started.elapsed().as_secs_f64();
+        ingest.metrics.rejected(None, rejection.kind, seconds);
+        return rejection.into_response();
+    };
     let result = receive(&ingest, source, request).await;
-    let ms = started.elapsed().as_secs_f64() * 1000.0;
+    let seconds = started.elapsed().as_secs_f64();
+    let ms = seconds * 1000.0;
     let name = &source.name;
     match result {
         Ok((event, outcome)) => {
@@ -55,6 +61,15 @@ pub(crate) async fn webhook(
             // Built by hand: this is the hot path, and the id is the only dynamic part.
             let id = serde_json::to_string(id).unwrap_or_default();
             let body = format!(r#"{{"event_id":{id},"outcome":"{label}"}}"#);
+            let seen = Seen {
+                at: unix_now(),
+                id: event.id,
+                kind: event.kind,
+                outcome: outcome.into(),
+                reason: "",
+                millis: ms,
+            };
+            ingest.metrics.event(name, seen, seconds);
             (
                 StatusCode::OK,
                 [(header::CONTENT_TYPE, "application/json")],
@@ -62,11 +77,11 @@ pub(crate) async fn webhook(
             )
                 .into_response()
         }
-        Err((id, err)) => {
+        Err((known, err)) => {
             let rejection = Rejection::of(&err);
             if let Some(more) = ingest.rejection_log.admit(unix_now(), "rejections") {
                 let (code, kind) = (rejection.status.as_u16(), rejection.kind);
-                let id = id.as_deref().unwrap_or("-");
+                let id = known.as_ref().map_or("-", |k| k.id.as_str());
                 if rejection.status.is_server_error() {
                     log::error!("{name} {id} {kind} {code}: {err} {ms:.1}ms{more}");
                 } else {
@@ -75,17 +90,47 @@ pub(crate) async fn webhook(
                     log::warn!("{name} {id} rejected {kind} {code}: {text} {ms:.1}ms{more}");
                 }
             }
+            match known {
+                Some(Known { id, kind }) => {
+                    let seen = Seen {
+                        at: unix_now(),
+                        id,
+                        kind,
+                        outcome: metrics::Outcome::Failed,
+                        reason: rejection.kind,
+                        millis: ms,
+                    };
+                    ingest.metrics.event(name, seen, seconds);
+                }
+                None => ingest.metrics.rejected(Some(name), rejection.kind, seconds),
+            }
             rejection.into_response()
         }
     }
 }
 
-/// The request path for one source. Errors carry the event id once it is known, for the log.
+/// An event's id and type, once read: for the log and the counts of an event that failed.
+struct Known {
+    id: String,
+    kind: String,
+}
+
+impl Known {
+    fn of(event: &Event) -> Known {
+        Known {
+            id: event.id.clone(),
+            kind: event.kind.clone(),
+        }
+    }
+}
+
+/// The request path for one source. Errors carry the event's id and type once
+/// known, for the log and the counts.
 async fn receive(
     ingest: &Ingest,
     source: &Source,
     request: Request,
-) -> Result<(Event, Outcome), (Option<String>, IngestError)> {
+) -> Result<(Event, Outcome), (Option<Known>, IngestError)> {
     let (parts, body) = request.into_parts();
     let http = &ingest.http;
     let no_id = |e: IngestError| (None, e);
@@ -118,13 +163,13 @@ async fn receive(
         .iter()
         .map(|h| Ok((h.clone(), h.prepare(&event)?)))
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| (Some(event.id.clone()), IngestError::Parse(e)))?;
+        .map_err(|e| (Some(Known::of(&event)), IngestError::Parse(e)))?;
     let submission = Submission {
         event: event.clone(),
         handlers,
         forward: source.forward,
     };
-    let fail = |e: StoreError| (Some(event.id.clone()), IngestError::from(e));
+    let fail = |e: StoreError| (Some(Known::of(&event)), IngestError::from(e));
     let reply = ingest.writer.try_submit(submission).map_err(fail)?;
     let outcome = reply
         .await

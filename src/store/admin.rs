@@ -3,7 +3,7 @@
 use anyhow::{bail, Context};
 use serde_json::json;
 
-use crate::store::tx::Session;
+use crate::store::tx::{Row, Session};
 
 /// An outbox row for listing.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -41,27 +41,98 @@ pub(crate) fn outbox_list(
         }
     }
     let rows = conn.query(
-        "SELECT id, kind, source, key, status, attempts, next_attempt_at, last_error, created_at,
-                done_at
-         FROM outbox WHERE CAST($1 AS TEXT) IS NULL OR status = $1 ORDER BY id",
+        &format!(
+            "SELECT {OUTBOX_COLUMNS} FROM outbox
+             WHERE CAST($1 AS TEXT) IS NULL OR status = $1 ORDER BY id"
+        ),
         &[&status],
     )?;
-    rows.iter()
+    rows.iter().map(outbox_row).collect()
+}
+
+/// The newest `limit` dead outbox rows, newest first.
+pub(crate) fn outbox_dead(conn: &dyn Session, limit: usize) -> anyhow::Result<Vec<OutboxRow>> {
+    let rows = conn.query(
+        &format!(
+            "SELECT {OUTBOX_COLUMNS} FROM outbox WHERE status = 'dead' ORDER BY id DESC LIMIT $1"
+        ),
+        &[&(limit as i64)],
+    )?;
+    rows.iter().map(outbox_row).collect()
+}
+
+const OUTBOX_COLUMNS: &str = "id, kind, source, key, status, attempts, next_attempt_at, \
+    last_error, created_at, done_at";
+
+fn outbox_row(r: &Row) -> anyhow::Result<OutboxRow> {
+    Ok(OutboxRow {
+        id: r.get(0)?,
+        kind: r.get(1)?,
+        source: r.get(2)?,
+        key: r.get(3)?,
+        status: r.get(4)?,
+        attempts: r.get(5)?,
+        next_attempt_at: r.get(6)?,
+        last_error: r.get(7)?,
+        created_at: r.get(8)?,
+        done_at: r.get(9)?,
+    })
+}
+
+/// Outbox rows per kind and status.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct OutboxCount {
+    pub(crate) kind: String,
+    pub(crate) status: String,
+    pub(crate) rows: i64,
+}
+
+/// The outbox at a glance: rows per kind and status, and when the oldest pending row was
+/// queued (Unix seconds).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct OutboxSummary {
+    pub(crate) counts: Vec<OutboxCount>,
+    pub(crate) oldest_pending: Option<i64>,
+}
+
+pub(crate) fn outbox_summary(conn: &dyn Session) -> anyhow::Result<OutboxSummary> {
+    let counts = conn
+        .query(
+            "SELECT kind, status, count(*) FROM outbox GROUP BY kind, status ORDER BY kind, status",
+            &[],
+        )?
+        .iter()
         .map(|r| {
-            Ok(OutboxRow {
-                id: r.get(0)?,
-                kind: r.get(1)?,
-                source: r.get(2)?,
-                key: r.get(3)?,
-                status: r.get(4)?,
-                attempts: r.get(5)?,
-                next_attempt_at: r.get(6)?,
-                last_error: r.get(7)?,
-                created_at: r.get(8)?,
-                done_at: r.get(9)?,
+            Ok(OutboxCount {
+                kind: r.get(0)?,
+                status: r.get(1)?,
+                rows: r.get(2)?,
             })
         })
-        .collect()
+        .collect::<anyhow::Result<_>>()?;
+    let oldest_pending = conn
+        .query(
+            "SELECT min(created_at) FROM outbox WHERE status = 'pending'",
+            &[],
+        )?
+        .first()
+        .map(|r| r.get::<Option<i64>>(0))
+        .transpose()?
+        .flatten();
+    Ok(OutboxSummary {
+        counts,
+        oldest_pending,
+    })
+}
+
+/// When the oldest claim in the ledger was received (Unix seconds).
+pub(crate) fn oldest_claim(conn: &dyn Session) -> anyhow::Result<Option<i64>> {
+    Ok(conn
+        .query("SELECT min(received_at) FROM webhook_events", &[])?
+        .first()
+        .map(|r| r.get::<Option<i64>>(0))
+        .transpose()?
+        .flatten())
 }
 
 pub(crate) fn events_list(

@@ -5,6 +5,7 @@
 
 mod util;
 
+mod admin;
 mod billing;
 mod crash;
 mod effects;

@@ -230,24 +230,39 @@ impl Server {
 
     /// GET `path` on the admin listener: (status, body).
     pub fn admin_get(&self, path: &str) -> (u16, String) {
+        let (status, _, body) = self.admin_request("GET", path, &[], b"");
+        (status, body)
+    }
+
+    /// A request to the admin listener: (status, head, body).
+    pub fn admin_request(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+    ) -> (u16, String, String) {
         let admin = self.admin.expect("the admin listener is on");
         let mut stream = TcpStream::connect(admin).unwrap();
         stream
             .set_read_timeout(Some(Duration::from_secs(30)))
             .unwrap();
-        write!(
-            stream,
-            "GET {path} HTTP/1.1\r\nhost: {admin}\r\nconnection: close\r\n\r\n"
-        )
-        .unwrap();
+        let mut request = format!(
+            "{method} {path} HTTP/1.1\r\nhost: {admin}\r\nconnection: close\r\n\
+             content-length: {}\r\n",
+            body.len()
+        );
+        for (name, value) in headers {
+            request.push_str(&format!("{name}: {value}\r\n"));
+        }
+        request.push_str("\r\n");
+        stream.write_all(request.as_bytes()).unwrap();
+        stream.write_all(body).unwrap();
         let mut out = String::new();
         let _ = stream.read_to_string(&mut out);
         let status = out.get(9..12).and_then(|s| s.parse().ok()).unwrap_or(0);
-        let body = out
-            .split_once("\r\n\r\n")
-            .map(|(_, b)| b.to_string())
-            .unwrap_or_default();
-        (status, body)
+        let (head, body) = out.split_once("\r\n\r\n").unwrap_or((&out, ""));
+        (status, head.to_string(), body.to_string())
     }
 
     /// Everything the server logged so far.

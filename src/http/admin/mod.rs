@@ -7,17 +7,35 @@
 //!   system of the database must also have [`MIN_FREE_BYTES`] free: a heartbeat alone can
 //!   commit on a full disk, into pages the database already has. Otherwise 503 with the
 //!   reason (the same kinds as the webhook port's 503s).
+//! - `GET /metrics`: Prometheus (OpenMetrics text), see [`crate::metrics`].
+//! - `GET /status`: an HTML page for people; `POST /status/retry-dead` puts the dead outbox rows
+//!   back to pending (see [`status`]).
+//!
+//! # Who may do what
+//! Nothing changes data without the admin token (`--admin-token`), sent as
+//! `Authorization: Bearer <token>`, as the password of HTTP basic auth, or as the `token` field
+//! of the page's form. `/metrics` and `/status` need it too when the listener is not on
+//! loopback (start-up refuses such a listener without a token). Health and readiness never do:
+//! load balancers and probes call them, and they show nothing about events.
 
-use std::path::{Path, PathBuf};
+mod status;
+
+use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
-use axum::http::StatusCode;
+use axum::extract::State;
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::{Json, Router};
+use base64::Engine;
 use serde_json::json;
 
+use crate::config::{Database, RetentionConfig};
 use crate::http::error::Rejection;
+use crate::metrics::Metrics;
+use crate::source::Secret;
 use crate::store::{StoreError, Write};
 use crate::writer::WriterHandle;
 
@@ -29,22 +47,50 @@ const READY_TIMEOUT: Duration = Duration::from_secs(10);
 /// batch of events needs room for its pages and its WAL frames.
 pub(crate) const MIN_FREE_BYTES: u64 = 1024 * 1024;
 
-/// `sqlite_file`: the SQLite database file whose file system `/readyz` checks for room.
-pub(crate) fn router(writer: WriterHandle, sqlite_file: Option<PathBuf>) -> Router {
-    Router::new()
-        .route("/healthz", get(|| async { "ok\n" }))
-        .route(
-            "/readyz",
-            get(move || ready(writer.clone(), sqlite_file.clone())),
-        )
-        .fallback(|| async { Rejection::not_found() })
+/// What the admin routes read and change.
+pub(crate) struct Admin {
+    pub(crate) writer: WriterHandle,
+    pub(crate) database: Database,
+    pub(crate) metrics: Arc<Metrics>,
+    pub(crate) retention: RetentionConfig,
+    pub(crate) token: Option<Secret>,
+    /// `/metrics` and `/status` need the token too (the listener is not on loopback).
+    pub(crate) reads_need_token: bool,
 }
 
-async fn ready(writer: WriterHandle, sqlite_file: Option<PathBuf>) -> Response {
-    match sqlite_file.as_deref().map(room_for) {
-        Some(Err(full)) => not_ready(&full),
-        _ => heartbeat(writer).await,
+pub(crate) fn router(admin: Admin) -> Router {
+    Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(ready))
+        .route("/metrics", get(metrics))
+        .route("/status", get(status::page))
+        .route("/status/retry-dead", post(status::retry_dead))
+        .fallback(|| async { Rejection::not_found() })
+        .with_state(Arc::new(admin))
+}
+
+async fn ready(State(admin): State<Arc<Admin>>) -> Response {
+    if let Database::Sqlite(file) = &admin.database {
+        if let Err(full) = room_for(file) {
+            return not_ready(&full);
+        }
     }
+    let writer = admin.writer.clone();
+    let write = tokio::task::spawn_blocking(move || {
+        writer.run_blocking(Write::Heartbeat {
+            at: crate::unix_now(),
+        })
+    });
+    let failed = match tokio::time::timeout(READY_TIMEOUT, write).await {
+        Ok(Ok(Ok(_))) => return (StatusCode::OK, "ready\n").into_response(),
+        Ok(Ok(Err(e))) => e,
+        Ok(Err(_)) => StoreError::ShuttingDown,
+        Err(_) => StoreError::Busy(format!(
+            "the writer did not commit a heartbeat within {} s",
+            READY_TIMEOUT.as_secs()
+        )),
+    };
+    not_ready(&failed)
 }
 
 /// Whether the file system holding `file` has room for the next writes.
@@ -67,24 +113,6 @@ fn room_for(file: &Path) -> Result<(), StoreError> {
     }
 }
 
-async fn heartbeat(writer: WriterHandle) -> Response {
-    let write = tokio::task::spawn_blocking(move || {
-        writer.run_blocking(Write::Heartbeat {
-            at: crate::unix_now(),
-        })
-    });
-    let failed = match tokio::time::timeout(READY_TIMEOUT, write).await {
-        Ok(Ok(Ok(_))) => return (StatusCode::OK, "ready\n").into_response(),
-        Ok(Ok(Err(e))) => e,
-        Ok(Err(_)) => StoreError::ShuttingDown,
-        Err(_) => StoreError::Busy(format!(
-            "the writer did not commit a heartbeat within {} s",
-            READY_TIMEOUT.as_secs()
-        )),
-    };
-    not_ready(&failed)
-}
-
 fn not_ready(failed: &StoreError) -> Response {
     let kind = Rejection::of_store_kind(failed);
     (
@@ -92,4 +120,157 @@ fn not_ready(failed: &StoreError) -> Response {
         Json(json!({ "ready": false, "reason": kind, "message": failed.to_string() })),
     )
         .into_response()
+}
+
+async fn metrics(State(admin): State<Arc<Admin>>, headers: HeaderMap) -> Response {
+    if admin.reads_need_token {
+        if let Some(refused) = refusal(&admin, &headers, Auth::header_or_basic()) {
+            return refused;
+        }
+    }
+    let database = admin.database.clone();
+    let read = tokio::task::spawn_blocking(move || {
+        let conn = crate::store::open_read(&database)?;
+        crate::store::admin::outbox_summary(&*conn)
+    })
+    .await;
+    match read {
+        Ok(Ok(outbox)) => (
+            [(
+                header::CONTENT_TYPE,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            )],
+            admin.metrics.encode(&outbox, crate::unix_now()),
+        )
+            .into_response(),
+        Ok(Err(e)) => cannot_read(&e),
+        Err(e) => cannot_read(&anyhow::anyhow!("{e}")),
+    }
+}
+
+/// 503 when the database cannot be read: the page or the scrape fails visibly rather than
+/// showing an empty outbox.
+fn cannot_read(e: &anyhow::Error) -> Response {
+    log::error!("admin: cannot read the database: {e:#}");
+    (
+        StatusCode::SERVICE_UNAVAILABLE,
+        format!("cannot read the database: {e:#}\n"),
+    )
+        .into_response()
+}
+
+/// Where a route takes the admin token from.
+pub(super) struct Auth<'a> {
+    /// The `token` field of a form.
+    form: Option<&'a str>,
+    /// The password of basic auth: only for reads, since a browser sends it by itself.
+    basic: bool,
+}
+
+impl<'a> Auth<'a> {
+    /// Reads: a bearer token, or basic auth (a browser asks for it).
+    pub(super) fn header_or_basic() -> Auth<'static> {
+        Auth {
+            form: None,
+            basic: true,
+        }
+    }
+
+    /// Changes: the form's `token` field, or a bearer token.
+    pub(super) fn form_or_bearer(form: Option<&'a str>) -> Auth<'a> {
+        Auth { form, basic: false }
+    }
+}
+
+/// The answer to send when the request does not carry the admin token where `auth` says.
+fn refusal(admin: &Admin, headers: &HeaderMap, auth: Auth<'_>) -> Option<Response> {
+    let Some(token) = &admin.token else {
+        return Some(
+            (
+                StatusCode::FORBIDDEN,
+                "this needs the admin token, and none is set: start serve with --admin-token \
+                 env:NAME (or admin_token in the config file)\n",
+            )
+                .into_response(),
+        );
+    };
+    let offered = auth
+        .form
+        .map(str::to_string)
+        .or_else(|| header_token(headers, auth.basic));
+    match offered {
+        Some(offered)
+            if constant_time_eq::constant_time_eq(
+                offered.as_bytes(),
+                token.expose().as_bytes(),
+            ) =>
+        {
+            None
+        }
+        _ if auth.basic => Some(
+            (
+                StatusCode::UNAUTHORIZED,
+                [(header::WWW_AUTHENTICATE, "Basic realm=\"hookledger admin\"")],
+                "the admin token is missing or wrong\n",
+            )
+                .into_response(),
+        ),
+        _ => Some(
+            (
+                StatusCode::UNAUTHORIZED,
+                "the admin token is missing or wrong\n",
+            )
+                .into_response(),
+        ),
+    }
+}
+
+/// The token of `Authorization: Bearer <token>`, or with `basic` of
+/// `Basic base64(<any user>:<token>)`.
+fn header_token(headers: &HeaderMap, basic: bool) -> Option<String> {
+    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    if let Some(token) = value.strip_prefix("Bearer ") {
+        return Some(token.trim().to_string());
+    }
+    let encoded = value.strip_prefix("Basic ").filter(|_| basic)?;
+    let decoded = base64::engine::general_purpose::STANDARD
+        .decode(encoded.trim())
+        .ok()?;
+    let pair = String::from_utf8(decoded).ok()?;
+    pair.split_once(':').map(|(_, token)| token.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(authorization: &str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(header::AUTHORIZATION, authorization.parse().unwrap());
+        h
+    }
+
+    #[test]
+    fn the_token_is_read_from_bearer_and_for_reads_from_basic_auth() {
+        for basic in [true, false] {
+            assert_eq!(
+                header_token(&headers("Bearer s3cret-token"), basic).as_deref(),
+                Some("s3cret-token")
+            );
+        }
+        let encoded = base64::engine::general_purpose::STANDARD.encode("admin:s3cret:token");
+        let basic = headers(&format!("Basic {encoded}"));
+        assert_eq!(header_token(&basic, true).as_deref(), Some("s3cret:token"));
+        // Not where a browser would send it by itself.
+        assert_eq!(header_token(&basic, false), None);
+        assert_eq!(header_token(&headers("Basic !!!"), true), None);
+        assert_eq!(header_token(&headers("Token s3cret"), true), None);
+        assert_eq!(header_token(&HeaderMap::new(), true), None);
+    }
+
+    #[test]
+    fn room_is_checked_beside_the_file_also_for_a_bare_file_name() {
+        // The current folder has room on any machine that runs the tests.
+        assert_eq!(room_for(Path::new("hookledger.db")), Ok(()));
+    }
 }

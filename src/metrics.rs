@@ -1,0 +1,419 @@
+//! What this process saw, for `/metrics` (Prometheus) and `/status`: counters that the request
+//! path, the writer and the outbox worker bump, and the last events of each source.
+//!
+//! Recording costs a few atomic operations and, per event, one short lock of its source's
+//! [`Activity`]. The outbox gauges are read from the database when `/metrics` is scraped, not
+//! kept up to date on the hot path.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+
+use crate::store::admin::OutboxSummary;
+
+/// Events kept per source for `/status`.
+const RECENT: usize = 10;
+/// Minutes of throughput kept per source for `/status`.
+pub(crate) const MINUTES: usize = 15;
+
+/// How a verified event ended, as counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    Processed,
+    Duplicate,
+    /// Verified and read, then not committed (a handler refused it, or the database did).
+    Failed,
+}
+
+impl Outcome {
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            Outcome::Processed => "processed",
+            Outcome::Duplicate => "duplicate",
+            Outcome::Failed => "failed",
+        }
+    }
+}
+
+impl From<crate::store::Outcome> for Outcome {
+    fn from(outcome: crate::store::Outcome) -> Self {
+        match outcome {
+            crate::store::Outcome::Processed => Outcome::Processed,
+            crate::store::Outcome::Duplicate => Outcome::Duplicate,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct EventLabels {
+    source: Arc<str>,
+    r#type: String,
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RejectedLabels {
+    source: Arc<str>,
+    reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DeliveryLabels {
+    kind: String,
+    result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutboxLabels {
+    kind: String,
+    status: String,
+}
+
+/// The writer's own metrics, handed to it when it starts.
+#[derive(Clone, Debug)]
+pub(crate) struct WriterMetrics {
+    /// Jobs per transaction.
+    pub(crate) batch_size: Histogram,
+    /// Jobs queued and not yet taken by the writer.
+    pub(crate) queue_depth: Gauge,
+}
+
+impl Default for WriterMetrics {
+    fn default() -> Self {
+        WriterMetrics {
+            batch_size: Histogram::new(exponential_buckets(1.0, 2.0, 10)),
+            queue_depth: Gauge::default(),
+        }
+    }
+}
+
+/// One event as `/status` lists it.
+#[derive(Debug, Clone)]
+pub(crate) struct Seen {
+    /// Unix seconds it was answered.
+    pub(crate) at: i64,
+    pub(crate) id: String,
+    pub(crate) kind: String,
+    pub(crate) outcome: Outcome,
+    /// Why it failed (the answer's error kind); empty otherwise.
+    pub(crate) reason: &'static str,
+    pub(crate) millis: f64,
+}
+
+/// Events answered in one minute.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Minute {
+    /// Unix minute (seconds / 60).
+    pub(crate) minute: i64,
+    pub(crate) processed: u64,
+    pub(crate) duplicate: u64,
+    pub(crate) failed: u64,
+}
+
+/// One source's last events (newest first) and its events per minute (oldest first).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Activity {
+    pub(crate) recent: VecDeque<Seen>,
+    pub(crate) minutes: VecDeque<Minute>,
+    /// Requests refused before an event could be read (signature, size, body).
+    pub(crate) rejected: u64,
+}
+
+impl Activity {
+    fn record(&mut self, seen: Seen) {
+        let minute = seen.at.div_euclid(60);
+        if self.minutes.back().is_none_or(|m| m.minute < minute) {
+            if self.minutes.len() == MINUTES {
+                self.minutes.pop_front();
+            }
+            self.minutes.push_back(Minute {
+                minute,
+                ..Minute::default()
+            });
+        }
+        if let Some(m) = self.minutes.back_mut().filter(|m| m.minute == minute) {
+            match seen.outcome {
+                Outcome::Processed => m.processed += 1,
+                Outcome::Duplicate => m.duplicate += 1,
+                Outcome::Failed => m.failed += 1,
+            }
+        }
+        if self.recent.len() == RECENT {
+            self.recent.pop_back();
+        }
+        self.recent.push_front(seen);
+    }
+}
+
+/// Everything counted, and the registry `/metrics` encodes.
+#[derive(Debug)]
+pub(crate) struct Metrics {
+    registry: Registry,
+    events: Family<EventLabels, Counter>,
+    rejected: Family<RejectedLabels, Counter>,
+    request_seconds: Histogram,
+    writer: WriterMetrics,
+    deliveries: Family<DeliveryLabels, Counter>,
+    outbox_rows: Family<OutboxLabels, Gauge>,
+    outbox_oldest_pending: Gauge,
+    /// One per configured source: only those can reach a handler.
+    activity: HashMap<Arc<str>, Mutex<Activity>>,
+    /// The label of requests for a source that does not exist.
+    unknown_source: Arc<str>,
+    /// One scrape at a time sets the outbox gauges and encodes.
+    scrape: Mutex<()>,
+}
+
+impl Metrics {
+    /// Metrics for `sources` (the configured source names).
+    pub(crate) fn new<'a>(sources: impl IntoIterator<Item = &'a Arc<str>>) -> Metrics {
+        let mut registry = Registry::with_prefix("hookledger");
+        let events = Family::<EventLabels, Counter>::default();
+        registry.register(
+            "events",
+            "Verified events answered, by source, type and outcome (processed, duplicate, failed)",
+            events.clone(),
+        );
+        let rejected = Family::<RejectedLabels, Counter>::default();
+        registry.register(
+            "rejected",
+            "Webhook requests answered with an error, by source and reason (the error's kind)",
+            rejected.clone(),
+        );
+        // 0.25 ms to about 4 s.
+        let request_seconds = Histogram::new(exponential_buckets(0.000_25, 2.0, 15));
+        registry.register(
+            "request_duration_seconds",
+            "Time from a webhook request's arrival to its answer",
+            request_seconds.clone(),
+        );
+        let writer = WriterMetrics::default();
+        registry.register(
+            "writer_batch_size",
+            "Jobs (events and other writes) per writer transaction",
+            writer.batch_size.clone(),
+        );
+        registry.register(
+            "writer_queue_depth",
+            "Jobs waiting for the writer",
+            writer.queue_depth.clone(),
+        );
+        let deliveries = Family::<DeliveryLabels, Counter>::default();
+        registry.register(
+            "delivery_attempts",
+            "Outbox delivery attempts by kind and result (delivered, retry, dead)",
+            deliveries.clone(),
+        );
+        let outbox_rows = Family::<OutboxLabels, Gauge>::default();
+        registry.register(
+            "outbox_rows",
+            "Outbox rows by kind and status (pending, done, dead), read at scrape time",
+            outbox_rows.clone(),
+        );
+        let outbox_oldest_pending = Gauge::default();
+        registry.register(
+            "outbox_oldest_pending_seconds",
+            "Age of the oldest pending outbox row (0 when none), read at scrape time",
+            outbox_oldest_pending.clone(),
+        );
+        Metrics {
+            registry,
+            events,
+            rejected,
+            request_seconds,
+            writer,
+            deliveries,
+            outbox_rows,
+            outbox_oldest_pending,
+            activity: sources
+                .into_iter()
+                .map(|s| (s.clone(), Mutex::default()))
+                .collect(),
+            unknown_source: Arc::from("-"),
+            scrape: Mutex::new(()),
+        }
+    }
+
+    /// The writer's metrics, to hand to it.
+    pub(crate) fn writer(&self) -> WriterMetrics {
+        self.writer.clone()
+    }
+
+    /// A verified event of `source` answered after `seconds`.
+    pub(crate) fn event(&self, source: &Arc<str>, seen: Seen, seconds: f64) {
+        self.request_seconds.observe(seconds);
+        let labels = EventLabels {
+            source: source.clone(),
+            r#type: seen.kind.clone(),
+            outcome: seen.outcome.label(),
+        };
+        self.events.get_or_create(&labels).inc();
+        if seen.outcome == Outcome::Failed {
+            self.reject(source, seen.reason);
+        }
+        if let Some(activity) = self.activity.get(source) {
+            lock(activity).record(seen);
+        }
+    }
+
+    /// A request refused before an event could be read; `source` is `None` when no source
+    /// has that name.
+    pub(crate) fn rejected(&self, source: Option<&Arc<str>>, reason: &'static str, seconds: f64) {
+        self.request_seconds.observe(seconds);
+        let source = source.unwrap_or(&self.unknown_source);
+        self.reject(source, reason);
+        if let Some(activity) = self.activity.get(source) {
+            lock(activity).rejected += 1;
+        }
+    }
+
+    fn reject(&self, source: &Arc<str>, reason: &'static str) {
+        let labels = RejectedLabels {
+            source: source.clone(),
+            reason,
+        };
+        self.rejected.get_or_create(&labels).inc();
+    }
+
+    /// A delivery attempt of an outbox row of `kind`.
+    pub(crate) fn delivery(&self, kind: &str, result: &'static str) {
+        let labels = DeliveryLabels {
+            kind: kind.to_string(),
+            result,
+        };
+        self.deliveries.get_or_create(&labels).inc();
+    }
+
+    /// A copy of each source's activity, in name order.
+    pub(crate) fn activity(&self) -> Vec<(Arc<str>, Activity)> {
+        let mut all: Vec<_> = self
+            .activity
+            .iter()
+            .map(|(name, a)| (name.clone(), lock(a).clone()))
+            .collect();
+        all.sort_by(|a, b| a.0.cmp(&b.0));
+        all
+    }
+
+    /// The OpenMetrics text, with the outbox gauges set from `outbox` (read at `now`).
+    pub(crate) fn encode(&self, outbox: &OutboxSummary, now: i64) -> String {
+        let _scrape = lock(&self.scrape);
+        self.outbox_rows.clear();
+        for row in &outbox.counts {
+            let labels = OutboxLabels {
+                kind: row.kind.clone(),
+                status: row.status.clone(),
+            };
+            self.outbox_rows.get_or_create(&labels).set(row.rows);
+        }
+        let age = outbox.oldest_pending.map_or(0, |at| (now - at).max(0));
+        self.outbox_oldest_pending.set(age);
+        let mut text = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut text, &self.registry);
+        text
+    }
+}
+
+/// The lock, also after a panic elsewhere: what it guards is counts, never half-written.
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn seen(at: i64, id: &str, outcome: Outcome) -> Seen {
+        Seen {
+            at,
+            id: id.into(),
+            kind: "invoice.paid".into(),
+            outcome,
+            reason: "",
+            millis: 1.0,
+        }
+    }
+
+    #[test]
+    fn activity_keeps_the_last_events_newest_first_and_counts_per_minute() {
+        let mut a = Activity::default();
+        for i in 0..25 {
+            let outcome = if i % 5 == 0 {
+                Outcome::Duplicate
+            } else {
+                Outcome::Processed
+            };
+            a.record(seen(600 + i, &format!("evt_{i}"), outcome));
+        }
+        a.record(seen(660, "evt_next_minute", Outcome::Failed));
+        assert_eq!(a.recent.len(), RECENT);
+        assert_eq!(a.recent[0].id, "evt_next_minute");
+        assert_eq!(a.recent[1].id, "evt_24");
+        let minutes: Vec<_> = a.minutes.iter().copied().collect();
+        assert_eq!(
+            minutes,
+            [
+                Minute {
+                    minute: 10,
+                    processed: 20,
+                    duplicate: 5,
+                    failed: 0
+                },
+                Minute {
+                    minute: 11,
+                    processed: 0,
+                    duplicate: 0,
+                    failed: 1
+                }
+            ]
+        );
+        for m in 12..40 {
+            a.record(seen(m * 60, "x", Outcome::Processed));
+        }
+        assert_eq!(a.minutes.len(), MINUTES);
+        assert_eq!(a.minutes.back().unwrap().minute, 39);
+    }
+
+    #[test]
+    fn encode_counts_events_by_label_and_sets_the_outbox_gauges() {
+        let stripe: Arc<str> = Arc::from("stripe");
+        let m = Metrics::new([&stripe]);
+        m.event(&stripe, seen(1, "evt_1", Outcome::Processed), 0.001);
+        m.event(&stripe, seen(1, "evt_1", Outcome::Duplicate), 0.001);
+        m.event(&stripe, seen(1, "evt_1", Outcome::Duplicate), 0.001);
+        m.rejected(None, "unknown_source", 0.0);
+        m.delivery("forward", "retry");
+        let outbox = OutboxSummary {
+            counts: vec![crate::store::admin::OutboxCount {
+                kind: "forward".into(),
+                status: "pending".into(),
+                rows: 3,
+            }],
+            oldest_pending: Some(100),
+        };
+        let text = m.encode(&outbox, 130);
+        for line in [
+            r#"hookledger_events_total{source="stripe",type="invoice.paid",outcome="processed"} 1"#,
+            r#"hookledger_events_total{source="stripe",type="invoice.paid",outcome="duplicate"} 2"#,
+            r#"hookledger_rejected_total{source="-",reason="unknown_source"} 1"#,
+            r#"hookledger_delivery_attempts_total{kind="forward",result="retry"} 1"#,
+            r#"hookledger_outbox_rows{kind="forward",status="pending"} 3"#,
+            "hookledger_outbox_oldest_pending_seconds 30",
+            "hookledger_request_duration_seconds_count 4",
+        ] {
+            assert!(text.lines().any(|l| l == line), "no `{line}` in\n{text}");
+        }
+        assert!(text.ends_with("# EOF\n"), "{text}");
+        // A status that is gone is gone from the next scrape.
+        let text = m.encode(&OutboxSummary::default(), 130);
+        assert!(!text.contains("hookledger_outbox_rows{"), "{text}");
+        assert!(text.contains("hookledger_outbox_oldest_pending_seconds 0"));
+    }
+}
