@@ -7,6 +7,7 @@ mod util;
 
 mod admin;
 mod billing;
+mod browser;
 mod crash;
 mod effects;
 mod embed;
