@@ -59,6 +59,7 @@ fn the_systemd_unit_is_hardened_and_verifies() {
         "ProtectSystem=strict",
         "NoNewPrivileges=yes",
         "LoadCredential=stripe-webhook-secret:",
+        "LoadCredential=admin-token:",
         "CapabilityBoundingSet=\n",
     ] {
         assert!(unit.contains(line), "no `{}` in the unit", line.trim());
@@ -70,6 +71,13 @@ fn the_systemd_unit_is_hardened_and_verifies() {
     let (_, help, _) = cli(&["serve", "--help"]);
     for flag in exec.split_whitespace().filter(|w| w.starts_with("--")) {
         assert!(help.contains(flag), "serve takes no {flag}");
+    }
+    // Every credential it reads is one the unit loads.
+    for word in exec.split_whitespace() {
+        if let Some((_, name)) = word.split_once("%d/") {
+            let load = format!("LoadCredential={name}:");
+            assert!(unit.contains(&load), "{word} without {load}");
+        }
     }
     let available = std::process::Command::new("systemd-analyze")
         .arg("--version")
