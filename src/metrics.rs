@@ -195,7 +195,7 @@ impl Metrics {
         );
         let writer = WriterMetrics::default();
         registry.register(
-            "writer_batch_size",
+            "batch_size",
             "Jobs (events and other writes) per writer transaction",
             writer.batch_size.clone(),
         );
@@ -407,6 +407,7 @@ mod tests {
             r#"hookledger_outbox_rows{kind="forward",status="pending"} 3"#,
             "hookledger_outbox_oldest_pending_seconds 30",
             "hookledger_request_duration_seconds_count 4",
+            "hookledger_batch_size_count 0",
         ] {
             assert!(text.lines().any(|l| l == line), "no `{line}` in\n{text}");
         }

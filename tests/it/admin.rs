@@ -162,9 +162,9 @@ fn metrics_count_what_the_load_generator_saw_and_what_the_ledger_holds() {
     );
     // Every event went through a writer batch; so did a few other writes (retention's
     // batches at start).
-    let others = total(&m, "hookledger_writer_batch_size_sum", &[]) - 3000.0;
+    let others = total(&m, "hookledger_batch_size_sum", &[]) - 3000.0;
     assert!((0.0..=10.0).contains(&others), "{others} other writes");
-    assert!(total(&m, "hookledger_writer_batch_size_count", &[]) >= 1.0);
+    assert!(total(&m, "hookledger_batch_size_count", &[]) >= 1.0);
     assert_eq!(total(&m, "hookledger_writer_queue_depth", &[]), 0.0);
 }
 
