@@ -30,6 +30,7 @@ use crate::http::body::BodyBudget;
 use crate::http::ingest::Ingest;
 use crate::http::server;
 use crate::metrics::Metrics;
+use crate::reconcile::{self, api::StripeApi};
 use crate::retention::Retention;
 use crate::source::Source;
 use crate::store::{self, ServeGuard, Store};
@@ -47,6 +48,8 @@ pub struct Hookledger {
     /// Delivers outbox rows to the app; `None` without forwarding.
     worker: Option<delivery::Worker>,
     retention: Retention,
+    /// `reconcile = { every, since }` of each stripe source that has it.
+    reconcilers: Vec<reconcile::Periodic>,
     /// No second server on this database while this one lives.
     lock: ServeGuard,
 }
@@ -142,34 +145,9 @@ impl Hookledger {
             }
         }
         let target = delivery::Targets::of(&config)?;
-        let sources = config
-            .sources
-            .iter()
-            .map(|c| {
-                let source = Source::from_config(
-                    c,
-                    &config.stripe_billing,
-                    config.forward.is_some(),
-                    config.http.max_body,
-                )?;
-                Ok((source.name.clone(), source))
-            })
-            .collect::<anyhow::Result<HashMap<_, _>>>()?;
+        let sources = sources_of(&config)?;
         let (mut store, lock) = store::open_for_serve(&config.database, &config.storage)?;
-        if let Some(folder) = &config.schema.migrations {
-            store.migrate_app(folder)?;
-        }
-        let mut sources = sources;
-        for (name, handler) in handlers {
-            if let Some(source) = sources.get_mut(name.as_str()) {
-                source.handlers.push(handler);
-            }
-        }
-        for (name, effects) in compile_effects(&mut *store, &config.effects)? {
-            if let Some(source) = sources.get_mut(name.as_str()) {
-                source.handlers.push(Arc::new(SqlEffects(effects)));
-            }
-        }
+        let sources = with_handlers(&config, &mut *store, sources, handlers)?;
         let metrics = Arc::new(Metrics::new(sources.keys()));
         let (waker, woken) = delivery::Worker::channel();
         let on_commit = waker.clone();
@@ -192,6 +170,24 @@ impl Hookledger {
             None => None,
         };
         let retention = Retention::spawn(handle.clone(), config.retention.clone())?;
+        let mut reconcilers = Vec::new();
+        for c in &config.sources {
+            let (Some(every), Some(api), Some(source)) =
+                (c.reconcile, StripeApi::of(c), sources.get(c.name.as_str()))
+            else {
+                continue;
+            };
+            reconcilers.push(
+                reconcile::Periodic::spawn(
+                    api,
+                    source.clone(),
+                    every.every,
+                    every.since,
+                    handle.clone(),
+                )
+                .context("cannot start the reconcile thread")?,
+            );
+        }
         let ingest = Arc::new(Ingest {
             sources,
             http: config.http.clone(),
@@ -208,6 +204,7 @@ impl Hookledger {
             metrics,
             worker,
             retention,
+            reconcilers,
             lock,
         })
     }
@@ -260,6 +257,7 @@ impl Hookledger {
             metrics: _,
             worker,
             retention,
+            reconcilers,
             lock,
         } = self;
         drop(app);
@@ -267,6 +265,9 @@ impl Hookledger {
         // The worker finishes its current attempt, retention its batch. Then the last writer
         // handle is dropped: the writer commits its queue and ends.
         tokio::task::spawn_blocking(move || {
+            for reconciler in reconcilers {
+                reconciler.stop();
+            }
             if let Some(worker) = worker {
                 worker.stop();
             }
@@ -279,6 +280,51 @@ impl Hookledger {
         log::info!("hookledger stopped");
         Ok(())
     }
+}
+
+/// Each source of `config`, with its built-in handlers: built before the database is opened,
+/// so that a bad source stops start-up before anything is created.
+pub(crate) fn sources_of(config: &Config) -> anyhow::Result<HashMap<Arc<str>, Source>> {
+    config
+        .sources
+        .iter()
+        .map(|c| {
+            let source = Source::from_config(
+                c,
+                &config.stripe_billing,
+                config.forward.is_some(),
+                config.http.max_body,
+            )?;
+            Ok((source.name.clone(), source))
+        })
+        .collect()
+}
+
+/// `sources` with the rest of their handlers, in the order they run: the app's Rust handlers,
+/// then its SQL effects (after its migrations, each statement checked against `store`).
+pub(crate) fn with_handlers(
+    config: &Config,
+    store: &mut dyn Store,
+    mut sources: HashMap<Arc<str>, Source>,
+    handlers: Vec<(String, Arc<dyn Handler>)>,
+) -> anyhow::Result<HashMap<Arc<str>, Arc<Source>>> {
+    if let Some(folder) = &config.schema.migrations {
+        store.migrate_app(folder)?;
+    }
+    for (name, handler) in handlers {
+        if let Some(source) = sources.get_mut(name.as_str()) {
+            source.handlers.push(handler);
+        }
+    }
+    for (name, effects) in compile_effects(store, &config.effects)? {
+        if let Some(source) = sources.get_mut(name.as_str()) {
+            source.handlers.push(Arc::new(SqlEffects(effects)));
+        }
+    }
+    Ok(sources
+        .into_iter()
+        .map(|(name, source)| (name, Arc::new(source)))
+        .collect())
 }
 
 /// The `[[effect]]` entries, grouped by source in config order, each statement checked against

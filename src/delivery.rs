@@ -27,8 +27,10 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::config::ForwardConfig;
+use crate::handler::stripe_billing::{self, RefreshJob, REFRESH};
 use crate::metrics::Metrics;
 use crate::outbox::{next_delay, Attempt, PendingRow, FORWARD};
+use crate::reconcile::api::{ApiError, StripeApi};
 use crate::source::standard::{self, SigningKey};
 use crate::store::{OutboxReader, Write};
 use crate::unix_now;
@@ -42,13 +44,22 @@ const IDLE_POLL: Duration = Duration::from_secs(1);
 /// that rows revived meanwhile (by the CLI) wait at most one round.
 const BATCH: usize = 32;
 
-/// Where and how the worker delivers rows of one kind: [`ForwardConfig`] with its secret
-/// decoded and its HTTP client.
+/// Where and how the worker delivers rows of one kind, and when it tries again.
 pub(crate) struct Target {
-    url: String,
-    key: SigningKey,
+    how: How,
     schedule: Vec<Duration>,
-    agent: ureq::Agent,
+}
+
+enum How {
+    /// POST the row to the app, signed: [`ForwardConfig`] with its secret decoded and its
+    /// HTTP client.
+    Post {
+        url: String,
+        key: SigningKey,
+        agent: ureq::Agent,
+    },
+    /// Fetch the subscription a [`REFRESH`] row names, from the API of the row's source.
+    Fetch(Vec<(String, StripeApi)>),
 }
 
 impl Target {
@@ -56,14 +67,31 @@ impl Target {
     pub(crate) fn new(config: &ForwardConfig) -> anyhow::Result<Target> {
         let key = SigningKey::from_secret(config.secret.expose()).map_err(anyhow::Error::msg)?;
         Ok(Target {
-            url: config.url.clone(),
-            key,
+            how: How::Post {
+                url: config.url.clone(),
+                key,
+                agent: ureq::AgentBuilder::new()
+                    .timeout(config.timeout)
+                    .redirects(0)
+                    .user_agent(concat!("hookledger/", env!("CARGO_PKG_VERSION")))
+                    .build(),
+            },
             schedule: config.schedule.clone(),
-            agent: ureq::AgentBuilder::new()
-                .timeout(config.timeout)
-                .redirects(0)
-                .user_agent(concat!("hookledger/", env!("CARGO_PKG_VERSION")))
-                .build(),
+        })
+    }
+
+    /// The fetches of the sources that refresh subscriptions, if any does. A failed fetch
+    /// is tried again on the outbox's schedule, not inside the attempt.
+    fn fetches(config: &crate::config::Config) -> Option<Target> {
+        let apis: Vec<(String, StripeApi)> = config
+            .sources
+            .iter()
+            .filter(|s| s.refreshes())
+            .filter_map(|s| Some((s.name.clone(), StripeApi::of(s)?.with_backoff(Vec::new()))))
+            .collect();
+        (!apis.is_empty()).then(|| Target {
+            how: How::Fetch(apis),
+            schedule: crate::outbox::default_schedule(),
         })
     }
 }
@@ -82,6 +110,9 @@ impl Targets {
             let target = Target::new(&delivery.target(config.forward.as_ref())?)
                 .map_err(|e| anyhow::anyhow!("delivery `{}`: {e}", delivery.kind))?;
             targets.push((delivery.kind.clone(), target));
+        }
+        if let Some(fetches) = Target::fetches(config) {
+            targets.push((REFRESH.to_string(), fetches));
         }
         Ok((!targets.is_empty()).then_some(Targets(targets)))
     }
@@ -255,14 +286,22 @@ fn attempt(config: &Target, row: &PendingRow) -> Attempt {
             Attempt::Dead { error }
         }
     };
-    match post(&config.agent, &config.url, &config.key, row) {
-        Ok(()) => {
+    let result = match &config.how {
+        How::Post { url, key, agent } => post(agent, url, key, row).map(|()| Attempt::Delivered),
+        How::Fetch(apis) => fetch(apis, row),
+    };
+    match result {
+        Ok(done) => {
             log::info!(
                 "outbox: {} {} delivered (attempt {attempts})",
                 row.kind,
                 row.key
             );
-            Attempt::Delivered
+            done
+        }
+        Err(Failure::Refused(error)) => {
+            log::error!("outbox: {} {} dead: {error}", row.kind, row.key);
+            Attempt::Dead { error }
         }
         Err(Failure::Gone) => {
             log::error!(
@@ -291,6 +330,8 @@ fn parse_retry_after(value: &str, now: std::time::SystemTime) -> Option<Duration
 
 enum Failure {
     Gone,
+    /// Nothing a retry would change (a key Stripe refuses, a subscription it does not have).
+    Refused(String),
     Status(u16, Option<Duration>),
     Transport(String),
 }
@@ -300,6 +341,29 @@ pub(crate) const SOURCE_HEADER: &str = "webhook-source";
 
 /// The header with the delivered event's type (GitHub's and Shopify's are not in the body).
 pub(crate) const TYPE_HEADER: &str = "webhook-type";
+
+/// Fetches the subscription of [`REFRESH`] row `row` from its source's API.
+fn fetch(apis: &[(String, StripeApi)], row: &PendingRow) -> Result<Attempt, Failure> {
+    let job: RefreshJob = serde_json::from_slice(&row.payload)
+        .map_err(|e| Failure::Refused(format!("not a refresh job: {e}")))?;
+    let Some((_, api)) = apis.iter().find(|(name, _)| *name == row.source) else {
+        return Err(Failure::Refused(format!(
+            "source {} has no api_key to fetch with",
+            row.source
+        )));
+    };
+    let json = api.subscription(&job.subscription).map_err(|e| match e {
+        ApiError::Failed(why) => Failure::Transport(why),
+        refused => Failure::Refused(refused.to_string()),
+    })?;
+    let snapshot = stripe_billing::decode_subscription(&json)
+        .map_err(|e| Failure::Refused(format!("Stripe's subscription: {}", e.summary())))?;
+    Ok(Attempt::Fetched {
+        snapshot,
+        at: job.at,
+        fetched: unix_now(),
+    })
+}
 
 /// POSTs the verified event body with the Standard Webhooks headers and the source's name.
 fn post(agent: &ureq::Agent, url: &str, key: &SigningKey, row: &PendingRow) -> Result<(), Failure> {

@@ -37,6 +37,7 @@ mod handler;
 mod http;
 mod metrics;
 mod outbox;
+mod reconcile;
 mod retention;
 mod source;
 mod store;
@@ -45,8 +46,8 @@ mod writer;
 pub use app::{Builder, Hookledger, RunningServer};
 pub use config::{
     Config, Database, DeliveryConfig, EffectConfig, ForwardConfig, HmacAlgorithm, HmacConfig,
-    HmacEncoding, HttpConfig, Locator, RetentionConfig, SchemaConfig, SchemeName, SourceConfig,
-    StorageConfig, StripeBillingConfig, WriterConfig,
+    HmacEncoding, HttpConfig, Locator, ReconcileConfig, Refresh, RetentionConfig, SchemaConfig,
+    SchemeName, SourceConfig, StorageConfig, StripeBillingConfig, WriterConfig,
 };
 pub use event::{Event, JsonError, ParseError};
 pub use handler::{Handler, Prepared, Tx};

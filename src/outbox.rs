@@ -5,6 +5,8 @@
 
 use std::time::Duration;
 
+use crate::handler::stripe_billing::SubscriptionChange;
+
 /// Outbox kind for "POST this event to the app".
 pub(crate) const FORWARD: &str = "forward";
 
@@ -36,13 +38,22 @@ pub(crate) enum Attempt {
     Dead {
         error: String,
     },
+    /// A [`REFRESH`] row's fetch: `snapshot` of the subscription, fetched at second `fetched`
+    /// for a tie at second `at`, is stored as the row is marked done.
+    ///
+    /// [`REFRESH`]: crate::handler::stripe_billing::REFRESH
+    Fetched {
+        snapshot: SubscriptionChange,
+        at: i64,
+        fetched: i64,
+    },
 }
 
 impl Attempt {
     /// The result as counted: `delivered`, `retry` or `dead`.
     pub(crate) fn label(&self) -> &'static str {
         match self {
-            Attempt::Delivered => "delivered",
+            Attempt::Delivered | Attempt::Fetched { .. } => "delivered",
             Attempt::Retry { .. } => "retry",
             Attempt::Dead { .. } => "dead",
         }

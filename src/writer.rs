@@ -108,6 +108,25 @@ impl WriterHandle {
         }
     }
 
+    /// Queues an event, waiting for room in the queue: for background threads (reconcile),
+    /// never for the request path, which must not wait.
+    pub(crate) fn submit_blocking(
+        &self,
+        submission: Submission,
+    ) -> Result<oneshot::Receiver<Result<Outcome, StoreError>>, StoreError> {
+        let (reply, rx) = oneshot::channel();
+        let job = Job::Event {
+            submission: Some(submission),
+            reply,
+        };
+        self.depth.inc();
+        if self.queue.send(Message::Job(job)).is_err() {
+            self.depth.dec();
+            return Err(StoreError::ShuttingDown);
+        }
+        Ok(rx)
+    }
+
     /// Runs `write` in the writer and blocks until it committed. For background threads,
     /// never for the async request path.
     pub(crate) fn run_blocking(&self, write: Write) -> Result<u64, StoreError> {
@@ -322,6 +341,7 @@ pub(crate) mod ceiling {
         let store = SqliteStore::open(db, crate::config::DEFAULT_BUSY_TIMEOUT)?;
         let billing: Arc<dyn Handler> = Arc::new(StripeBilling {
             credits_per_invoice: DEFAULT_CREDITS_PER_INVOICE,
+            refresh: None,
         });
         let source: Arc<str> = Arc::from("stripe");
         let mut submissions = bodies

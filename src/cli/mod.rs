@@ -1,6 +1,7 @@
 //! The command line: one `match` on the subcommand, each arm a call into the library.
 
 mod admin;
+mod reconcile;
 mod serve;
 pub(crate) mod table;
 
@@ -79,6 +80,10 @@ pub enum Command {
         #[command(flatten)]
         db: DbArg,
     },
+    /// Recover events Stripe has and the ledger lacks (webhooks missed for good) from Stripe's
+    /// API, through the same claim and effects as a webhook; print found, applied, already
+    /// present and failed. It may run while `serve` runs on the same database.
+    Reconcile(reconcile::ReconcileArgs),
     /// Copy a SQLite ledger (--db) into an empty PostgreSQL database: the ledger, the outbox
     /// and the stripe-billing tables, keys included. Stop `serve` first; then start it with
     /// the new database.
@@ -236,6 +241,7 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
             },
             &db,
         ),
+        Command::Reconcile(args) => reconcile::run(args),
         Command::MigrateTo { target, db } => migrate_to(&db.db, &target),
         Command::GenSecret => gen_secret(),
     }

@@ -12,7 +12,11 @@ pub use database::Database;
 pub(crate) use effect::{bind_parameters, split_statements, BoundStatement};
 pub use effect::{EffectConfig, SchemaConfig};
 pub(crate) use source::one_secret;
-pub use source::{HmacAlgorithm, HmacConfig, HmacEncoding, Locator, SchemeName, SourceConfig};
+pub use source::{
+    HmacAlgorithm, HmacConfig, HmacEncoding, Locator, ReconcileConfig, Refresh, SchemeName,
+    SourceConfig,
+};
+pub(crate) use source::{MAX_RECONCILE_SINCE, STRIPE_API_BASE};
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

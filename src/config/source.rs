@@ -40,6 +40,52 @@ pub struct SourceConfig {
     /// Scheme `hmac` only: where the event type is.
     #[serde(default, rename = "type")]
     pub kind: Option<Locator>,
+    /// Scheme `stripe` only: the secret API key of `reconcile` and of the fresh-state refresh
+    /// (in a config file `env:NAME` or `file:PATH`). A restricted key that may read Events
+    /// and Subscriptions is enough.
+    #[serde(default)]
+    pub api_key: Option<Secret>,
+    /// Scheme `stripe` only: where Stripe's API is. Default: [`STRIPE_API_BASE`].
+    #[serde(default)]
+    pub api_base: Option<String>,
+    /// Scheme `stripe` only: `serve` reconciles with the API every `every`, looking back
+    /// `since` (`reconcile = { every = "1h", since = "3d" }`).
+    #[serde(default)]
+    pub reconcile: Option<ReconcileConfig>,
+    /// Scheme `stripe` with `stripe-billing` and an `api_key`: when the current subscription
+    /// is fetched from the API after commit. Default: on ties.
+    #[serde(default)]
+    pub refresh: Refresh,
+}
+
+/// Stripe's API.
+pub(crate) const STRIPE_API_BASE: &str = "https://api.stripe.com";
+
+/// Stripe keeps events for 30 days: a reconcile cannot look further back.
+pub(crate) const MAX_RECONCILE_SINCE: Duration = Duration::from_secs(30 * 86_400);
+
+/// `reconcile = { every = "1h", since = "3d" }` of a stripe source.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReconcileConfig {
+    #[serde(with = "super::duration")]
+    pub every: Duration,
+    #[serde(with = "super::duration")]
+    pub since: Duration,
+}
+
+/// When stripe-billing fetches a subscription from the API after commit and stores Stripe's
+/// answer as the newest snapshot.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Refresh {
+    /// When a subscription event ties with the stored one (same `created` and rank): the
+    /// first would win, but which is current is unknown.
+    #[default]
+    Ties,
+    /// After every subscription event.
+    Always,
+    Off,
 }
 
 /// The signature schemes hookledger verifies.
@@ -129,7 +175,19 @@ impl SourceConfig {
             hmac: None,
             id: None,
             kind: None,
+            api_key: None,
+            api_base: None,
+            reconcile: None,
+            refresh: Refresh::default(),
         }
+    }
+
+    /// Whether subscription events may queue a fetch of the current subscription: a stripe
+    /// source with stripe-billing and an API key, and `refresh` not off.
+    pub(crate) fn refreshes(&self) -> bool {
+        self.api_key.is_some()
+            && self.refresh != Refresh::Off
+            && self.handlers.iter().any(|h| h == "stripe-billing")
     }
 
     /// The largest body this source accepts, given the listener's default.
@@ -145,6 +203,10 @@ impl SourceConfig {
     pub(crate) fn resolve_secrets(&mut self, folder: &Path) -> anyhow::Result<()> {
         let key = format!("source `{}`: secrets", self.name);
         self.secrets = resolve_secrets(&key, &self.secrets, folder)?;
+        if let Some(api_key) = &self.api_key {
+            let key = format!("source `{}`: api_key", self.name);
+            self.api_key = Some(one_secret(&key, api_key, folder)?);
+        }
         Ok(())
     }
 
@@ -231,6 +293,65 @@ impl SourceConfig {
                     bail!("source `{name}`: {key} applies to scheme hmac only, not {scheme}");
                 }
             }
+        }
+        self.validate_api()
+    }
+}
+
+impl SourceConfig {
+    /// The Stripe API settings: stripe sources only; reconcile needs a key and at most 30
+    /// days; `refresh = "always"` needs a key and stripe-billing.
+    fn validate_api(&self) -> anyhow::Result<()> {
+        let name = &self.name;
+        if self.scheme != SchemeName::Stripe {
+            for (key, set) in [
+                ("api_key", self.api_key.is_some()),
+                ("api_base", self.api_base.is_some()),
+                ("reconcile", self.reconcile.is_some()),
+                ("refresh", self.refresh != Refresh::default()),
+            ] {
+                if set {
+                    bail!(
+                        "source `{name}`: {key} applies to scheme stripe only, not {}",
+                        self.scheme.as_str()
+                    );
+                }
+            }
+            return Ok(());
+        }
+        if let Some(base) = &self.api_base {
+            let url = url::Url::parse(base)
+                .map_err(|e| anyhow!("source `{name}`: api_base is not a URL: {e}"))?;
+            if !matches!(url.scheme(), "http" | "https") || !url.has_host() {
+                bail!("source `{name}`: api_base must be an http:// or https:// URL with a host");
+            }
+        }
+        if let Some(key) = &self.api_key {
+            if key.expose().trim().is_empty() {
+                bail!("source `{name}`: api_key is empty");
+            }
+        }
+        if let Some(r) = &self.reconcile {
+            if self.api_key.is_none() {
+                bail!(
+                    "source `{name}`: reconcile needs api_key (api_key = \"env:STRIPE_API_KEY\")"
+                );
+            }
+            if r.every < Duration::from_secs(1) {
+                bail!("source `{name}`: reconcile.every must be at least 1s");
+            }
+            if r.since.is_zero() || r.since > MAX_RECONCILE_SINCE {
+                bail!(
+                    "source `{name}`: reconcile.since must be more than 0 and at most 30d \
+                     (Stripe keeps events for 30 days)"
+                );
+            }
+        }
+        if self.refresh == Refresh::Always && !self.refreshes() {
+            bail!(
+                "source `{name}`: refresh = \"always\" needs api_key and the stripe-billing \
+                 handler (it fetches subscriptions for stripe-billing's snapshot)"
+            );
         }
         Ok(())
     }

@@ -26,10 +26,12 @@ pub use crate::store::Tx;
 pub(crate) fn by_name(
     name: &str,
     billing: &StripeBillingConfig,
+    refresh: Option<crate::config::Refresh>,
 ) -> anyhow::Result<Arc<dyn Handler>> {
     match name {
         "stripe-billing" => Ok(Arc::new(stripe_billing::StripeBilling {
             credits_per_invoice: billing.credits_per_invoice,
+            refresh,
         })),
         other => anyhow::bail!("unknown handler `{other}`"),
     }

@@ -17,6 +17,7 @@
 
 use serde::Deserialize;
 
+use crate::config::Refresh;
 use crate::event::{check_id, Event, JsonError, ParseError};
 use crate::handler::{Handler, Prepared, Tx};
 use crate::store::Dialect;
@@ -28,7 +29,27 @@ pub(crate) const DEFAULT_CREDITS_PER_INVOICE: i64 = 100;
 /// The handler, with the credits it grants per paid invoice.
 pub(crate) struct StripeBilling {
     pub(crate) credits_per_invoice: i64,
+    /// When to queue a fetch of the current subscription from Stripe's API ([`REFRESH`]);
+    /// `None` without an API key.
+    pub(crate) refresh: Option<Refresh>,
 }
+
+/// The outbox kind of a fetch of the current subscription from Stripe's API, after commit;
+/// its payload is [`RefreshJob`].
+pub(crate) const REFRESH: &str = "stripe_refresh";
+
+/// What a [`REFRESH`] row asks for: subscription `subscription`, whose events tied at second
+/// `at` (Stripe's clock).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub(crate) struct RefreshJob {
+    pub(crate) subscription: String,
+    pub(crate) at: i64,
+}
+
+/// The rank of a snapshot fetched from the API: above every event of the same second (what
+/// Stripe says at the end of a second is newer than what happened in it); any later event
+/// wins over it.
+const FETCHED_RANK: i64 = 3;
 
 impl Handler for StripeBilling {
     fn name(&self) -> &str {
@@ -50,22 +71,114 @@ impl Handler for StripeBilling {
         let created = event.created.unwrap_or_default();
         let applied = apply(tx, &event.id, created, &change, self.credits_per_invoice)?;
         log::debug!("stripe-billing {} {}: {applied:?}", event.id, event.kind);
+        if let Change::Subscription(s) = &change {
+            self.maybe_refresh(tx, event, s, applied)?;
+        }
         Ok(())
     }
 
     /// On PostgreSQL, a batch in three or four statements ([`batch`]); elsewhere one by one.
+    /// With refreshes on, subscription events go one by one on PostgreSQL too: whether one
+    /// ties is known only then.
     fn handle_all(&self, tx: &Tx<'_>, events: Vec<(&Event, Prepared)>) -> Result<(), StoreError> {
         if tx.dialect() != Dialect::Postgres {
             return events
                 .into_iter()
                 .try_for_each(|(event, prepared)| self.handle(tx, event, prepared));
         }
-        let changes: Vec<(&Event, Change)> = events
+        let mut changes: Vec<(&Event, Change)> = events
             .into_iter()
             .filter_map(|(event, prepared)| Some((event, prepared.take::<Change>()?)))
             .collect();
+        if self.refresh.is_some() {
+            let (subscriptions, invoices) = changes
+                .into_iter()
+                .partition(|(_, c)| matches!(c, Change::Subscription(_)));
+            for (event, change) in subscriptions {
+                self.handle(tx, event, Prepared::new(change))?;
+            }
+            changes = invoices;
+        }
         batch::apply(tx, &changes, self.credits_per_invoice)
     }
+}
+
+impl StripeBilling {
+    /// Queues a fetch of subscription `s` after commit when its event tied with the stored
+    /// one (the first would stay, though which is current is unknown), or after every
+    /// subscription event with `refresh = "always"`.
+    fn maybe_refresh(
+        &self,
+        tx: &Tx<'_>,
+        event: &Event,
+        s: &SubscriptionChange,
+        applied: Applied,
+    ) -> Result<(), StoreError> {
+        let wanted = match self.refresh {
+            Some(Refresh::Always) => true,
+            Some(Refresh::Ties) => applied == Applied::Tie,
+            Some(Refresh::Off) | None => false,
+        };
+        if !wanted {
+            return Ok(());
+        }
+        let job = RefreshJob {
+            subscription: s.id.clone(),
+            at: event.created.unwrap_or_default(),
+        };
+        let payload = serde_json::to_vec(&job).map_err(|e| StoreError::Database(e.to_string()))?;
+        let now = crate::unix_now();
+        tx.execute(
+            "INSERT INTO outbox
+                 (kind, source, key, event_type, payload, status, next_attempt_at, created_at)
+             VALUES ($1, $2, $3, $4, $5, 'pending', $6, $6)
+             ON CONFLICT (kind, source, key) DO NOTHING",
+            &[
+                &REFRESH,
+                &event.source,
+                &event.id,
+                &event.kind,
+                &payload,
+                &now,
+            ],
+        )?;
+        log::info!(
+            "stripe-billing {} {}: {applied:?}; the current subscription {} will be fetched",
+            event.id,
+            event.kind,
+            s.id
+        );
+        Ok(())
+    }
+}
+
+/// Subscription `json` as Stripe's API returns it, as a snapshot to store.
+pub(crate) fn decode_subscription(json: &[u8]) -> Result<SubscriptionChange, ParseError> {
+    let object: SubscriptionObject =
+        serde_json::from_slice(json).map_err(|e| ParseError::Object {
+            kind: "subscription".into(),
+            detail: e.into(),
+        })?;
+    check_id("id", &object.id)?;
+    Ok(SubscriptionChange {
+        id: object.id,
+        customer_id: object.customer.into_id(),
+        account_id: non_empty_account(object.metadata),
+        status: object.status,
+        rank: FETCHED_RANK,
+    })
+}
+
+/// Stores `snapshot`, fetched from the API for a tie at second `at` (or later), as the newest
+/// state up to the second it was fetched in, `fetched` (or `at` if Stripe's clock is ahead).
+pub(crate) fn store_fetched(
+    tx: &Tx<'_>,
+    snapshot: &SubscriptionChange,
+    at: i64,
+    fetched: i64,
+) -> Result<Applied, StoreError> {
+    let second = fetched.max(at);
+    upsert_subscription(tx, &format!("api:{second}"), second, snapshot)
 }
 
 /// What an event changes, decided by its type and decoded on the request path. Other types

@@ -290,6 +290,7 @@ proptest! {
         let (handle, writer) = writer::spawn(Box::new(store), config, None, Default::default()).unwrap();
         let billing: Arc<dyn Handler> = Arc::new(StripeBilling {
             credits_per_invoice: CREDITS_PER_INVOICE,
+            refresh: None,
         });
 
         // Round-robin the deliveries over the threads; each thread submits all of its share

@@ -12,7 +12,6 @@ use axum::response::{IntoResponse, Response};
 
 use crate::config::HttpConfig;
 use crate::event::Event;
-use crate::handler::Submission;
 use crate::http::body::{declared_size, read_body, BodyBudget};
 use crate::http::error::{IngestError, Rejection};
 use crate::http::log_budget::LogBudget;
@@ -24,7 +23,7 @@ use crate::writer::WriterHandle;
 
 /// What the request path needs, shared by all requests.
 pub(crate) struct Ingest {
-    pub(crate) sources: HashMap<Arc<str>, Source>,
+    pub(crate) sources: HashMap<Arc<str>, Arc<Source>>,
     pub(crate) http: HttpConfig,
     pub(crate) budget: BodyBudget,
     pub(crate) writer: WriterHandle,
@@ -158,17 +157,9 @@ async fn receive(
         created: envelope.created,
         body,
     };
-    let handlers = source
-        .handlers
-        .iter()
-        .map(|h| Ok((h.clone(), h.prepare(&event)?)))
-        .collect::<Result<Vec<_>, _>>()
+    let submission = source
+        .submission(event.clone())
         .map_err(|e| (Some(Known::of(&event)), IngestError::Parse(e)))?;
-    let submission = Submission {
-        event: event.clone(),
-        handlers,
-        forward: source.forward,
-    };
     let fail = |e: StoreError| (Some(Known::of(&event)), IngestError::from(e));
     let reply = ingest.writer.try_submit(submission).map_err(fail)?;
     let outcome = reply

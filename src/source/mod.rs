@@ -18,8 +18,8 @@ use std::sync::Arc;
 use axum::http::HeaderMap;
 
 use crate::config::{SchemeName, SourceConfig, StripeBillingConfig};
-use crate::event::ParseError;
-use crate::handler::{self, Handler};
+use crate::event::{Event, ParseError};
+use crate::handler::{self, Handler, Submission};
 
 /// One signature scheme with its secrets and settings.
 pub(crate) trait Scheme: Send + Sync + 'static {
@@ -64,6 +64,21 @@ pub(crate) struct Source {
 }
 
 impl Source {
+    /// `event` of this source as the writer takes it: each handler's preparation (decoding on
+    /// the caller's thread), and whether to forward it.
+    pub(crate) fn submission(&self, event: Event) -> Result<Submission, ParseError> {
+        let handlers = self
+            .handlers
+            .iter()
+            .map(|h| Ok((h.clone(), h.prepare(&event)?)))
+            .collect::<Result<Vec<_>, ParseError>>()?;
+        Ok(Submission {
+            event,
+            handlers,
+            forward: self.forward,
+        })
+    }
+
     /// Builds the source `config` describes (validated), with its handlers.
     pub(crate) fn from_config(
         config: &SourceConfig,
@@ -99,7 +114,9 @@ impl Source {
         let handlers = config
             .handlers
             .iter()
-            .map(|name| handler::by_name(name, billing))
+            .map(|name| {
+                handler::by_name(name, billing, config.refreshes().then_some(config.refresh))
+            })
             .collect::<anyhow::Result<_>>()
             .map_err(|e| anyhow::anyhow!("source `{}`: handlers: {e}", config.name))?;
         Ok(Source {

@@ -3,6 +3,8 @@
 //! store's own query (`due`): SQLite has one server, PostgreSQL leases rows to one of several.
 
 use crate::event::Event;
+use crate::handler::stripe_billing;
+use crate::handler::Tx;
 use crate::outbox::{Attempt, FORWARD};
 use crate::store::tx::Session;
 use crate::store::StoreError;
@@ -26,6 +28,15 @@ pub(crate) fn enqueue(
     Ok(inserted == 1)
 }
 
+fn mark_done(tx: &dyn Session, id: i64, queued: i64, now: i64) -> Result<u64, StoreError> {
+    tx.execute(
+        "UPDATE outbox SET status = 'done', attempts = attempts + 1, done_at = $2,
+             last_error = NULL, leased_until = NULL
+         WHERE id = $1 AND status = 'pending' AND queued = $3",
+        &[&id, &now, &queued],
+    )
+}
+
 /// Records an attempt on row `id`, made on the row as it was when queued for the `queued`-th
 /// time, and ends its lease. Only that row, still pending, changes: a replay or retry that
 /// queued it again while the attempt was in flight wins (the row is attempted again), as does
@@ -38,12 +49,15 @@ pub(crate) fn record(
     now: i64,
 ) -> Result<u64, StoreError> {
     match attempt {
-        Attempt::Delivered => tx.execute(
-            "UPDATE outbox SET status = 'done', attempts = attempts + 1, done_at = $2,
-                 last_error = NULL, leased_until = NULL
-             WHERE id = $1 AND status = 'pending' AND queued = $3",
-            &[&id, &now, &queued],
-        ),
+        Attempt::Delivered => mark_done(tx, id, queued, now),
+        Attempt::Fetched {
+            snapshot,
+            at,
+            fetched,
+        } => {
+            stripe_billing::store_fetched(&Tx::new(tx), snapshot, *at, *fetched)?;
+            mark_done(tx, id, queued, now)
+        }
         Attempt::Retry { at, error } => tx.execute(
             "UPDATE outbox SET attempts = attempts + 1, next_attempt_at = $2, last_error = $3,
                  leased_until = NULL

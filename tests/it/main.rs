@@ -18,6 +18,7 @@ mod operations;
 mod outbox;
 mod postgres;
 mod receiver;
+mod reconcile;
 mod secrets;
 mod sources;
 mod startup;

@@ -188,6 +188,7 @@ mod tests {
         let mut together = PgStore::open(&all.url, std::time::Duration::from_secs(5)).unwrap();
         let handler = StripeBilling {
             credits_per_invoice: 100,
+            refresh: None,
         };
         let mut rng = fastrand::Rng::with_seed(7);
         let prepared = |e: &Event| handler.prepare(e).unwrap();

@@ -1,0 +1,230 @@
+//! Reconcile: the events Stripe has that the ledger lacks (a webhook missed for good: the
+//! endpoint down for longer than Stripe retries, a secret wrong for a day), recovered from
+//! Stripe's API and run through the same claim and effects as a webhook.
+//!
+//! Pages of `GET /v1/events` (newest first, 100 each, `created[gte]`) are read one at a time;
+//! each page's events go to the writer oldest first, all of the page at once, so they share
+//! transactions as concurrent webhooks do. Every event is its own claim: a run killed midway
+//! leaves whole events behind, and the next run (or the webhook, if it comes) finds them
+//! claimed. Events from the API come over TLS from Stripe with our key, so they need no
+//! webhook signature.
+
+pub(crate) mod api;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crate::event::Event;
+use crate::source::{stripe, Source};
+use crate::store::tx::Session;
+use crate::store::Outcome;
+use crate::writer::WriterHandle;
+
+use api::{ApiError, StripeApi};
+
+/// What a run found and did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub(crate) struct Counts {
+    /// Events Stripe listed.
+    pub(crate) found: u64,
+    /// Claimed and applied now (with `--dry-run`: would be).
+    pub(crate) applied: u64,
+    /// Claimed already (by a webhook or an earlier run).
+    pub(crate) already_present: u64,
+    /// Not applied: unreadable, refused by a handler, or the database failed.
+    pub(crate) failed: u64,
+}
+
+/// What happens to the events the ledger lacks.
+pub(crate) enum Mode<'a> {
+    /// Through the writer: the same claim and effects as a webhook.
+    Apply(&'a WriterHandle),
+    /// Counted as they would be, on a read connection; nothing is written.
+    DryRun(&'a dyn Session),
+}
+
+/// Reconciles `source` with the events Stripe created at or after `since` (Unix seconds),
+/// until done or `stop` is set (checked between pages). An `Err` stops the run (the API
+/// refused the key, or kept failing); what was applied before stays, and a rerun picks up the
+/// rest.
+pub(crate) fn run(
+    api: &StripeApi,
+    source: &Source,
+    since: i64,
+    mode: &Mode<'_>,
+    stop: &AtomicBool,
+) -> Result<Counts, ApiError> {
+    let mut counts = Counts::default();
+    let mut after: Option<String> = None;
+    while !stop.load(Ordering::SeqCst) {
+        let page = api.events(since, after.as_deref())?;
+        counts.found += page.events.len() as u64;
+        let Some(last) = page.events.last() else {
+            break;
+        };
+        after = Some(event_id(last)?);
+        let mut events = Vec::with_capacity(page.events.len());
+        for body in page.events {
+            match read(source, body) {
+                Some(event) => events.push(event),
+                None => counts.failed += 1,
+            }
+        }
+        // Oldest first; among equal `created`, in Stripe's order reversed (also oldest first).
+        events.reverse();
+        events.sort_by_key(|e| e.created);
+        match mode {
+            Mode::Apply(writer) => apply(source, events, writer, &mut counts),
+            Mode::DryRun(conn) => count_present(source, &events, *conn, &mut counts),
+        }
+        if !page.has_more {
+            break;
+        }
+    }
+    Ok(counts)
+}
+
+/// The id of a listed event, for the next page's `starting_after`.
+fn event_id(body: &[u8]) -> Result<String, ApiError> {
+    #[derive(serde::Deserialize)]
+    struct Id {
+        id: String,
+    }
+    serde_json::from_slice::<Id>(body)
+        .map(|e| e.id)
+        .map_err(|e| ApiError::Failed(format!("an event in Stripe's list has no id: {e}")))
+}
+
+/// The event in `body`, read as the stripe scheme reads a webhook; `None` (logged) when it
+/// cannot be.
+fn read(source: &Source, body: Vec<u8>) -> Option<Event> {
+    match stripe::envelope(&body) {
+        Ok(envelope) => Some(Event {
+            source: source.name.clone(),
+            id: envelope.id,
+            kind: envelope.kind,
+            created: envelope.created,
+            body: body.into(),
+        }),
+        Err(e) => {
+            log::error!(
+                "reconcile {}: an event from the API: {}",
+                source.name,
+                e.summary()
+            );
+            None
+        }
+    }
+}
+
+fn apply(source: &Source, events: Vec<Event>, writer: &WriterHandle, counts: &mut Counts) {
+    let mut waiting = Vec::with_capacity(events.len());
+    for event in events {
+        let id = event.id.clone();
+        match source.submission(event) {
+            Ok(submission) => match writer.submit_blocking(submission) {
+                Ok(reply) => waiting.push((id, reply)),
+                Err(e) => {
+                    log::error!("reconcile {} {id}: {e}", source.name);
+                    counts.failed += 1;
+                }
+            },
+            Err(e) => {
+                log::error!("reconcile {} {id}: refused: {}", source.name, e.summary());
+                counts.failed += 1;
+            }
+        }
+    }
+    for (id, reply) in waiting {
+        match reply.blocking_recv() {
+            Ok(Ok(Outcome::Processed)) => {
+                log::info!("reconcile {} {id}: applied", source.name);
+                counts.applied += 1;
+            }
+            Ok(Ok(Outcome::Duplicate)) => counts.already_present += 1,
+            Ok(Err(e)) => {
+                log::error!("reconcile {} {id}: {e}", source.name);
+                counts.failed += 1;
+            }
+            Err(_) => {
+                log::error!("reconcile {} {id}: the writer stopped", source.name);
+                counts.failed += 1;
+            }
+        }
+    }
+}
+
+fn count_present(source: &Source, events: &[Event], conn: &dyn Session, counts: &mut Counts) {
+    for event in events {
+        let present = conn.query(
+            "SELECT 1 FROM webhook_events WHERE source = $1 AND event_id = $2",
+            &[&&*source.name, &event.id],
+        );
+        match present {
+            Ok(rows) if rows.is_empty() => counts.applied += 1,
+            Ok(_) => counts.already_present += 1,
+            Err(e) => {
+                log::error!("reconcile {} {}: {e}", source.name, event.id);
+                counts.failed += 1;
+            }
+        }
+    }
+}
+
+/// `serve`'s periodic reconcile of one source: every `every`, a run over the last `since`,
+/// through the server's writer.
+pub(crate) struct Periodic {
+    stop: Arc<AtomicBool>,
+    wake: mpsc::SyncSender<()>,
+    thread: JoinHandle<()>,
+}
+
+impl Periodic {
+    /// Starts the thread; the first run is one `every` after start.
+    pub(crate) fn spawn(
+        api: StripeApi,
+        source: Arc<Source>,
+        every: Duration,
+        since: Duration,
+        writer: WriterHandle,
+    ) -> std::io::Result<Periodic> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (wake, woken) = mpsc::sync_channel(1);
+        let flag = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name(format!("hookledger-reconcile-{}", source.name))
+            .spawn(move || {
+                while !flag.load(Ordering::SeqCst) {
+                    let _ = woken.recv_timeout(every);
+                    if flag.load(Ordering::SeqCst) {
+                        break;
+                    }
+                    let from = crate::unix_now() - since.as_secs() as i64;
+                    match run(&api, &source, from, &Mode::Apply(&writer), &flag) {
+                        Ok(c) => log::info!(
+                            "reconcile {}: found {}, applied {}, already present {}, failed {}",
+                            source.name,
+                            c.found,
+                            c.applied,
+                            c.already_present,
+                            c.failed
+                        ),
+                        Err(e) => log::error!("reconcile {}: {e}", source.name),
+                    }
+                }
+            })?;
+        Ok(Periodic { stop, wake, thread })
+    }
+
+    /// Lets a run in progress finish its page, and stops.
+    pub(crate) fn stop(self) {
+        self.stop.store(true, Ordering::SeqCst);
+        let _ = self.wake.try_send(());
+        if self.thread.join().is_err() {
+            log::error!("reconcile thread panicked");
+        }
+    }
+}
