@@ -174,8 +174,8 @@ fn count_present(source: &Source, events: &[Event], conn: &dyn Session, counts: 
     }
 }
 
-/// `serve`'s periodic reconcile of one source: every `every`, a run over the last `since`,
-/// through the server's writer.
+/// `serve`'s periodic reconcile of one source: a run over the last `since` at start-up (after
+/// downtime is when events were missed), then every `every`, through the server's writer.
 pub(crate) struct Periodic {
     stop: Arc<AtomicBool>,
     wake: mpsc::SyncSender<()>,
@@ -183,7 +183,7 @@ pub(crate) struct Periodic {
 }
 
 impl Periodic {
-    /// Starts the thread; the first run is one `every` after start.
+    /// Starts the thread; the first run starts at once.
     pub(crate) fn spawn(
         api: StripeApi,
         source: Arc<Source>,
@@ -198,10 +198,6 @@ impl Periodic {
             .name(format!("hookledger-reconcile-{}", source.name))
             .spawn(move || {
                 while !flag.load(Ordering::SeqCst) {
-                    let _ = woken.recv_timeout(every);
-                    if flag.load(Ordering::SeqCst) {
-                        break;
-                    }
                     let from = crate::unix_now() - since.as_secs() as i64;
                     match run(&api, &source, from, &Mode::Apply(&writer), &flag) {
                         Ok(c) => log::info!(
@@ -214,6 +210,7 @@ impl Periodic {
                         ),
                         Err(e) => log::error!("reconcile {}: {e}", source.name),
                     }
+                    let _ = woken.recv_timeout(every);
                 }
             })?;
         Ok(Periodic { stop, wake, thread })

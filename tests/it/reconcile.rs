@@ -245,26 +245,35 @@ fn reconcile_killed_midway_and_rerun_ends_as_one_clean_run() {
 }
 
 /// `reconcile = { every, since }` on the source: `serve` recovers missed events by itself,
-/// through its writer.
+/// through its writer: once at start-up (with `every = "1h"` nothing else could have run),
+/// then every `every` (an event added later is picked up).
 #[test]
-fn serve_reconciles_periodically() {
+fn serve_reconciles_at_start_up_and_then_periodically() {
     let fake = FakeStripe::start(API_KEY);
-    for (id, body) in invoices(hours_ago()).into_iter().take(5) {
-        fake.add_event(serde_json::from_slice(&body).unwrap());
-        assert!(id.starts_with("evt_rec_"));
+    let events = invoices(hours_ago());
+    for (_, body) in events.iter().take(5) {
+        fake.add_event(serde_json::from_slice(body).unwrap());
     }
-    let server = serve_with_api(&fake, "reconcile = { every = \"1s\", since = \"1d\" }\n");
-    let db = server.db();
+    let hourly = serve_with_api(&fake, "reconcile = { every = \"1h\", since = \"1d\" }\n");
+    let db = hourly.db();
     wait_for(WAIT, || (ledger_count(&db) == 5).then_some(()))
-        .unwrap_or_else(|| panic!("not reconciled: {}", server.log()));
+        .unwrap_or_else(|| panic!("not reconciled at start-up: {}", hourly.log()));
     assert_eq!(total_credits(&db), 5 * 100);
     assert!(
-        server
+        hourly
             .log()
             .contains("reconcile stripe: found 5, applied 5"),
         "{}",
-        server.log()
+        hourly.log()
     );
+
+    let server = serve_with_api(&fake, "reconcile = { every = \"1s\", since = \"1d\" }\n");
+    let db = server.db();
+    wait_for(WAIT, || (ledger_count(&db) == 5).then_some(())).expect("first run");
+    fake.add_event(serde_json::from_slice(&events[5].1).unwrap());
+    wait_for(WAIT, || (ledger_count(&db) == 6).then_some(()))
+        .unwrap_or_else(|| panic!("a later event not reconciled: {}", server.log()));
+    assert_eq!(total_credits(&db), 6 * 100);
 }
 
 /// A config whose `stripe` source uses the fake API for reconcile and refreshes.
