@@ -352,6 +352,7 @@ fn fetch(apis: &[(String, StripeApi)], row: &PendingRow) -> Result<Attempt, Fail
             row.source
         )));
     };
+    let started = unix_now();
     let json = api.subscription(&job.subscription).map_err(|e| match e {
         ApiError::Failed(why) => Failure::Transport(why),
         refused => Failure::Refused(refused.to_string()),
@@ -361,7 +362,7 @@ fn fetch(apis: &[(String, StripeApi)], row: &PendingRow) -> Result<Attempt, Fail
     Ok(Attempt::Fetched {
         snapshot,
         at: job.at,
-        fetched: unix_now(),
+        started,
     })
 }
 

@@ -38,14 +38,14 @@ pub(crate) enum Attempt {
     Dead {
         error: String,
     },
-    /// A [`REFRESH`] row's fetch: `snapshot` of the subscription, fetched at second `fetched`
-    /// for a tie at second `at`, is stored as the row is marked done.
+    /// A [`REFRESH`] row's fetch: `snapshot` of the subscription, by a request begun at second
+    /// `started`, for a tie at second `at`, is stored as the row is marked done.
     ///
     /// [`REFRESH`]: crate::handler::stripe_billing::REFRESH
     Fetched {
         snapshot: SubscriptionChange,
         at: i64,
-        fetched: i64,
+        started: i64,
     },
 }
 

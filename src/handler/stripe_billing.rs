@@ -46,9 +46,9 @@ pub(crate) struct RefreshJob {
     pub(crate) at: i64,
 }
 
-/// The rank of a snapshot fetched from the API: above every event of the same second (what
-/// Stripe says at the end of a second is newer than what happened in it); any later event
-/// wins over it.
+/// The rank of a snapshot fetched from the API, stored at the last second before the fetch
+/// began: above every event of that second (the fetch saw all of them), below every event of
+/// a later second.
 const FETCHED_RANK: i64 = 3;
 
 impl Handler for StripeBilling {
@@ -128,10 +128,12 @@ impl StripeBilling {
         };
         let payload = serde_json::to_vec(&job).map_err(|e| StoreError::Database(e.to_string()))?;
         let now = crate::unix_now();
+        // Not before the tie's second is over: the fetch must see all of it.
+        let due = now.max(job.at) + 1;
         tx.execute(
             "INSERT INTO outbox
                  (kind, source, key, event_type, payload, status, next_attempt_at, created_at)
-             VALUES ($1, $2, $3, $4, $5, 'pending', $6, $6)
+             VALUES ($1, $2, $3, $4, $5, 'pending', $6, $7)
              ON CONFLICT (kind, source, key) DO NOTHING",
             &[
                 &REFRESH,
@@ -139,6 +141,7 @@ impl StripeBilling {
                 &event.id,
                 &event.kind,
                 &payload,
+                &due,
                 &now,
             ],
         )?;
@@ -169,16 +172,42 @@ pub(crate) fn decode_subscription(json: &[u8]) -> Result<SubscriptionChange, Par
     })
 }
 
-/// Stores `snapshot`, fetched from the API for a tie at second `at` (or later), as the newest
-/// state up to the second it was fetched in, `fetched` (or `at` if Stripe's clock is ahead).
+/// Stores `snapshot`, fetched from the API for a tie at second `at` by a request that began
+/// at second `started`, as the state at the end of the second before `started` (or of `at`,
+/// should Stripe's clock be ahead of ours): it wins over every event up to that second and
+/// over an earlier snapshot of it, and loses to any later event. Whether it changed the row.
 pub(crate) fn store_fetched(
     tx: &Tx<'_>,
     snapshot: &SubscriptionChange,
     at: i64,
-    fetched: i64,
-) -> Result<Applied, StoreError> {
-    let second = fetched.max(at);
-    upsert_subscription(tx, &format!("api:{second}"), second, snapshot)
+    started: i64,
+) -> Result<bool, StoreError> {
+    let second = (started - 1).max(at);
+    let changed = tx.execute(
+        "INSERT INTO subscriptions
+             (id, customer_id, account_id, status, provider_updated_at, event_rank, event_id)
+         VALUES ($1, $2, $3, $4, $5, $6, $7)
+         ON CONFLICT (id) DO UPDATE SET
+             customer_id = excluded.customer_id,
+             account_id = excluded.account_id,
+             status = excluded.status,
+             provider_updated_at = excluded.provider_updated_at,
+             event_rank = excluded.event_rank,
+             event_id = excluded.event_id
+         -- a later fetch for the same second replaces an earlier one: >=, not >
+         WHERE (excluded.provider_updated_at, excluded.event_rank)
+             >= (subscriptions.provider_updated_at, subscriptions.event_rank)",
+        &[
+            &snapshot.id,
+            &snapshot.customer_id,
+            &snapshot.account_id,
+            &snapshot.status,
+            &second,
+            &snapshot.rank,
+            &format!("api:{second}"),
+        ],
+    )?;
+    Ok(changed == 1)
 }
 
 /// What an event changes, decided by its type and decoded on the request path. Other types
@@ -664,6 +693,45 @@ mod tests {
             )
             .unwrap();
         assert_eq!(ties, 1);
+    }
+
+    /// A fetched snapshot stands for the end of the second before its fetch began (never
+    /// earlier than the tie): it beats that second's events and an earlier fetch of it, and
+    /// loses to any later event.
+    #[test]
+    fn a_fetched_snapshot_beats_its_seconds_events_and_loses_to_later_ones() {
+        let c = db();
+        apply(&c.tx(), "u1", 100, &sub("active", 1), 100).unwrap();
+        let fetched = decode_subscription(
+            br#"{"id":"sub_1","object":"subscription","customer":{"id":"cus_1"},
+                 "status":"canceled","metadata":{"account_id":"acct_1"}}"#,
+        )
+        .unwrap();
+        assert_eq!(fetched.rank, FETCHED_RANK);
+        // Begun at 105: the state at the end of 104.
+        assert_eq!(store_fetched(&c.tx(), &fetched, 100, 105), Ok(true));
+        assert_eq!(status(&c), ("canceled".into(), "api:104".into()));
+        assert_eq!(
+            apply(&c.tx(), "u2", 104, &sub("past_due", 2), 100),
+            Ok(Applied::Stale)
+        );
+        // A second fetch for the same second replaces the first.
+        let again = SubscriptionChange {
+            status: "unpaid".into(),
+            ..fetched.clone()
+        };
+        assert_eq!(store_fetched(&c.tx(), &again, 100, 105), Ok(true));
+        assert_eq!(status(&c).0, "unpaid");
+        // Begun in the tie's own second (our clock behind Stripe's): stored at the tie.
+        assert_eq!(store_fetched(&c.tx(), &fetched, 200, 150), Ok(true));
+        assert_eq!(status(&c), ("canceled".into(), "api:200".into()));
+        assert_eq!(store_fetched(&c.tx(), &again, 100, 105), Ok(false));
+        assert_eq!(
+            apply(&c.tx(), "u3", 201, &sub("active", 1), 100),
+            Ok(Applied::Changed)
+        );
+        assert_eq!(status(&c), ("active".into(), "u3".into()));
+        assert!(decode_subscription(br#"{"id":"sub_1"}"#).is_err());
     }
 
     #[test]

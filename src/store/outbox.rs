@@ -50,13 +50,17 @@ pub(crate) fn record(
 ) -> Result<u64, StoreError> {
     match attempt {
         Attempt::Delivered => mark_done(tx, id, queued, now),
+        // Only a fetch whose row is still the one attempted stores its snapshot.
         Attempt::Fetched {
             snapshot,
             at,
-            fetched,
+            started,
         } => {
-            stripe_billing::store_fetched(&Tx::new(tx), snapshot, *at, *fetched)?;
-            mark_done(tx, id, queued, now)
+            let done = mark_done(tx, id, queued, now)?;
+            if done == 1 {
+                stripe_billing::store_fetched(&Tx::new(tx), snapshot, *at, *started)?;
+            }
+            Ok(done)
         }
         Attempt::Retry { at, error } => tx.execute(
             "UPDATE outbox SET attempts = attempts + 1, next_attempt_at = $2, last_error = $3,
