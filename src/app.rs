@@ -184,6 +184,7 @@ impl Hookledger {
                     every.every,
                     every.since,
                     handle.clone(),
+                    config.database.clone(),
                 )
                 .context("cannot start the reconcile thread")?,
             );

@@ -92,10 +92,11 @@ pub(crate) fn run(args: ReconcileArgs) -> anyhow::Result<Exit> {
         config.http.max_body,
     )?;
     let mut sources = HashMap::from([(source.name.clone(), source)]);
+    let ledger = store::open_read(&config.database)?;
     let counts = if args.dry_run {
-        let conn = store::open_read(&config.database)?;
         let source = sources.remove(args.source.as_str()).context("the source")?;
-        reconcile::run(&api, &source, since, &Mode::DryRun(&*conn), &never)?
+        let mode = Mode::DryRun { ledger: &*ledger };
+        reconcile::run(&api, &source, since, &mode, &never)?
     } else {
         let mut store = store::open_existing(&config.database)?;
         let mut sources = app::with_handlers(&config, &mut *store, sources, Vec::new())?;
@@ -103,7 +104,11 @@ pub(crate) fn run(args: ReconcileArgs) -> anyhow::Result<Exit> {
         let (writer, thread) =
             writer::spawn(store, config.writer.clone(), None, Default::default())
                 .context("cannot start the writer thread")?;
-        let counts = reconcile::run(&api, &source, since, &Mode::Apply(&writer), &never);
+        let mode = Mode::Apply {
+            writer: &writer,
+            ledger: &*ledger,
+        };
+        let counts = reconcile::run(&api, &source, since, &mode, &never);
         drop(writer);
         thread.join();
         counts?

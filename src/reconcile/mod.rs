@@ -3,8 +3,9 @@
 //! Stripe's API and run through the same claim and effects as a webhook.
 //!
 //! Pages of `GET /v1/events` (newest first, 100 each, `created[gte]`) are read one at a time;
-//! each page's events go to the writer oldest first, all of the page at once, so they share
-//! transactions as concurrent webhooks do. Every event is its own claim: a run killed midway
+//! the events of a page the ledger lacks go to the writer all at once, so they share
+//! transactions as concurrent webhooks do (the writer orders each batch by claim key; the
+//! guards make the order of events irrelevant). Every event is its own claim: a run killed midway
 //! leaves whole events behind, and the next run (or the webhook, if it comes) finds them
 //! claimed. Events from the API come over TLS from Stripe with our key, so they need no
 //! webhook signature.
@@ -17,6 +18,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use crate::config::Database;
 use crate::event::Event;
 use crate::source::{stripe, Source};
 use crate::store::tx::Session;
@@ -38,12 +40,17 @@ pub(crate) struct Counts {
     pub(crate) failed: u64,
 }
 
-/// What happens to the events the ledger lacks.
+/// What happens to the events the ledger lacks. Which those are is read first on `ledger`,
+/// a read connection, so that events claimed long ago do not go through the writer again
+/// each run (the claim still decides: one claimed meanwhile is counted as present).
 pub(crate) enum Mode<'a> {
     /// Through the writer: the same claim and effects as a webhook.
-    Apply(&'a WriterHandle),
-    /// Counted as they would be, on a read connection; nothing is written.
-    DryRun(&'a dyn Session),
+    Apply {
+        writer: &'a WriterHandle,
+        ledger: &'a dyn Session,
+    },
+    /// Counted as they would be; nothing is written.
+    DryRun { ledger: &'a dyn Session },
 }
 
 /// Reconciles `source` with the events Stripe created at or after `since` (Unix seconds),
@@ -73,12 +80,14 @@ pub(crate) fn run(
                 None => counts.failed += 1,
             }
         }
-        // Oldest first; among equal `created`, in Stripe's order reversed (also oldest first).
-        events.reverse();
-        events.sort_by_key(|e| e.created);
-        match mode {
-            Mode::Apply(writer) => apply(source, events, writer, &mut counts),
-            Mode::DryRun(conn) => count_present(source, &events, *conn, &mut counts),
+        let (ledger, writer) = match mode {
+            Mode::Apply { writer, ledger } => (*ledger, Some(*writer)),
+            Mode::DryRun { ledger } => (*ledger, None),
+        };
+        let missing = without_present(source, events, ledger, &mut counts);
+        match writer {
+            Some(writer) => apply(source, missing, writer, &mut counts),
+            None => counts.applied += missing.len() as u64,
         }
         if !page.has_more {
             break;
@@ -157,14 +166,21 @@ fn apply(source: &Source, events: Vec<Event>, writer: &WriterHandle, counts: &mu
     }
 }
 
-fn count_present(source: &Source, events: &[Event], conn: &dyn Session, counts: &mut Counts) {
+/// `events` without those the ledger has (counted as present); a failed read counts failed.
+fn without_present(
+    source: &Source,
+    events: Vec<Event>,
+    ledger: &dyn Session,
+    counts: &mut Counts,
+) -> Vec<Event> {
+    let mut missing = Vec::with_capacity(events.len());
     for event in events {
-        let present = conn.query(
+        let present = ledger.query(
             "SELECT 1 FROM webhook_events WHERE source = $1 AND event_id = $2",
             &[&&*source.name, &event.id],
         );
         match present {
-            Ok(rows) if rows.is_empty() => counts.applied += 1,
+            Ok(rows) if rows.is_empty() => missing.push(event),
             Ok(_) => counts.already_present += 1,
             Err(e) => {
                 log::error!("reconcile {} {}: {e}", source.name, event.id);
@@ -172,6 +188,7 @@ fn count_present(source: &Source, events: &[Event], conn: &dyn Session, counts: 
             }
         }
     }
+    missing
 }
 
 /// `serve`'s periodic reconcile of one source: a run over the last `since` at start-up (after
@@ -190,6 +207,7 @@ impl Periodic {
         every: Duration,
         since: Duration,
         writer: WriterHandle,
+        database: Database,
     ) -> std::io::Result<Periodic> {
         let stop = Arc::new(AtomicBool::new(false));
         let (wake, woken) = mpsc::sync_channel(1);
@@ -199,7 +217,16 @@ impl Periodic {
             .spawn(move || {
                 while !flag.load(Ordering::SeqCst) {
                     let from = crate::unix_now() - since.as_secs() as i64;
-                    match run(&api, &source, from, &Mode::Apply(&writer), &flag) {
+                    let result = crate::store::open_read(&database)
+                        .map_err(|e| ApiError::Failed(format!("cannot read the ledger: {e:#}")))
+                        .and_then(|ledger| {
+                            let mode = Mode::Apply {
+                                writer: &writer,
+                                ledger: &*ledger,
+                            };
+                            run(&api, &source, from, &mode, &flag)
+                        });
+                    match result {
                         Ok(c) => log::info!(
                             "reconcile {}: found {}, applied {}, already present {}, failed {}",
                             source.name,
@@ -210,7 +237,11 @@ impl Periodic {
                         ),
                         Err(e) => log::error!("reconcile {}: {e}", source.name),
                     }
-                    let _ = woken.recv_timeout(every);
+                    match woken.recv_timeout(every) {
+                        Err(mpsc::RecvTimeoutError::Timeout) => {}
+                        // Stopped, or dropped without `stop` (an app that never shut down).
+                        Ok(()) | Err(mpsc::RecvTimeoutError::Disconnected) => break,
+                    }
                 }
             })?;
         Ok(Periodic { stop, wake, thread })
