@@ -137,7 +137,8 @@ impl Activity {
                 ..Minute::default()
             });
         }
-        if let Some(m) = self.minutes.back_mut().filter(|m| m.minute == minute) {
+        // Usually the newest; an earlier one when two requests crossed a minute's end.
+        if let Some(m) = self.minutes.iter_mut().rev().find(|m| m.minute == minute) {
             match seen.outcome {
                 Outcome::Processed => m.processed += 1,
                 Outcome::Duplicate => m.duplicate += 1,
@@ -353,16 +354,18 @@ mod tests {
             a.record(seen(600 + i, &format!("evt_{i}"), outcome));
         }
         a.record(seen(660, "evt_next_minute", Outcome::Failed));
+        // Answered last, but in the minute before: counted there.
+        a.record(seen(659, "evt_late", Outcome::Processed));
         assert_eq!(a.recent.len(), RECENT);
-        assert_eq!(a.recent[0].id, "evt_next_minute");
-        assert_eq!(a.recent[1].id, "evt_24");
+        assert_eq!(a.recent[0].id, "evt_late");
+        assert_eq!(a.recent[1].id, "evt_next_minute");
         let minutes: Vec<_> = a.minutes.iter().copied().collect();
         assert_eq!(
             minutes,
             [
                 Minute {
                     minute: 10,
-                    processed: 20,
+                    processed: 21,
                     duplicate: 5,
                     failed: 0
                 },

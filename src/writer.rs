@@ -231,7 +231,13 @@ fn run(
             break;
         }
     }
-    // Jobs still queued (after a close) are dropped unrun: their senders get `ShuttingDown`.
+    // Jobs still queued (after a close) are answered unrun: `ShuttingDown`.
+    for message in rx.try_iter() {
+        if let Message::Job(job) = message {
+            metrics.queue_depth.dec();
+            fail(job, &StoreError::ShuttingDown);
+        }
+    }
     log::debug!("writer: queue closed, exiting");
 }
 
