@@ -402,4 +402,21 @@ fn the_status_page_shows_events_outbox_and_retention() {
         assert!(page.contains(needle), "no `{needle}` in {page}");
     }
     assert!(page.contains("<table class=throughput>"), "{page}");
+    // A request for another name (a page that rebound its DNS name to this address) must
+    // show the token, even on loopback.
+    let rebound = [("Host", "rebound.example:9090")];
+    for path in ["/status", "/metrics"] {
+        assert_eq!(
+            server.admin_request("GET", path, &rebound, b"").0,
+            401,
+            "{path}"
+        );
+        let bearer = format!("Bearer {TOKEN}");
+        let with_token = [rebound[0], ("Authorization", &bearer)];
+        assert_eq!(
+            server.admin_request("GET", path, &with_token, b"").0,
+            200,
+            "{path}"
+        );
+    }
 }

@@ -248,10 +248,15 @@ impl Server {
             .set_read_timeout(Some(Duration::from_secs(30)))
             .unwrap();
         let mut request = format!(
-            "{method} {path} HTTP/1.1\r\nhost: {admin}\r\nconnection: close\r\n\
-             content-length: {}\r\n",
+            "{method} {path} HTTP/1.1\r\nconnection: close\r\ncontent-length: {}\r\n",
             body.len()
         );
+        if !headers
+            .iter()
+            .any(|(name, _)| name.eq_ignore_ascii_case("host"))
+        {
+            request.push_str(&format!("host: {admin}\r\n"));
+        }
         for (name, value) in headers {
             request.push_str(&format!("{name}: {value}\r\n"));
         }

@@ -95,22 +95,26 @@ async fn ready(State(admin): State<Arc<Admin>>) -> Response {
 
 /// Whether the file system holding `file` has room for the next writes.
 fn room_for(file: &Path) -> Result<(), StoreError> {
+    match free_bytes(file) {
+        Some(free) if free < MIN_FREE_BYTES => Err(StoreError::DiskFull(format!(
+            "{} KiB free on the file system of {} (less than {} KiB)",
+            free / 1024,
+            file.display(),
+            MIN_FREE_BYTES / 1024
+        ))),
+        // Free space unknown: the heartbeat decides.
+        _ => Ok(()),
+    }
+}
+
+/// Bytes an unprivileged process may still write on the file system holding `file`.
+fn free_bytes(file: &Path) -> Option<u64> {
     let folder = match file.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
     };
-    match rustix::fs::statvfs(folder) {
-        Ok(fs) if fs.f_bavail.saturating_mul(fs.f_frsize) < MIN_FREE_BYTES => {
-            Err(StoreError::DiskFull(format!(
-                "{} KiB free on the file system of {} (less than {} KiB)",
-                fs.f_bavail.saturating_mul(fs.f_frsize) / 1024,
-                file.display(),
-                MIN_FREE_BYTES / 1024
-            )))
-        }
-        // Free space unknown: the heartbeat decides.
-        _ => Ok(()),
-    }
+    let fs = rustix::fs::statvfs(folder).ok()?;
+    Some(fs.f_bavail.saturating_mul(fs.f_frsize))
 }
 
 fn not_ready(failed: &StoreError) -> Response {
@@ -123,10 +127,8 @@ fn not_ready(failed: &StoreError) -> Response {
 }
 
 async fn metrics(State(admin): State<Arc<Admin>>, headers: HeaderMap) -> Response {
-    if admin.reads_need_token {
-        if let Some(refused) = refusal(&admin, &headers, Auth::header_or_basic()) {
-            return refused;
-        }
+    if let Some(refused) = read_refusal(&admin, &headers) {
+        return refused;
     }
     let database = admin.database.clone();
     let read = tokio::task::spawn_blocking(move || {
@@ -157,6 +159,34 @@ fn cannot_read(e: &anyhow::Error) -> Response {
         format!("cannot read the database: {e:#}\n"),
     )
         .into_response()
+}
+
+/// The answer to a read (`/metrics`, `/status`) that must show the token and does not. Reads
+/// need none only on a loopback listener and for a request that names an IP address or
+/// `localhost` as its `Host`: a web page that rebinds its own DNS name to 127.0.0.1 cannot
+/// read them from a browser on this machine.
+pub(super) fn read_refusal(admin: &Admin, headers: &HeaderMap) -> Option<Response> {
+    if !admin.reads_need_token && local_host(headers) {
+        return None;
+    }
+    refusal(admin, headers, Auth::header_or_basic())
+}
+
+/// Whether `Host` is `localhost` or an IP address (with or without a port).
+fn local_host(headers: &HeaderMap) -> bool {
+    let Some(host) = headers.get(header::HOST).and_then(|h| h.to_str().ok()) else {
+        return false;
+    };
+    let name = match host.strip_prefix('[') {
+        // [::1]:9090
+        Some(rest) => {
+            return rest
+                .split_once(']')
+                .is_some_and(|(ip, _)| ip.parse::<std::net::Ipv6Addr>().is_ok())
+        }
+        None => host.rsplit_once(':').map_or(host, |(name, _)| name),
+    };
+    name.eq_ignore_ascii_case("localhost") || name.parse::<std::net::Ipv4Addr>().is_ok()
 }
 
 /// Where a route takes the admin token from.
@@ -269,8 +299,42 @@ mod tests {
     }
 
     #[test]
+    fn only_an_ip_address_or_localhost_is_a_local_host() {
+        let host = |value: &str| {
+            let mut h = HeaderMap::new();
+            h.insert(header::HOST, value.parse().unwrap());
+            local_host(&h)
+        };
+        for local in [
+            "127.0.0.1:9090",
+            "127.0.0.1",
+            "localhost:9090",
+            "LOCALHOST",
+            "[::1]:9090",
+            "10.0.0.5:9090",
+        ] {
+            assert!(host(local), "{local}");
+        }
+        for other in [
+            "evil.example:9090",
+            "evil.example",
+            "127.0.0.1.evil.example",
+            "[::1",
+            "[nope]:1",
+        ] {
+            assert!(!host(other), "{other}");
+        }
+        assert!(!local_host(&HeaderMap::new()));
+    }
+
+    #[test]
     fn room_is_checked_beside_the_file_also_for_a_bare_file_name() {
-        // The current folder has room on any machine that runs the tests.
-        assert_eq!(room_for(Path::new("hookledger.db")), Ok(()));
+        // The current folder: a bare file name has no parent to ask.
+        let free = free_bytes(Path::new("hookledger.db")).expect("statvfs of .");
+        assert!(free > 0);
+        assert_eq!(
+            free_bytes(Path::new("/nonexistent-folder/hookledger.db")),
+            None
+        );
     }
 }

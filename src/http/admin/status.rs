@@ -14,7 +14,7 @@ use axum::extract::{RawQuery, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{Html, IntoResponse, Response};
 
-use super::{cannot_read, refusal, Admin, Auth};
+use super::{cannot_read, read_refusal, refusal, Admin, Auth};
 use crate::format_time;
 use crate::metrics::{Activity, Outcome};
 use crate::store::admin::{OutboxRow, OutboxSummary};
@@ -36,10 +36,8 @@ pub(super) async fn page(
     headers: HeaderMap,
     RawQuery(query): RawQuery,
 ) -> Response {
-    if admin.reads_need_token {
-        if let Some(refused) = refusal(&admin, &headers, Auth::header_or_basic()) {
-            return refused;
-        }
+    if let Some(refused) = read_refusal(&admin, &headers) {
+        return refused;
     }
     let database = admin.database.clone();
     let read = tokio::task::spawn_blocking(move || -> anyhow::Result<Stored> {
@@ -68,7 +66,15 @@ pub(super) async fn page(
         revived,
         unix_now(),
     );
-    ([(header::CACHE_CONTROL, "no-store")], Html(html)).into_response()
+    (
+        [
+            (header::CACHE_CONTROL, "no-store"),
+            // Its button changes data: no other site may frame it.
+            (header::X_FRAME_OPTIONS, "DENY"),
+        ],
+        Html(html),
+    )
+        .into_response()
 }
 
 pub(super) async fn retry_dead(
