@@ -387,7 +387,9 @@ fn refresh_always_fetches_after_every_subscription_event() {
     let quiet = serve_with_api(&fake, "");
     let body = subscription_update("evt_once", now() - 30, "sub_always", "active");
     assert_outcome(&quiet.send(&body), "evt_once", "processed");
-    std::thread::sleep(Duration::from_millis(1500));
+    // The row would have been queued in the event's transaction.
+    let refreshes = "SELECT count(*) FROM outbox WHERE kind = 'stripe_refresh'";
+    assert_eq!(quiet.db().count(refreshes), 0);
     assert!(fake.calls().is_empty(), "{:?}", fake.calls());
     assert_eq!(
         subscription_status(&quiet.db(), "sub_always").as_deref(),
@@ -408,6 +410,7 @@ fn refresh_always_fetches_after_every_subscription_event() {
         )
     });
     assert_eq!(fake.calls().len(), 1);
+    assert_eq!(db.count(refreshes), 1);
 }
 
 /// With `--forward` (as `serve --forward-to` does), each applied event is queued for the app
