@@ -85,6 +85,7 @@ pub enum Refresh {
     Ties,
     /// After every subscription event.
     Always,
+    /// Never: ties keep the first event's state, as without an API key.
     Off,
 }
 

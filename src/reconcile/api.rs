@@ -5,6 +5,8 @@
 //! doubling pause; a refused key (401, 403) is not: nothing will change until someone fixes
 //! the key. No error message carries the key.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -14,6 +16,9 @@ use crate::source::Secret;
 
 /// Events per page: Stripe's largest.
 pub(crate) const PAGE: usize = 100;
+
+/// The largest answer read (a page of 100 large events is a few MB).
+const MAX_ANSWER: u64 = 64 * 1024 * 1024;
 
 /// The pauses before each retry of a call (then it fails): about 30 s in all.
 const BACKOFF: [Duration; 6] = [
@@ -53,6 +58,8 @@ pub(crate) struct StripeApi {
     base: String,
     key: Secret,
     backoff: Vec<Duration>,
+    /// Set when the caller stops: a pause before a retry ends, and the call fails.
+    cancel: Option<Arc<AtomicBool>>,
 }
 
 #[derive(Deserialize)]
@@ -83,7 +90,14 @@ impl StripeApi {
             base: base.trim_end_matches('/').to_string(),
             key,
             backoff: BACKOFF.to_vec(),
+            cancel: None,
         }
+    }
+
+    /// The same client, whose pauses end (and calls fail) once `cancel` is set.
+    pub(crate) fn cancelled_by(mut self, cancel: Arc<AtomicBool>) -> StripeApi {
+        self.cancel = Some(cancel);
+        self
     }
 
     /// The client of a stripe source with an `api_key`.
@@ -150,8 +164,26 @@ impl StripeApi {
                 )));
             };
             log::warn!("Stripe API: GET {path}: {retry}; retrying in {pause:?}");
-            std::thread::sleep(*pause);
+            self.pause(*pause)?;
         }
+    }
+
+    /// Sleeps `pause`, in steps, unless cancelled.
+    fn pause(&self, pause: Duration) -> Result<(), ApiError> {
+        let step = Duration::from_millis(100);
+        let mut left = pause;
+        while !left.is_zero() {
+            if self
+                .cancel
+                .as_ref()
+                .is_some_and(|c| c.load(Ordering::SeqCst))
+            {
+                return Err(ApiError::Failed("stopped".into()));
+            }
+            std::thread::sleep(left.min(step));
+            left = left.saturating_sub(step);
+        }
+        Ok(())
     }
 
     fn get_once(&self, url: &str) -> Result<Vec<u8>, Retry> {
@@ -163,8 +195,14 @@ impl StripeApi {
         match result {
             Ok(response) => {
                 let mut body = Vec::new();
-                std::io::Read::read_to_end(&mut response.into_reader(), &mut body)
+                let mut reader = std::io::Read::take(response.into_reader(), MAX_ANSWER + 1);
+                std::io::Read::read_to_end(&mut reader, &mut body)
                     .map_err(|e| Retry::Again(format!("reading the answer: {e}")))?;
+                if body.len() as u64 > MAX_ANSWER {
+                    return Err(Retry::No(ApiError::Failed(format!(
+                        "an answer larger than {MAX_ANSWER} bytes"
+                    ))));
+                }
                 Ok(body)
             }
             Err(ureq::Error::Status(status, response)) => {
@@ -214,6 +252,27 @@ fn without_key(message: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Stopping ends a retry's pause: the call fails as stopped, not after its retries.
+    #[test]
+    fn a_pause_before_a_retry_ends_when_cancelled() {
+        let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let base = format!("http://{}", closed.local_addr().unwrap());
+        drop(closed);
+        let cancel = Arc::new(AtomicBool::new(false));
+        let api = StripeApi::new(&base, Secret::new("sk_test_x"))
+            .with_backoff(vec![Duration::from_secs(600)])
+            .cancelled_by(cancel.clone());
+        let setter = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(200));
+            cancel.store(true, Ordering::SeqCst);
+        });
+        assert_eq!(
+            api.subscription("sub_1"),
+            Err(ApiError::Failed("stopped".into()))
+        );
+        setter.join().unwrap();
+    }
 
     #[test]
     fn a_key_in_stripes_message_is_cut_short() {

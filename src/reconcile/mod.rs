@@ -212,6 +212,8 @@ impl Periodic {
         let stop = Arc::new(AtomicBool::new(false));
         let (wake, woken) = mpsc::sync_channel(1);
         let flag = stop.clone();
+        // Stopping cuts a retry's pause short: shutdown waits for at most one API call.
+        let api = api.cancelled_by(stop.clone());
         let thread = std::thread::Builder::new()
             .name(format!("hookledger-reconcile-{}", source.name))
             .spawn(move || {
@@ -247,7 +249,7 @@ impl Periodic {
         Ok(Periodic { stop, wake, thread })
     }
 
-    /// Lets a run in progress finish its page, and stops.
+    /// Lets a run in progress finish its page (or its API call), and stops.
     pub(crate) fn stop(self) {
         self.stop.store(true, Ordering::SeqCst);
         let _ = self.wake.try_send(());
