@@ -173,6 +173,8 @@ mod tests {
             "SELECT * FROM invoice_payments ORDER BY stripe_invoice_id",
             "SELECT * FROM accounts ORDER BY id",
             "SELECT * FROM counters ORDER BY name",
+            // The refreshes a tie queues (with refresh on).
+            "SELECT kind, source, key, payload FROM outbox ORDER BY kind, key",
         ]
         .iter()
         .map(|sql| session.query(sql, &[]).unwrap())
@@ -181,6 +183,17 @@ mod tests {
 
     #[test]
     fn a_batch_leaves_the_same_tables_as_its_events_one_by_one() {
+        rounds(None);
+    }
+
+    /// With refreshes on, subscription events go one by one and invoices in the batch
+    /// statement, in one batch: still the same tables, the queued refreshes included.
+    #[test]
+    fn with_refreshes_a_mixed_batch_leaves_the_same_tables_too() {
+        rounds(Some(crate::config::Refresh::Ties));
+    }
+
+    fn rounds(refresh: Option<crate::config::Refresh>) {
         let (Some(one), Some(all)) = (Scratch::new(), Scratch::new()) else {
             return;
         };
@@ -188,7 +201,7 @@ mod tests {
         let mut together = PgStore::open(&all.url, std::time::Duration::from_secs(5)).unwrap();
         let handler = StripeBilling {
             credits_per_invoice: 100,
-            refresh: None,
+            refresh,
         };
         let mut rng = fastrand::Rng::with_seed(7);
         let prepared = |e: &Event| handler.prepare(e).unwrap();
@@ -216,5 +229,11 @@ mod tests {
         }
         let ties = tables(together.session())[3].clone();
         assert!(!ties.is_empty(), "the rounds had ties");
+        let refreshes = tables(together.session())[4].len();
+        assert_eq!(
+            refreshes > 0,
+            refresh.is_some(),
+            "{refreshes} refreshes queued"
+        );
     }
 }
