@@ -90,14 +90,10 @@ impl WriterHandle {
         &self,
         submission: Submission,
     ) -> Result<oneshot::Receiver<Result<Outcome, StoreError>>, StoreError> {
-        let (reply, rx) = oneshot::channel();
-        let job = Job::Event {
-            submission: Some(submission),
-            reply,
-        };
+        let (job, rx) = event_job(submission);
         // Counted before it is sent, so the writer never takes a job not counted yet.
         self.depth.inc();
-        let sent = self.queue.try_send(Message::Job(job));
+        let sent = self.queue.try_send(job);
         if sent.is_err() {
             self.depth.dec();
         }
@@ -114,13 +110,9 @@ impl WriterHandle {
         &self,
         submission: Submission,
     ) -> Result<oneshot::Receiver<Result<Outcome, StoreError>>, StoreError> {
-        let (reply, rx) = oneshot::channel();
-        let job = Job::Event {
-            submission: Some(submission),
-            reply,
-        };
+        let (job, rx) = event_job(submission);
         self.depth.inc();
-        if self.queue.send(Message::Job(job)).is_err() {
+        if self.queue.send(job).is_err() {
             self.depth.dec();
             return Err(StoreError::ShuttingDown);
         }
@@ -142,6 +134,16 @@ impl WriterHandle {
         }
         rx.blocking_recv().map_err(|_| StoreError::ShuttingDown)?
     }
+}
+
+/// The queue's message for `submission`, and where its outcome will arrive.
+fn event_job(submission: Submission) -> (Message, oneshot::Receiver<Result<Outcome, StoreError>>) {
+    let (reply, rx) = oneshot::channel();
+    let job = Job::Event {
+        submission: Some(submission),
+        reply,
+    };
+    (Message::Job(job), rx)
 }
 
 /// The running writer thread.

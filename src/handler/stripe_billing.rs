@@ -172,44 +172,6 @@ pub(crate) fn decode_subscription(json: &[u8]) -> Result<SubscriptionChange, Par
     })
 }
 
-/// Stores `snapshot`, fetched from the API for a tie at second `at` by a request that began
-/// at second `started`, as the state at the end of the second before `started` (or of `at`,
-/// should Stripe's clock be ahead of ours): it wins over every event up to that second and
-/// over an earlier snapshot of it, and loses to any later event. Whether it changed the row.
-pub(crate) fn store_fetched(
-    tx: &Tx<'_>,
-    snapshot: &SubscriptionChange,
-    at: i64,
-    started: i64,
-) -> Result<bool, StoreError> {
-    let second = (started - 1).max(at);
-    let changed = tx.execute(
-        "INSERT INTO subscriptions
-             (id, customer_id, account_id, status, provider_updated_at, event_rank, event_id)
-         VALUES ($1, $2, $3, $4, $5, $6, $7)
-         ON CONFLICT (id) DO UPDATE SET
-             customer_id = excluded.customer_id,
-             account_id = excluded.account_id,
-             status = excluded.status,
-             provider_updated_at = excluded.provider_updated_at,
-             event_rank = excluded.event_rank,
-             event_id = excluded.event_id
-         -- a later fetch for the same second replaces an earlier one: >=, not >
-         WHERE (excluded.provider_updated_at, excluded.event_rank)
-             >= (subscriptions.provider_updated_at, subscriptions.event_rank)",
-        &[
-            &snapshot.id,
-            &snapshot.customer_id,
-            &snapshot.account_id,
-            &snapshot.status,
-            &second,
-            &snapshot.rank,
-            &format!("api:{second}"),
-        ],
-    )?;
-    Ok(changed == 1)
-}
-
 /// What an event changes, decided by its type and decoded on the request path. Other types
 /// change nothing.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -412,19 +374,25 @@ pub(crate) enum Applied {
 }
 
 /// The guarded upsert of a subscription snapshot, after its `INSERT … VALUES`/`SELECT`: the
-/// same on one event and on a batch (`batch.rs`).
+/// same on one event and on a batch (`batch.rs`). Only a strictly newer `(created, rank)`
+/// wins: late and equal events change nothing (a fetched snapshot passes `">="`).
 macro_rules! subscription_guard {
     () => {
-        "ON CONFLICT (id) DO UPDATE SET
-             customer_id = excluded.customer_id,
-             account_id = excluded.account_id,
-             status = excluded.status,
-             provider_updated_at = excluded.provider_updated_at,
-             event_rank = excluded.event_rank,
-             event_id = excluded.event_id
-         -- only a strictly newer (created, rank) wins: late and equal events change nothing
-         WHERE (excluded.provider_updated_at, excluded.event_rank)
-             > (subscriptions.provider_updated_at, subscriptions.event_rank)"
+        subscription_guard!(">")
+    };
+    ($newer:literal) => {
+        concat!(
+            "ON CONFLICT (id) DO UPDATE SET
+                 customer_id = excluded.customer_id,
+                 account_id = excluded.account_id,
+                 status = excluded.status,
+                 provider_updated_at = excluded.provider_updated_at,
+                 event_rank = excluded.event_rank,
+                 event_id = excluded.event_id
+             WHERE (excluded.provider_updated_at, excluded.event_rank) ",
+            $newer,
+            " (subscriptions.provider_updated_at, subscriptions.event_rank)"
+        )
     };
 }
 
@@ -496,6 +464,38 @@ fn upsert_subscription(
         }
     }
     Ok(Applied::Stale)
+}
+
+/// Stores `snapshot`, fetched from the API for a tie at second `at` by a request that began
+/// at second `started`, as the state at the end of the second before `started` (or of `at`,
+/// should Stripe's clock be ahead of ours): it wins over every event up to that second and
+/// over an earlier snapshot of it, and loses to any later event. Whether it changed the row.
+pub(crate) fn store_fetched(
+    tx: &Tx<'_>,
+    snapshot: &SubscriptionChange,
+    at: i64,
+    started: i64,
+) -> Result<bool, StoreError> {
+    let second = (started - 1).max(at);
+    let changed = tx.execute(
+        concat!(
+            "INSERT INTO subscriptions
+                 (id, customer_id, account_id, status, provider_updated_at, event_rank, event_id)
+             VALUES ($1, $2, $3, $4, $5, $6, $7) ",
+            // A later fetch for the same second replaces an earlier one: >=, not >.
+            subscription_guard!(">=")
+        ),
+        &[
+            &snapshot.id,
+            &snapshot.customer_id,
+            &snapshot.account_id,
+            &snapshot.status,
+            &second,
+            &snapshot.rank,
+            &format!("api:{second}"),
+        ],
+    )?;
+    Ok(changed == 1)
 }
 
 fn record_payment(
