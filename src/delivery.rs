@@ -357,7 +357,7 @@ fn fetch(apis: &[(String, StripeApi)], row: &PendingRow) -> Result<Attempt, Fail
         ApiError::Failed(why) => Failure::Transport(why),
         refused => Failure::Refused(refused.to_string()),
     })?;
-    let snapshot = stripe_billing::decode_subscription(&json)
+    let snapshot = stripe_billing::decode_subscription(&job.subscription, &json)
         .map_err(|e| Failure::Refused(format!("Stripe's subscription: {}", e.summary())))?;
     Ok(Attempt::Fetched {
         snapshot,

@@ -156,16 +156,22 @@ impl StripeBilling {
 }
 
 /// Subscription `json` as Stripe's API returns it, as a snapshot to store.
-pub(crate) fn decode_subscription(json: &[u8]) -> Result<SubscriptionChange, ParseError> {
-    let object: SubscriptionObject =
-        serde_json::from_slice(json).map_err(|e| ParseError::Object {
-            kind: "subscription".into(),
-            detail: e.into(),
-        })?;
-    check_id("id", &object.id)?;
+/// Only `status` is needed: the row exists (a subscription event made it), and a customer or
+/// account the answer leaves out stays as stored (`customer_id` empty).
+pub(crate) fn decode_subscription(id: &str, json: &[u8]) -> Result<SubscriptionChange, ParseError> {
+    #[derive(Deserialize)]
+    struct Fetched {
+        status: String,
+        customer: Option<IdRef>,
+        metadata: Option<Metadata>,
+    }
+    let object: Fetched = serde_json::from_slice(json).map_err(|e| ParseError::Object {
+        kind: "subscription".into(),
+        detail: e.into(),
+    })?;
     Ok(SubscriptionChange {
-        id: object.id,
-        customer_id: object.customer.into_id(),
+        id: id.to_string(),
+        customer_id: object.customer.map(IdRef::into_id).unwrap_or_default(),
         account_id: non_empty_account(object.metadata),
         status: object.status,
         rank: FETCHED_RANK,
@@ -374,25 +380,19 @@ pub(crate) enum Applied {
 }
 
 /// The guarded upsert of a subscription snapshot, after its `INSERT … VALUES`/`SELECT`: the
-/// same on one event and on a batch (`batch.rs`). Only a strictly newer `(created, rank)`
-/// wins: late and equal events change nothing (a fetched snapshot passes `">="`).
+/// same on one event and on a batch (`batch.rs`).
 macro_rules! subscription_guard {
     () => {
-        subscription_guard!(">")
-    };
-    ($newer:literal) => {
-        concat!(
-            "ON CONFLICT (id) DO UPDATE SET
-                 customer_id = excluded.customer_id,
-                 account_id = excluded.account_id,
-                 status = excluded.status,
-                 provider_updated_at = excluded.provider_updated_at,
-                 event_rank = excluded.event_rank,
-                 event_id = excluded.event_id
-             WHERE (excluded.provider_updated_at, excluded.event_rank) ",
-            $newer,
-            " (subscriptions.provider_updated_at, subscriptions.event_rank)"
-        )
+        "ON CONFLICT (id) DO UPDATE SET
+             customer_id = excluded.customer_id,
+             account_id = excluded.account_id,
+             status = excluded.status,
+             provider_updated_at = excluded.provider_updated_at,
+             event_rank = excluded.event_rank,
+             event_id = excluded.event_id
+         -- only a strictly newer (created, rank) wins: late and equal events change nothing
+         WHERE (excluded.provider_updated_at, excluded.event_rank)
+             > (subscriptions.provider_updated_at, subscriptions.event_rank)"
     };
 }
 
@@ -477,14 +477,17 @@ pub(crate) fn store_fetched(
     started: i64,
 ) -> Result<bool, StoreError> {
     let second = (started - 1).max(at);
+    // An update: the subscription event that queued the fetch stored the row. A later fetch
+    // for the same second replaces an earlier one: >=, not >.
     let changed = tx.execute(
-        concat!(
-            "INSERT INTO subscriptions
-                 (id, customer_id, account_id, status, provider_updated_at, event_rank, event_id)
-             VALUES ($1, $2, $3, $4, $5, $6, $7) ",
-            // A later fetch for the same second replaces an earlier one: >=, not >.
-            subscription_guard!(">=")
-        ),
+        "UPDATE subscriptions SET
+             customer_id = COALESCE(NULLIF($2, ''), customer_id),
+             account_id = COALESCE($3, account_id),
+             status = $4,
+             provider_updated_at = $5,
+             event_rank = $6,
+             event_id = $7
+         WHERE id = $1 AND ($5, $6) >= (provider_updated_at, event_rank)",
         &[
             &snapshot.id,
             &snapshot.customer_id,
@@ -703,6 +706,7 @@ mod tests {
         let c = db();
         apply(&c.tx(), "u1", 100, &sub("active", 1), 100).unwrap();
         let fetched = decode_subscription(
+            "sub_1",
             br#"{"id":"sub_1","object":"subscription","customer":{"id":"cus_1"},
                  "status":"canceled","metadata":{"account_id":"acct_1"}}"#,
         )
@@ -731,7 +735,28 @@ mod tests {
             Ok(Applied::Changed)
         );
         assert_eq!(status(&c), ("active".into(), "u3".into()));
-        assert!(decode_subscription(br#"{"id":"sub_1"}"#).is_err());
+        // A terse answer (a status only) keeps the stored customer and account.
+        let terse = decode_subscription("sub_1", br#"{"status":"past_due"}"#).unwrap();
+        assert_eq!(store_fetched(&c.tx(), &terse, 300, 302), Ok(true));
+        let row: (String, String, Option<String>) = c
+            .connection()
+            .query_row(
+                "SELECT status, customer_id, account_id FROM subscriptions",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )
+            .unwrap();
+        assert_eq!(
+            row,
+            ("past_due".into(), "cus_1".into(), Some("acct_1".into()))
+        );
+        assert!(decode_subscription("sub_1", br#"{"id":"sub_1"}"#).is_err());
+        // No row, nothing to refresh.
+        let other = SubscriptionChange {
+            id: "sub_none".into(),
+            ..terse
+        };
+        assert_eq!(store_fetched(&c.tx(), &other, 300, 400), Ok(false));
     }
 
     #[test]

@@ -66,6 +66,8 @@ pub(crate) struct StripeApi {
 struct List<'a> {
     #[serde(borrow)]
     data: Vec<&'a RawValue>,
+    /// Stripe always says; an API that does not has no more.
+    #[serde(default)]
     has_more: bool,
 }
 
