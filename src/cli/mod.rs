@@ -211,6 +211,19 @@ pub(crate) fn from_environment(value: &Option<String>, var: &str) -> bool {
     value.is_some() && std::env::var(var).ok() == *value
 }
 
+/// The secret a flag names as `env:NAME` or `file:PATH`; the secret itself is refused, as a
+/// command line is visible to every user of the machine.
+pub(crate) fn secret_flag(flag: &str, value: &str) -> anyhow::Result<crate::source::Secret> {
+    if !(value.starts_with("env:") || value.starts_with("file:")) {
+        anyhow::bail!(
+            "{flag} takes env:NAME or file:PATH, not the secret itself (a command line is \
+             visible to every user of the machine)"
+        );
+    }
+    let reference = crate::source::Secret::new(value);
+    config::one_secret(flag, &reference, std::path::Path::new(""))
+}
+
 /// What `main` turns into an exit code.
 pub enum Exit {
     Ok,

@@ -125,19 +125,7 @@ pub(crate) fn run(args: ReconcileArgs) -> anyhow::Result<Exit> {
 /// `STRIPE_API_KEY`.
 fn api(args: &ReconcileArgs, source: &SourceConfig) -> anyhow::Result<StripeApi> {
     let key = match &args.api_key {
-        Some(reference) => {
-            if !(reference.starts_with("env:") || reference.starts_with("file:")) {
-                bail!(
-                    "--api-key takes env:NAME or file:PATH, not the key itself (a command line \
-                     is visible to every user of the machine)"
-                );
-            }
-            config::one_secret(
-                "--api-key",
-                &Secret::new(reference),
-                std::path::Path::new(""),
-            )?
-        }
+        Some(reference) => super::secret_flag("--api-key", reference)?,
         None => match &source.api_key {
             Some(key) => key.clone(),
             None => Secret::new(std::env::var("STRIPE_API_KEY").map_err(|_| {

@@ -47,6 +47,14 @@ pub struct ServeArgs {
     /// out of argv and the environment.
     #[arg(long)]
     stripe_secret_file: Option<PathBuf>,
+    /// The `stripe` source's Stripe API key, as env:NAME or file:PATH: with stripe-billing,
+    /// a tie between two subscription events fetches the current subscription (see
+    /// `reconcile` for the rest). A restricted key that may read Events and Subscriptions.
+    #[arg(long, value_name = "env:NAME|file:PATH")]
+    stripe_api_key: Option<String>,
+    /// Where the `stripe` source's Stripe API is. [default: https://api.stripe.com]
+    #[arg(long)]
+    stripe_api_base: Option<String>,
     /// Seconds the `stripe` source's signed timestamps may be old (or ahead); 0 turns the
     /// check off. [default: 300]
     #[arg(long)]
@@ -129,7 +137,7 @@ impl ServeArgs {
         set(&mut config.listen, self.listen);
         set(&mut config.admin_listen, self.admin_listen.map(|a| a.0));
         if let Some(token) = &self.admin_token {
-            config.admin_token = Some(admin_token(token)?);
+            config.admin_token = Some(super::secret_flag("--admin-token", token)?);
         }
         set(&mut config.database, self.db);
         set(&mut config.http.max_body, self.max_body);
@@ -174,6 +182,20 @@ impl ServeArgs {
             None => None,
         };
         overlay_stripe(&mut config, stripe_secrets, self.tolerance, from_file)?;
+        if self.stripe_api_key.is_some() || self.stripe_api_base.is_some() {
+            let Some(source) = config.source_mut("stripe") else {
+                bail!(
+                    "--stripe-api-key and --stripe-api-base apply to the source named `stripe`, \
+                     and there is none"
+                );
+            };
+            if let Some(reference) = &self.stripe_api_key {
+                source.api_key = Some(super::secret_flag("--stripe-api-key", reference)?);
+            }
+            if let Some(base) = &self.stripe_api_base {
+                source.api_base = Some(base.clone());
+            }
+        }
         let secret = secret_source(
             self.forward_secret.as_deref(),
             self.forward_secret_file.as_deref(),
@@ -309,17 +331,6 @@ fn read_forward_secret(from: SecretFrom<'_>) -> anyhow::Result<String> {
             ),
         },
     }
-}
-
-/// `--admin-token`: what `env:NAME` or `file:PATH` names.
-fn admin_token(value: &str) -> anyhow::Result<Secret> {
-    if !(value.starts_with("env:") || value.starts_with("file:")) {
-        bail!(
-            "--admin-token takes env:NAME or file:PATH, not the token itself (a command line is \
-             visible to every user of the machine)"
-        );
-    }
-    config::one_secret("--admin-token", &Secret::new(value), Path::new(""))
 }
 
 /// `--admin-listen`: an address, or `off` (a type of its own: clap reads `Option<Option<_>>`

@@ -433,3 +433,36 @@ fn reconcile_with_forward_queues_each_applied_event_for_the_app() {
     assert_eq!(ledger_count(&db), 10);
     assert_one_outbox_row_per_claim(&db);
 }
+
+/// The quick start without a config file: `--stripe-api-key` and `--stripe-api-base` give the
+/// `stripe` source its API, and a tie settles on Stripe's answer.
+#[test]
+fn the_serve_flags_alone_give_the_stripe_source_its_api() {
+    let fake = FakeStripe::start(API_KEY);
+    // A terse answer: no customer, no metadata.
+    fake.set_subscription(serde_json::json!({ "id": "sub_flags", "status": "canceled" }));
+    let dir = test_dir();
+    let key = format!("env:{KEY_VAR}");
+    let mut server = Server::start_with_env(
+        dir.path(),
+        &["--stripe-api-key", &key, "--stripe-api-base", &fake.url()],
+        &[(KEY_VAR, API_KEY), ("RUST_LOG", "info")],
+    );
+    server.keep(dir);
+    let db = server.db();
+    let t = now() - 30;
+    for (id, status) in [("evt_flag_1", "active"), ("evt_flag_2", "canceled")] {
+        let body = subscription_update(id, t, "sub_flags", status);
+        assert_outcome(&server.send(&body), id, "processed");
+    }
+    wait_for(WAIT, || {
+        (subscription_status(&db, "sub_flags").as_deref() == Some("canceled")).then_some(())
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "{:?}\n{}",
+            subscription_status(&db, "sub_flags"),
+            server.log()
+        )
+    });
+}

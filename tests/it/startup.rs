@@ -499,7 +499,7 @@ fn admin_settings_that_would_expose_the_admin_routes_stop_start_up() {
     for (token, expected) in [
         (
             "a-literal-token-0123456789",
-            "--admin-token takes env:NAME or file:PATH, not the token itself",
+            "--admin-token takes env:NAME or file:PATH, not the secret itself",
         ),
         (
             "env:HOOKLEDGER_TEST_UNSET_TOKEN",
