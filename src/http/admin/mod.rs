@@ -130,35 +130,38 @@ async fn metrics(State(admin): State<Arc<Admin>>, headers: HeaderMap) -> Respons
     if let Some(refused) = read_refusal(&admin, &headers) {
         return refused;
     }
-    let database = admin.database.clone();
-    let read = tokio::task::spawn_blocking(move || {
-        let conn = crate::store::open_read(&database)?;
-        crate::store::admin::outbox_summary(&*conn)
-    })
-    .await;
-    match read {
-        Ok(Ok(outbox)) => (
-            [(
-                header::CONTENT_TYPE,
-                "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            )],
-            admin.metrics.encode(&outbox, crate::unix_now()),
-        )
-            .into_response(),
-        Ok(Err(e)) => cannot_read(&e),
-        Err(e) => cannot_read(&anyhow::anyhow!("{e}")),
-    }
-}
-
-/// 503 when the database cannot be read: the page or the scrape fails visibly rather than
-/// showing an empty outbox.
-fn cannot_read(e: &anyhow::Error) -> Response {
-    log::error!("admin: cannot read the database: {e:#}");
+    let outbox = match read_ledger(&admin, crate::store::admin::outbox_summary).await {
+        Ok(outbox) => outbox,
+        Err(refused) => return refused,
+    };
     (
-        StatusCode::SERVICE_UNAVAILABLE,
-        format!("cannot read the database: {e:#}\n"),
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        admin.metrics.encode(&outbox, crate::unix_now()),
     )
         .into_response()
+}
+
+/// `read` on a read connection of its own, on a blocking thread. `Err` is a 503: the page or
+/// the scrape fails visibly rather than showing an empty outbox.
+async fn read_ledger<T: Send + 'static>(
+    admin: &Admin,
+    read: impl FnOnce(&dyn crate::store::tx::Session) -> anyhow::Result<T> + Send + 'static,
+) -> Result<T, Response> {
+    let database = admin.database.clone();
+    let result = tokio::task::spawn_blocking(move || read(&*crate::store::open_read(&database)?))
+        .await
+        .unwrap_or_else(|e| Err(anyhow::anyhow!("{e}")));
+    result.map_err(|e| {
+        log::error!("admin: cannot read the database: {e:#}");
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("cannot read the database: {e:#}\n"),
+        )
+            .into_response()
+    })
 }
 
 /// The answer to a read (`/metrics`, `/status`) that must show the token and does not. Reads

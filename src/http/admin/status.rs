@@ -14,7 +14,7 @@ use axum::extract::{RawQuery, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{Html, IntoResponse, Response};
 
-use super::{cannot_read, read_refusal, refusal, Admin, Auth};
+use super::{read_ledger, read_refusal, refusal, Admin, Auth};
 use crate::format_time;
 use crate::metrics::{Activity, Outcome};
 use crate::store::admin::{OutboxRow, OutboxSummary};
@@ -39,20 +39,16 @@ pub(super) async fn page(
     if let Some(refused) = read_refusal(&admin, &headers) {
         return refused;
     }
-    let database = admin.database.clone();
-    let read = tokio::task::spawn_blocking(move || -> anyhow::Result<Stored> {
-        let conn = crate::store::open_read(&database)?;
+    let read = read_ledger(&admin, |conn| {
         Ok(Stored {
-            outbox: crate::store::admin::outbox_summary(&*conn)?,
-            dead: crate::store::admin::outbox_dead(&*conn, DEAD_ROWS)?,
-            oldest_claim: crate::store::admin::oldest_claim(&*conn)?,
+            outbox: crate::store::admin::outbox_summary(conn)?,
+            dead: crate::store::admin::outbox_dead(conn, DEAD_ROWS)?,
+            oldest_claim: crate::store::admin::oldest_claim(conn)?,
         })
-    })
-    .await;
-    let stored = match read {
-        Ok(Ok(stored)) => stored,
-        Ok(Err(e)) => return cannot_read(&e),
-        Err(e) => return cannot_read(&anyhow::anyhow!("{e}")),
+    });
+    let stored = match read.await {
+        Ok(stored) => stored,
+        Err(refused) => return refused,
     };
     let revived = query.as_deref().and_then(|q| {
         url::form_urlencoded::parse(q.as_bytes())
