@@ -64,6 +64,10 @@ pub(crate) fn run(
     mode: &Mode<'_>,
     stop: &AtomicBool,
 ) -> Result<Counts, ApiError> {
+    let (ledger, writer) = match mode {
+        Mode::Apply { writer, ledger } => (*ledger, Some(*writer)),
+        Mode::DryRun { ledger } => (*ledger, None),
+    };
     let mut counts = Counts::default();
     let mut after: Option<String> = None;
     while !stop.load(Ordering::SeqCst) {
@@ -80,10 +84,6 @@ pub(crate) fn run(
                 None => counts.failed += 1,
             }
         }
-        let (ledger, writer) = match mode {
-            Mode::Apply { writer, ledger } => (*ledger, Some(*writer)),
-            Mode::DryRun { ledger } => (*ledger, None),
-        };
         let missing = without_present(source, events, ledger, &mut counts);
         match writer {
             Some(writer) => apply(source, missing, writer, &mut counts),
