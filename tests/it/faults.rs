@@ -175,12 +175,8 @@ fn sqlite3_shell_holding_the_lock_for_10_s_gives_503_then_success() {
     if skipped_on_postgres("the sqlite3 shell holding SQLite's write lock") {
         return;
     }
-    let has_shell = std::process::Command::new("sqlite3")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
     if !prerequisite(
-        has_shell,
+        installed("sqlite3"),
         "HOOKLEDGER_REQUIRE_SQLITE3",
         "no sqlite3 shell (apt-get install sqlite3)",
     ) {

@@ -79,12 +79,8 @@ fn the_systemd_unit_is_hardened_and_verifies() {
             assert!(unit.contains(&load), "{word} without {load}");
         }
     }
-    let available = std::process::Command::new("systemd-analyze")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
     if !prerequisite(
-        available,
+        installed("systemd-analyze"),
         "HOOKLEDGER_REQUIRE_SYSTEMD_ANALYZE",
         "systemd-analyze is not installed",
     ) {

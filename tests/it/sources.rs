@@ -196,11 +196,11 @@ fn github_deliveries_are_claimed_once_per_delivery_id() {
 /// the same signature with one byte of the body changed.
 #[test]
 fn a_github_delivery_signed_by_python_is_accepted_and_one_changed_byte_is_not() {
-    let has_python = std::process::Command::new("python3")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !prerequisite(has_python, "HOOKLEDGER_REQUIRE_PYTHON_SWH", "no python3") {
+    if !prerequisite(
+        installed("python3"),
+        "HOOKLEDGER_REQUIRE_PYTHON_SWH",
+        "no python3",
+    ) {
         return;
     }
     let server = start();

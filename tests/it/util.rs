@@ -391,6 +391,14 @@ pub fn prerequisite(available: bool, require_var: &str, what: &str) -> bool {
     available
 }
 
+/// Whether `program --version` runs and succeeds here (an optional tool a test needs).
+pub fn installed(program: &str) -> bool {
+    Command::new(program)
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
 /// Owned arguments as the `&[&str]` that [`Server::start`] takes.
 pub fn strs(args: &[String]) -> Vec<&str> {
     args.iter().map(String::as_str).collect()
