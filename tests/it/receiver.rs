@@ -388,7 +388,13 @@ fn log_has_one_line_per_event_and_no_secret_or_body() {
     assert_outcome(&server.send(&body), "evt_log", "processed");
     assert_outcome(&server.send(&body), "evt_log", "duplicate");
     server.send(b"{\"id\":\"evt_secretish\",\"type\":\"x\"}");
-    let log = server.log();
+    // The server writes its lines before it answers, but the harness reads them from a pipe
+    // on a thread of its own: wait until both arrived (or fail on what did).
+    let log = wait_for(Duration::from_secs(10), || {
+        let log = server.log();
+        (log.matches("evt_log").count() >= 2).then_some(log)
+    })
+    .unwrap_or_else(|| server.log());
     let lines: Vec<&str> = log.lines().filter(|l| l.contains("evt_log")).collect();
     assert_eq!(lines.len(), 2, "{log}");
     assert!(
