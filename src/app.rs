@@ -30,10 +30,11 @@ use crate::http::body::BodyBudget;
 use crate::http::ingest::Ingest;
 use crate::http::server;
 use crate::metrics::Metrics;
-use crate::reconcile::{self, api::StripeApi};
 use crate::retention::Retention;
 use crate::source::Source;
 use crate::store::{self, ServeGuard, Store};
+use crate::stripe::api::StripeApi;
+use crate::stripe::reconcile;
 use crate::writer;
 
 /// hookledger opened and ready to serve: database migrated, writer running, routes built.
@@ -222,7 +223,7 @@ impl Hookledger {
     /// `/metrics` and `/status` ask for the admin token when the config's `admin_listen` is not
     /// loopback: an app serving this router elsewhere should set `admin_listen` to where.
     pub fn admin_router(&self) -> Router {
-        crate::http::admin::router(crate::http::admin::Admin {
+        crate::http::ops::router(crate::http::ops::Admin {
             writer: self.writer_handle.clone(),
             database: self.config.database.clone(),
             metrics: self.metrics.clone(),

@@ -27,12 +27,12 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::config::ForwardConfig;
-use crate::handler::stripe_billing::{self, RefreshJob, REFRESH};
 use crate::metrics::Metrics;
 use crate::outbox::{next_delay, Attempt, PendingRow, FORWARD};
-use crate::reconcile::api::{ApiError, StripeApi};
 use crate::source::standard::{self, SigningKey};
 use crate::store::{OutboxReader, Write};
+use crate::stripe::api::{ApiError, StripeApi};
+use crate::stripe::billing::{self, RefreshJob, REFRESH};
 use crate::unix_now;
 use crate::writer::WriterHandle;
 
@@ -357,7 +357,7 @@ fn fetch(apis: &[(String, StripeApi)], row: &PendingRow) -> Result<Attempt, Fail
         ApiError::Failed(why) => Failure::Transport(why),
         refused => Failure::Refused(refused.to_string()),
     })?;
-    let snapshot = stripe_billing::decode_subscription(&job.subscription, &json)
+    let snapshot = billing::decode_subscription(&job.subscription, &json)
         .map_err(|e| Failure::Refused(format!("Stripe's subscription: {}", e.summary())))?;
     Ok(Attempt::Fetched {
         snapshot,

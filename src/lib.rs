@@ -37,10 +37,10 @@ mod handler;
 mod http;
 mod metrics;
 mod outbox;
-mod reconcile;
 mod retention;
 mod source;
 mod store;
+mod stripe;
 mod writer;
 
 pub use app::{Builder, Hookledger, RunningServer};
@@ -63,9 +63,9 @@ pub use cli::{run as run_cli, Cli, Command as CliCommand, Exit, LogFormat};
 #[doc(hidden)]
 pub mod internals {
     pub use crate::dev::client::{Client, Reply, TransportError};
-    pub use crate::dev::stripe_samples::{invoice_event, subscription_event};
     pub use crate::source::standard::SigningKey;
     pub use crate::source::Envelope;
+    pub use crate::stripe::samples::{invoice_event, subscription_event};
     pub use crate::unix_now;
 
     /// Stripe's signature scheme: sign, parse and verify.
@@ -85,7 +85,7 @@ pub mod internals {
 
     /// The Stripe billing handler's decoding, for the fuzz targets.
     pub mod stripe_billing {
-        pub use crate::handler::stripe_billing::{decode, Change};
+        pub use crate::stripe::billing::{decode, Change};
     }
 }
 

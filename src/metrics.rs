@@ -15,7 +15,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
-use crate::store::admin::OutboxSummary;
+use crate::store::listings::OutboxSummary;
 
 /// Events kept per source for `/status`.
 const RECENT: usize = 10;
@@ -394,7 +394,7 @@ mod tests {
         m.rejected(None, "unknown_source", 0.0);
         m.delivery("forward", "retry");
         let outbox = OutboxSummary {
-            counts: vec![crate::store::admin::OutboxCount {
+            counts: vec![crate::store::listings::OutboxCount {
                 kind: "forward".into(),
                 status: "pending".into(),
                 rows: 3,

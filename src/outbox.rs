@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use crate::handler::stripe_billing::SubscriptionChange;
+use crate::stripe::billing::SubscriptionChange;
 
 /// Outbox kind for "POST this event to the app".
 pub(crate) const FORWARD: &str = "forward";
@@ -41,7 +41,7 @@ pub(crate) enum Attempt {
     /// A [`REFRESH`] row's fetch: `snapshot` of the subscription, by a request begun at second
     /// `started`, for a tie at second `at`, is stored as the row is marked done.
     ///
-    /// [`REFRESH`]: crate::handler::stripe_billing::REFRESH
+    /// [`REFRESH`]: crate::stripe::billing::REFRESH
     Fetched {
         snapshot: SubscriptionChange,
         at: i64,

@@ -332,10 +332,10 @@ pub(crate) mod ceiling {
 
     use crate::config::WriterConfig;
     use crate::event::Event;
-    use crate::handler::stripe_billing::{StripeBilling, DEFAULT_CREDITS_PER_INVOICE};
     use crate::handler::{Handler, Submission};
     use crate::source::stripe;
     use crate::store::sqlite::SqliteStore;
+    use crate::stripe::billing::{StripeBilling, DEFAULT_CREDITS_PER_INVOICE};
 
     /// Submits every Stripe event of `bodies` to a writer on a fresh SQLite store at `db`,
     /// keeping at most `in_flight` waiting (as `in_flight` HTTP connections would), and

@@ -13,7 +13,7 @@ use crate::cli::table;
 use crate::config::RetentionConfig;
 use crate::format_time;
 use crate::retention::{self, Pruned};
-use crate::store::admin::{EventRow, OutboxRow};
+use crate::store::listings::{EventRow, OutboxRow};
 use crate::store::{Store, Write};
 use crate::unix_now;
 

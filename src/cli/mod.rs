@@ -1,7 +1,9 @@
 //! The command line: one `match` on the subcommand, each arm a call into the library.
 
 mod admin;
+pub(crate) mod demo;
 mod reconcile;
+pub(crate) mod send;
 mod serve;
 pub(crate) mod table;
 
@@ -15,7 +17,7 @@ use crate::config;
 use crate::config::Database;
 use crate::dev::client::Client;
 use crate::source::standard::SigningKey;
-use crate::store::{self, admin as listing};
+use crate::store::{self, listings as listing};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -235,7 +237,7 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
     match cli.command {
         Command::Serve(args) => serve::run(*args),
         Command::Send(args) => send(args),
-        Command::Demo => crate::dev::demo::run().map(|()| Exit::Ok),
+        Command::Demo => crate::cli::demo::run().map(|()| Exit::Ok),
         Command::Outbox(command) => outbox(command),
         Command::Events(command) => events(command),
         Command::Replay {
@@ -367,7 +369,7 @@ fn send(args: SendArgs) -> anyhow::Result<Exit> {
         .with_context(|| format!("cannot read {}", args.file.display()))?;
     let timestamp = args.timestamp.unwrap_or_else(crate::unix_now);
     let (url, headers) = match &args.source {
-        Some(name) => crate::dev::send::signed_as_source(&args, name, &body, timestamp)?,
+        Some(name) => crate::cli::send::signed_as_source(&args, name, &body, timestamp)?,
         None => {
             let secret = args
                 .secret

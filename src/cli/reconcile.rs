@@ -1,4 +1,4 @@
-//! `hookledger reconcile`: one run of [`crate::reconcile`] from the command line, on the
+//! `hookledger reconcile`: one run of [`crate::stripe::reconcile`] from the command line, on the
 //! database `serve` uses (it may run meanwhile).
 
 use std::collections::HashMap;
@@ -10,9 +10,9 @@ use anyhow::{bail, Context};
 use clap::Args;
 
 use crate::config::{self, Config, Database, SchemeName, SourceConfig};
-use crate::reconcile::api::StripeApi;
-use crate::reconcile::{self, Counts, Mode};
 use crate::source::{Secret, Source};
+use crate::stripe::api::StripeApi;
+use crate::stripe::reconcile::{self, Counts, Mode};
 use crate::{app, store, writer};
 
 use super::Exit;

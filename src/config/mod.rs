@@ -68,7 +68,7 @@ pub(crate) const DEFAULT_TOLERANCE_SECS: u64 = crate::source::stripe::DEFAULT_TO
 
 /// Credits granted per paid invoice by the `stripe-billing` handler.
 pub(crate) const DEFAULT_CREDITS_PER_INVOICE: i64 =
-    crate::handler::stripe_billing::DEFAULT_CREDITS_PER_INVOICE;
+    crate::stripe::billing::DEFAULT_CREDITS_PER_INVOICE;
 
 /// Claims (the ledger rows, without their payloads) are kept this long. For schemes without a
 /// signed timestamp (github, shopify, hmac) the claim is the only replay protection: a

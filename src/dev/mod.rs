@@ -1,7 +1,4 @@
 pub(crate) mod client;
-pub(crate) mod demo;
-pub(crate) mod send;
-pub(crate) mod stripe_samples;
 
 /// 16 hex digits from the operating system's random source (a fresh name or id).
 pub(crate) fn random_hex() -> std::io::Result<String> {

@@ -10,9 +10,6 @@
 //! single writer, and its error is the sender's fault (400).
 
 pub(crate) mod sql;
-pub(crate) mod stripe_billing;
-#[cfg(test)]
-mod stripe_billing_props;
 
 use std::any::Any;
 use std::sync::Arc;
@@ -29,7 +26,7 @@ pub(crate) fn by_name(
     refresh: Option<crate::config::Refresh>,
 ) -> anyhow::Result<Arc<dyn Handler>> {
     match name {
-        "stripe-billing" => Ok(Arc::new(stripe_billing::StripeBilling {
+        "stripe-billing" => Ok(Arc::new(crate::stripe::billing::StripeBilling {
             credits_per_invoice: billing.credits_per_invoice,
             refresh,
         })),

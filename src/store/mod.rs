@@ -9,10 +9,10 @@
 //! (`ledger.rs`), the outbox's writes, retention, the listings, the app's migrations, and the
 //! copy from one store to the other (`copy.rs`).
 
-pub(crate) mod admin;
 mod app_schema;
 pub(crate) mod copy;
 pub(crate) mod ledger;
+pub(crate) mod listings;
 pub(crate) mod outbox;
 pub(crate) mod postgres;
 mod retention;

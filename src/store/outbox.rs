@@ -3,11 +3,11 @@
 //! store's own query (`due`): SQLite has one server, PostgreSQL leases rows to one of several.
 
 use crate::event::Event;
-use crate::handler::stripe_billing;
 use crate::handler::Tx;
 use crate::outbox::{Attempt, FORWARD};
 use crate::store::tx::Session;
 use crate::store::StoreError;
+use crate::stripe::billing;
 
 /// Queues an effect inside the caller's transaction. `(kind, source, key)` is unique, so a
 /// replayed enqueue of the same effect adds nothing.
@@ -58,7 +58,7 @@ pub(crate) fn record(
         } => {
             let done = mark_done(tx, id, queued, now)?;
             if done == 1 {
-                stripe_billing::store_fetched(&Tx::new(tx), snapshot, *at, *started)?;
+                billing::store_fetched(&Tx::new(tx), snapshot, *at, *started)?;
             }
             Ok(done)
         }

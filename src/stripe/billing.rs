@@ -544,6 +544,8 @@ fn bump_counter(tx: &Tx<'_>, name: &str) -> Result<(), StoreError> {
 }
 
 mod batch;
+#[cfg(test)]
+mod props;
 
 #[cfg(test)]
 mod decode_tests {

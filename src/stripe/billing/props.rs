@@ -16,14 +16,14 @@ use proptest::prelude::*;
 use rusqlite::Connection;
 
 use crate::config::WriterConfig;
-use crate::dev::stripe_samples as sample;
 use crate::event::Event;
-use crate::handler::stripe_billing::{self as state, Change, StripeBilling};
 use crate::handler::{Handler, Submission};
 use crate::source::stripe;
 use crate::store::ledger;
 use crate::store::sqlite::SqliteStore;
 use crate::store::{Outcome, Store};
+use crate::stripe::billing::{self as state, Change, StripeBilling};
+use crate::stripe::samples as sample;
 use crate::writer;
 
 const CREDITS_PER_INVOICE: i64 = 100;

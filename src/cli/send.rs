@@ -67,5 +67,5 @@ pub(crate) fn signed_as_source(
 
 /// A fresh delivery id (`hl_` and 16 random hex digits).
 fn random_id() -> anyhow::Result<String> {
-    Ok(format!("hl_{}", super::random_hex()?))
+    Ok(format!("hl_{}", crate::dev::random_hex()?))
 }

@@ -12,8 +12,8 @@ use rusqlite::{Connection, OptionalExtension};
 use crate::app::RunningServer;
 use crate::config::Config;
 use crate::dev::client::{Client, Reply};
-use crate::dev::stripe_samples::{invoice_event, subscription_event};
 use crate::source::Secret;
+use crate::stripe::samples::{invoice_event, subscription_event};
 use crate::unix_now;
 
 const ACCOUNT: &str = "acct_demo";
@@ -231,7 +231,8 @@ struct DemoDir(std::path::PathBuf);
 
 impl DemoDir {
     fn create() -> anyhow::Result<DemoDir> {
-        let path = std::env::temp_dir().join(format!("hookledger-demo-{}", super::random_hex()?));
+        let path =
+            std::env::temp_dir().join(format!("hookledger-demo-{}", crate::dev::random_hex()?));
         let mut builder = std::fs::DirBuilder::new();
         #[cfg(unix)]
         std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);

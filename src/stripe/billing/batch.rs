@@ -12,9 +12,9 @@
 use serde_json::json;
 
 use crate::event::Event;
-use crate::handler::stripe_billing::Change;
 use crate::handler::Tx;
 use crate::store::StoreError;
+use crate::stripe::billing::Change;
 
 pub(super) fn apply(
     tx: &Tx<'_>,
@@ -118,13 +118,13 @@ ORDER BY i.account_id
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dev::stripe_samples as sample;
-    use crate::handler::stripe_billing::StripeBilling;
     use crate::handler::{Handler, Prepared};
     use crate::store::postgres::scratch::Scratch;
     use crate::store::postgres::PgStore;
     use crate::store::tx::Session;
     use crate::store::Store;
+    use crate::stripe::billing::StripeBilling;
+    use crate::stripe::samples as sample;
 
     fn events(rng: &mut fastrand::Rng) -> Vec<Event> {
         (0..rng.usize(1..60))

@@ -17,7 +17,7 @@ use axum::response::{Html, IntoResponse, Response};
 use super::{read_ledger, read_refusal, refusal, Admin, Auth};
 use crate::format_time;
 use crate::metrics::{Activity, Outcome};
-use crate::store::admin::{OutboxRow, OutboxSummary};
+use crate::store::listings::{OutboxRow, OutboxSummary};
 use crate::store::Write;
 use crate::unix_now;
 
@@ -41,9 +41,9 @@ pub(super) async fn page(
     }
     let read = read_ledger(&admin, |conn| {
         Ok(Stored {
-            outbox: crate::store::admin::outbox_summary(conn)?,
-            dead: crate::store::admin::outbox_dead(conn, DEAD_ROWS)?,
-            oldest_claim: crate::store::admin::oldest_claim(conn)?,
+            outbox: crate::store::listings::outbox_summary(conn)?,
+            dead: crate::store::listings::outbox_dead(conn, DEAD_ROWS)?,
+            oldest_claim: crate::store::listings::oldest_claim(conn)?,
         })
     });
     let stored = match read.await {

@@ -10,8 +10,6 @@
 //! claimed. Events from the API come over TLS from Stripe with our key, so they need no
 //! webhook signature.
 
-pub(crate) mod api;
-
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
@@ -25,7 +23,7 @@ use crate::store::tx::Session;
 use crate::store::Outcome;
 use crate::writer::WriterHandle;
 
-use api::{ApiError, StripeApi};
+use crate::stripe::api::{ApiError, StripeApi};
 
 /// What a run found and did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize)]

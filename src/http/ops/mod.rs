@@ -130,7 +130,7 @@ async fn metrics(State(admin): State<Arc<Admin>>, headers: HeaderMap) -> Respons
     if let Some(refused) = read_refusal(&admin, &headers) {
         return refused;
     }
-    let outbox = match read_ledger(&admin, crate::store::admin::outbox_summary).await {
+    let outbox = match read_ledger(&admin, crate::store::listings::outbox_summary).await {
         Ok(outbox) => outbox,
         Err(refused) => return refused,
     };

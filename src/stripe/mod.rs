@@ -1,0 +1,13 @@
+//! The Stripe wing: everything that knows Stripe beyond its signature scheme (which is
+//! `source/stripe.rs`, one scheme among others).
+//!
+//! - `billing.rs`: the `stripe-billing` handler (guarded snapshots and credits), its batch
+//!   form on PostgreSQL, and the refresh of a subscription on ties;
+//! - `api.rs`: the client of Stripe's API (events, subscriptions);
+//! - `reconcile.rs`: the events Stripe has that the ledger lacks, recovered through the API;
+//! - `samples.rs`: real-shaped Stripe events, for the demo, the tests and the bench.
+
+pub(crate) mod api;
+pub(crate) mod billing;
+pub(crate) mod reconcile;
+pub(crate) mod samples;
