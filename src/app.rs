@@ -431,8 +431,9 @@ impl Drop for RunningServer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::handler::{Prepared, Tx};
-    use crate::store::StoreError;
+    use crate::handler::Prepared;
+    use crate::sql::StoreError;
+    use crate::sql::Tx;
 
     struct Nothing;
 

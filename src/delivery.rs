@@ -33,7 +33,7 @@ use crate::source::standard::{self, SigningKey};
 use crate::store::{OutboxReader, Write};
 use crate::stripe::api::{ApiError, StripeApi};
 use crate::stripe::billing::{self, RefreshJob, REFRESH};
-use crate::unix_now;
+use crate::time::unix_now;
 use crate::writer::WriterHandle;
 
 /// How long the worker sleeps when nothing is due and nobody wakes it (it also picks up rows

@@ -39,20 +39,23 @@ mod metrics;
 mod outbox;
 mod retention;
 mod source;
+mod sql;
 mod store;
 mod stripe;
+mod time;
 mod writer;
 
 pub use app::{Builder, Hookledger, RunningServer};
 pub use config::{
     Config, Database, DeliveryConfig, EffectConfig, ForwardConfig, HmacAlgorithm, HmacConfig,
     HmacEncoding, HttpConfig, Locator, ReconcileConfig, Refresh, RetentionConfig, SchemaConfig,
-    SchemeName, SourceConfig, StorageConfig, StripeBillingConfig, WriterConfig,
+    SchemeName, Secret, SourceConfig, StorageConfig, StripeBillingConfig, WriterConfig,
 };
 pub use event::{Event, JsonError, ParseError};
-pub use handler::{Handler, Prepared, Tx};
-pub use source::{Secret, VerifyError};
-pub use store::{Dialect, FromValue, Outcome, Param, Row, StoreError, ToParam, Value};
+pub use handler::{Handler, Prepared};
+pub use source::VerifyError;
+pub use sql::{Dialect, FromValue, Param, Row, StoreError, ToParam, Tx, Value};
+pub use store::Outcome;
 
 /// The command line, for the `hookledger` binary.
 #[doc(hidden)]
@@ -66,7 +69,7 @@ pub mod internals {
     pub use crate::source::standard::SigningKey;
     pub use crate::source::Envelope;
     pub use crate::stripe::samples::{invoice_event, subscription_event};
-    pub use crate::unix_now;
+    pub use crate::time::unix_now;
 
     /// Stripe's signature scheme: sign, parse and verify.
     pub mod stripe {
@@ -87,20 +90,4 @@ pub mod internals {
     pub mod stripe_billing {
         pub use crate::stripe::billing::{decode, Change};
     }
-}
-
-/// Seconds since the Unix epoch.
-pub fn unix_now() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0)
-}
-
-/// `2026-11-30 03:15:58` (UTC) for a Unix time.
-pub(crate) fn format_time(t: i64) -> String {
-    crate::source::standard::format_rfc3339(t)
-        .replacen('T', " ", 1)
-        .trim_end_matches('Z')
-        .to_string()
 }

@@ -18,7 +18,8 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::config::RetentionConfig;
-use crate::store::{StoreError, Write};
+use crate::sql::StoreError;
+use crate::store::Write;
 use crate::writer::WriterHandle;
 
 /// Rows deleted per writer job: small enough that one job takes milliseconds.
@@ -111,7 +112,7 @@ impl Retention {
         let thread = std::thread::Builder::new()
             .name("hookledger-retention".into())
             .spawn(move || loop {
-                match prune(crate::unix_now(), &retention, |write| {
+                match prune(crate::time::unix_now(), &retention, |write| {
                     writer.run_blocking(write)
                 }) {
                     Ok(p) if p.events + p.payloads + p.outbox > 0 => {

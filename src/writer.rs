@@ -37,8 +37,9 @@ use tokio::sync::oneshot;
 use crate::config::WriterConfig;
 use crate::handler::Submission;
 use crate::metrics::WriterMetrics;
-use crate::store::{Done, Outcome, Store, StoreError, Work, Write};
-use crate::unix_now;
+use crate::sql::StoreError;
+use crate::store::{Done, Outcome, Store, Work, Write};
+use crate::time::unix_now;
 
 /// One unit of work for the writer.
 pub(crate) enum Job {
@@ -401,8 +402,8 @@ mod tests {
     use super::*;
     use crate::event::Event;
     use crate::handler::{Handler, Prepared};
+    use crate::sql::Tx;
     use crate::store::sqlite::SqliteStore;
-    use crate::store::Tx;
     use std::sync::Arc;
 
     /// Records each event in `seen`; a trigger on `seen` can make it fail.

@@ -11,11 +11,11 @@ use anyhow::bail;
 
 use crate::cli::table;
 use crate::config::RetentionConfig;
-use crate::format_time;
 use crate::retention::{self, Pruned};
 use crate::store::listings::{EventRow, OutboxRow};
 use crate::store::{Store, Write};
-use crate::unix_now;
+use crate::time::format_time;
+use crate::time::unix_now;
 
 /// Revives one dead row; errors if it is not dead.
 pub(crate) fn outbox_retry(store: &mut dyn Store, id: i64) -> anyhow::Result<()> {
@@ -118,8 +118,8 @@ pub(crate) fn render_events(rows: &[EventRow]) -> String {
 mod tests {
     #[test]
     fn formats_utc_times() {
-        assert_eq!(crate::format_time(0), "1970-01-01 00:00:00");
-        assert_eq!(crate::format_time(1721954054), "2024-07-26 00:34:14");
-        assert_eq!(crate::format_time(1724632454), "2024-08-26 00:34:14");
+        assert_eq!(crate::time::format_time(0), "1970-01-01 00:00:00");
+        assert_eq!(crate::time::format_time(1721954054), "2024-07-26 00:34:14");
+        assert_eq!(crate::time::format_time(1724632454), "2024-08-26 00:34:14");
     }
 }

@@ -11,10 +11,10 @@ use rusqlite::{Connection, OptionalExtension};
 
 use crate::app::RunningServer;
 use crate::config::Config;
+use crate::config::Secret;
 use crate::dev::client::{Client, Reply};
-use crate::source::Secret;
 use crate::stripe::samples::{invoice_event, subscription_event};
-use crate::unix_now;
+use crate::time::unix_now;
 
 const ACCOUNT: &str = "acct_demo";
 const CUSTOMER: &str = "cus_demo";

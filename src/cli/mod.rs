@@ -215,14 +215,14 @@ pub(crate) fn from_environment(value: &Option<String>, var: &str) -> bool {
 
 /// The secret a flag names as `env:NAME` or `file:PATH`; the secret itself is refused, as a
 /// command line is visible to every user of the machine.
-pub(crate) fn secret_flag(flag: &str, value: &str) -> anyhow::Result<crate::source::Secret> {
+pub(crate) fn secret_flag(flag: &str, value: &str) -> anyhow::Result<crate::config::Secret> {
     if !(value.starts_with("env:") || value.starts_with("file:")) {
         anyhow::bail!(
             "{flag} takes env:NAME or file:PATH, not the secret itself (a command line is \
              visible to every user of the machine)"
         );
     }
-    let reference = crate::source::Secret::new(value);
+    let reference = crate::config::Secret::new(value);
     config::one_secret(flag, &reference, std::path::Path::new(""))
 }
 
@@ -338,7 +338,7 @@ fn events(command: EventsCommand) -> anyhow::Result<Exit> {
             json,
             db,
         } => {
-            let since = since.map(|d| crate::unix_now() - d.as_secs() as i64);
+            let since = since.map(|d| crate::time::unix_now() - d.as_secs() as i64);
             let rows =
                 listing::events_list(&*store::open_read(&db.db)?, since, kind.as_deref(), limit)?;
             if json {
@@ -367,7 +367,7 @@ fn events(command: EventsCommand) -> anyhow::Result<Exit> {
 fn send(args: SendArgs) -> anyhow::Result<Exit> {
     let body = std::fs::read(&args.file)
         .with_context(|| format!("cannot read {}", args.file.display()))?;
-    let timestamp = args.timestamp.unwrap_or_else(crate::unix_now);
+    let timestamp = args.timestamp.unwrap_or_else(crate::time::unix_now);
     let (url, headers) = match &args.source {
         Some(name) => crate::cli::send::signed_as_source(&args, name, &body, timestamp)?,
         None => {

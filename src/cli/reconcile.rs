@@ -9,8 +9,8 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use clap::Args;
 
-use crate::config::{self, Config, Database, SchemeName, SourceConfig};
-use crate::source::{Secret, Source};
+use crate::config::{self, Config, Database, SchemeName, Secret, SourceConfig};
+use crate::source::Source;
 use crate::stripe::api::StripeApi;
 use crate::stripe::reconcile::{self, Counts, Mode};
 use crate::{app, store, writer};
@@ -83,7 +83,7 @@ pub(crate) fn run(args: ReconcileArgs) -> anyhow::Result<Exit> {
         );
     }
     let api = api(&args, source_config)?;
-    let since = crate::unix_now() - args.since.as_secs() as i64;
+    let since = crate::time::unix_now() - args.since.as_secs() as i64;
     let never = AtomicBool::new(false);
     let source = Source::from_config(
         source_config,

@@ -4,8 +4,8 @@
 use anyhow::{bail, Context};
 
 use crate::cli::SendArgs;
-use crate::config::{Config, Locator, SchemeName};
-use crate::source::{Secret, Source};
+use crate::config::{Config, Locator, SchemeName, Secret};
+use crate::source::Source;
 
 /// The URL and headers to send `body` as source `name` of the config file at `timestamp`.
 pub(crate) fn signed_as_source(

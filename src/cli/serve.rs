@@ -9,8 +9,8 @@ use anyhow::{bail, Context};
 use clap::Args;
 
 use crate::app::Hookledger;
+use crate::config::Secret;
 use crate::config::{self, Config, Database, ForwardConfig, SchemeName, SourceConfig};
-use crate::source::Secret;
 
 use super::{from_environment, Exit};
 

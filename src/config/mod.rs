@@ -6,11 +6,13 @@
 mod database;
 mod effect;
 mod file;
+mod secret;
 mod source;
 
 pub use database::Database;
 pub(crate) use effect::{bind_parameters, split_statements, BoundStatement};
 pub use effect::{EffectConfig, SchemaConfig};
+pub use secret::Secret;
 pub(crate) use source::one_secret;
 pub use source::{
     HmacAlgorithm, HmacConfig, HmacEncoding, Locator, ReconcileConfig, Refresh, SchemeName,
@@ -24,8 +26,6 @@ use std::time::Duration;
 
 use anyhow::bail;
 use serde::Deserialize;
-
-use crate::source::Secret;
 
 /// Stripe's payloads are a few KB; 1 MiB leaves room for the largest real events while a
 /// hostile sender cannot make us buffer more than that per request.

@@ -7,7 +7,7 @@ use anyhow::{anyhow, bail, Context};
 use serde::Deserialize;
 
 use super::{check_secret, parse_secret_file};
-use crate::source::Secret;
+use crate::config::Secret;
 
 /// One sender: `POST /webhooks/{name}`.
 #[derive(Debug, Clone, Deserialize)]

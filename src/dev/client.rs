@@ -3,7 +3,8 @@
 
 use std::time::Duration;
 
-use crate::source::{stripe, Secret};
+use crate::config::Secret;
+use crate::source::stripe;
 
 /// The request did not get an HTTP answer (refused, timed out, reset).
 #[derive(Debug, thiserror::Error)]

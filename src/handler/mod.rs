@@ -16,8 +16,7 @@ use std::sync::Arc;
 
 use crate::config::StripeBillingConfig;
 use crate::event::{Event, ParseError};
-use crate::store::StoreError;
-pub use crate::store::Tx;
+use crate::sql::{StoreError, Tx};
 
 /// The built-in handler called `name` (as a source's `handlers` names it).
 pub(crate) fn by_name(

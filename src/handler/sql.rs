@@ -10,8 +10,9 @@
 
 use crate::config::{BoundStatement, EffectConfig};
 use crate::event::Event;
-use crate::handler::{Handler, Prepared, Tx};
-use crate::store::{Param, StoreError, ToParam};
+use crate::handler::{Handler, Prepared};
+use crate::sql::Tx;
+use crate::sql::{Param, StoreError, ToParam};
 
 /// One `[[effect]]`, its SQL split into statements.
 pub(crate) struct SqlEffect {

@@ -12,7 +12,7 @@ use serde_json::json;
 
 use crate::event::ParseError;
 use crate::source::VerifyError;
-use crate::store::StoreError;
+use crate::sql::StoreError;
 
 /// Seconds a client should wait before retrying a 503.
 pub(crate) const RETRY_AFTER_SECS: u64 = 1;

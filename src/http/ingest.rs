@@ -17,8 +17,9 @@ use crate::http::error::{IngestError, Rejection};
 use crate::http::log_budget::LogBudget;
 use crate::metrics::{self, Metrics, Seen};
 use crate::source::Source;
-use crate::store::{Outcome, StoreError};
-use crate::unix_now;
+use crate::sql::StoreError;
+use crate::store::Outcome;
+use crate::time::unix_now;
 use crate::writer::WriterHandle;
 
 /// What the request path needs, shared by all requests.

@@ -117,7 +117,7 @@ static REFUSED_LOG: LogBudget = LogBudget::new();
 /// Answers a connection over the cap with a 503 and closes it (lingering, so the answer
 /// arrives), without reading the request.
 async fn refuse(stream: TcpStream, peer: SocketAddr) {
-    if let Some(more) = REFUSED_LOG.admit(crate::unix_now(), "refusals") {
+    if let Some(more) = REFUSED_LOG.admit(crate::time::unix_now(), "refusals") {
         log::warn!("connection limit reached; refusing {peer}{more}");
     }
     let response = Rejection::too_many_connections().to_http1();

@@ -14,7 +14,8 @@ use base64::Engine;
 use hmac::{Hmac as HmacMac, Mac};
 use sha2::{Sha256, Sha512};
 
-use super::{header, Envelope, Scheme, Secret, VerifyError};
+use super::{header, Envelope, Scheme, VerifyError};
+use crate::config::Secret;
 use crate::config::{HmacAlgorithm, HmacConfig, HmacEncoding, Locator};
 use crate::event::{check_id, ParseError};
 
@@ -230,7 +231,7 @@ impl Scheme for BodyHmac {
             .time_header
             .and_then(|name| header(headers, name))
             .and_then(|v| std::str::from_utf8(v).ok())
-            .and_then(super::standard::parse_rfc3339);
+            .and_then(crate::time::parse_rfc3339);
         Ok(Envelope { id, kind, created })
     }
 
@@ -243,7 +244,7 @@ impl Scheme for BodyHmac {
             headers.push((name.to_string(), kind.to_string()));
         }
         if let Some(name) = self.time_header {
-            headers.push((name.to_string(), super::standard::format_rfc3339(now)));
+            headers.push((name.to_string(), crate::time::format_rfc3339(now)));
         }
         headers
     }

@@ -12,7 +12,6 @@ pub(crate) mod hmac;
 pub(crate) mod standard;
 pub(crate) mod stripe;
 
-use std::fmt;
 use std::sync::Arc;
 
 use axum::http::HeaderMap;
@@ -137,35 +136,6 @@ fn header<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h [u8]> {
 /// More signatures in one header than any sender rotating its secrets would send (one per
 /// active secret, a handful at most); the cap bounds the work a hostile header can cause.
 const MAX_SIGNATURES: usize = 16;
-
-/// A signing secret. Its `Debug` and `Display` never show the value, so a secret cannot
-/// reach a log line through a `{:?}` of a config struct.
-#[derive(Clone, PartialEq, Eq, serde::Deserialize)]
-#[serde(transparent)]
-pub struct Secret(String);
-
-impl Secret {
-    pub fn new(value: impl Into<String>) -> Self {
-        Secret(value.into())
-    }
-
-    /// The secret's bytes, for the HMAC key only.
-    pub(crate) fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("Secret(<redacted>)")
-    }
-}
-
-impl fmt::Display for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("<redacted>")
-    }
-}
 
 /// Why a signature was not accepted. The messages say what the sender should fix; none
 /// contains a secret or the expected signature.

@@ -11,7 +11,8 @@ use hmac::{Hmac, Mac};
 use serde::Deserialize;
 use sha2::Sha256;
 
-use super::{check_timestamp, header, Envelope, Scheme, Secret, VerifyError, MAX_SIGNATURES};
+use super::{check_timestamp, header, Envelope, Scheme, VerifyError, MAX_SIGNATURES};
+use crate::config::Secret;
 use crate::event::{check_id, ParseError};
 
 pub const HEADER: &str = "Stripe-Signature";

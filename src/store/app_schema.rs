@@ -8,7 +8,7 @@ use std::path::Path;
 use anyhow::{bail, Context};
 use sha2::{Digest, Sha256};
 
-use crate::store::tx::Session;
+use crate::sql::Session;
 
 /// How a store runs a migration: `batch` runs SQL text as it is (several statements, no
 /// parameters), and `begin` opens the transaction each migration runs in.
@@ -93,7 +93,7 @@ fn apply(db: &Migrator<'_>, name: &str, sql: &str, hash: &str) -> anyhow::Result
     (db.batch)(sql).with_context(|| format!("migration {name} failed"))?;
     db.session.execute(
         "INSERT INTO hookledger_app_migrations (name, sha256, applied_at) VALUES ($1, $2, $3)",
-        &[&name, &hash, &crate::unix_now()],
+        &[&name, &hash, &crate::time::unix_now()],
     )?;
     Ok(true)
 }

@@ -14,9 +14,9 @@ use std::path::Path;
 
 use anyhow::{bail, Context};
 
+use crate::sql::{Session, ToParam, Value};
 use crate::store::postgres::PgStore;
 use crate::store::sqlite::{self, SqliteStore};
-use crate::store::tx::{Session, ToParam, Value};
 use crate::store::Store;
 
 /// The tables copied, their columns and their keys (the order the copy pages in).

@@ -8,8 +8,8 @@
 //! `processed`, one `duplicate`.
 
 use crate::event::Event;
-use crate::store::tx::Session;
-use crate::store::StoreError;
+use crate::sql::Session;
+use crate::sql::StoreError;
 
 /// Claims `event`; true if it is new (and its effects must now be applied), false if the id
 /// was already in the ledger (a duplicate: nothing else may run).

@@ -3,7 +3,7 @@
 use anyhow::{bail, Context};
 use serde_json::json;
 
-use crate::store::tx::{Row, Session};
+use crate::sql::{Row, Session};
 
 /// An outbox row for listing.
 #[derive(Debug, Clone, serde::Serialize)]

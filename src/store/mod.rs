@@ -5,7 +5,7 @@
 //! by default a savepoint per job), the claim and the handlers of an event ([`Store::apply`]), and the
 //! other writes ([`Write`]). Each backend is a module of its own ([`sqlite`], [`postgres`]);
 //! its transaction control, its migrations and the classification of its errors into
-//! [`StoreError`] stay inside it. The SQL both run is here, on [`tx::Session`]: the claim
+//! [`StoreError`] stay inside it. The SQL both run is here, on [`Session`]: the claim
 //! (`ledger.rs`), the outbox's writes, retention, the listings, the app's migrations, and the
 //! copy from one store to the other (`copy.rs`).
 
@@ -17,57 +17,11 @@ pub(crate) mod outbox;
 pub(crate) mod postgres;
 mod retention;
 pub(crate) mod sqlite;
-pub(crate) mod tx;
-
-pub use tx::{Dialect, FromValue, Param, Row, ToParam, Tx, Value};
 
 use crate::config::{Database, StorageConfig};
 use crate::handler::{Handler, Prepared, Submission};
 use crate::outbox::{Attempt, PendingRow};
-
-/// Why a write did not happen. Mapped to HTTP in `http::error`.
-///
-/// `Clone` because one failed transaction fails every job of its batch: the same error is
-/// answered to each of them. That is also why the backend's error is kept as its text.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum StoreError {
-    #[error("the writer queue is full")]
-    QueueFull,
-    #[error("hookledger is shutting down")]
-    ShuttingDown,
-    /// SQLite: another process holds the write lock. PostgreSQL: a lock wait over the busy
-    /// timeout, a deadlock or a serialization failure.
-    #[error("the database is busy (a lock held elsewhere, or a deadlock): {0}")]
-    Busy(String),
-    #[error("the database cannot be reached: {0}")]
-    Unavailable(String),
-    #[error("the disk is full: {0}")]
-    DiskFull(String),
-    #[error("the database cannot be written (read-only file or file system): {0}")]
-    ReadOnly(String),
-    #[error("database error: {0}")]
-    Database(String),
-}
-
-impl StoreError {
-    /// Whether the database is busy or unreachable (a 503): waiting again right away would
-    /// wait just as long.
-    pub(crate) fn is_busy(&self) -> bool {
-        matches!(self, StoreError::Busy(_) | StoreError::Unavailable(_))
-    }
-
-    /// The same error, its detail prefixed with `what` (for the log: which effect failed).
-    pub(crate) fn context(self, what: &str) -> StoreError {
-        match self {
-            StoreError::Busy(d) => StoreError::Busy(format!("{what}: {d}")),
-            StoreError::Unavailable(d) => StoreError::Unavailable(format!("{what}: {d}")),
-            StoreError::DiskFull(d) => StoreError::DiskFull(format!("{what}: {d}")),
-            StoreError::ReadOnly(d) => StoreError::ReadOnly(format!("{what}: {d}")),
-            StoreError::Database(d) => StoreError::Database(format!("{what}: {d}")),
-            other => other,
-        }
-    }
-}
+use crate::sql::{Session, StoreError};
 
 /// What happened to an event that was written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -201,7 +155,7 @@ pub(crate) fn open_existing(database: &Database) -> anyhow::Result<Box<dyn Store
 }
 
 /// A connection for one CLI command's reads (read-only where the store has such a thing).
-pub(crate) fn open_read(database: &Database) -> anyhow::Result<Box<dyn tx::Session>> {
+pub(crate) fn open_read(database: &Database) -> anyhow::Result<Box<dyn Session>> {
     match database {
         Database::Sqlite(path) => Ok(Box::new(sqlite::open_read(path)?)),
         Database::Postgres(url) => Ok(Box::new(postgres::PgStore::open_read(url)?)),
@@ -221,7 +175,7 @@ impl Write {
 /// [`Store::apply`] in the open transaction of `tx`: the claim, then the event's handlers (each
 /// through `run`, which the store wraps in its own checks), then its outbox row.
 pub(crate) fn apply_in(
-    tx: &dyn tx::Session,
+    tx: &dyn Session,
     submission: Submission,
     now: i64,
     mut run: impl FnMut(&dyn Handler, &crate::event::Event, Prepared) -> Result<(), StoreError>,
@@ -245,7 +199,7 @@ pub(crate) fn apply_in(
 
 /// Runs `write` in the open transaction of `tx`: the same SQL on every store. Returns a count
 /// for the caller: rows changed or deleted.
-pub(crate) fn write_in(tx: &dyn tx::Session, write: &Write, now: i64) -> Result<u64, StoreError> {
+pub(crate) fn write_in(tx: &dyn Session, write: &Write, now: i64) -> Result<u64, StoreError> {
     match write {
         Write::Record {
             id,

@@ -3,10 +3,10 @@
 //! store's own query (`due`): SQLite has one server, PostgreSQL leases rows to one of several.
 
 use crate::event::Event;
-use crate::handler::Tx;
 use crate::outbox::{Attempt, FORWARD};
-use crate::store::tx::Session;
-use crate::store::StoreError;
+use crate::sql::Session;
+use crate::sql::StoreError;
+use crate::sql::Tx;
 use crate::stripe::billing;
 
 /// Queues an effect inside the caller's transaction. `(kind, source, key)` is unique, so a

@@ -2,8 +2,8 @@
 //! writer.
 
 use crate::retention::BATCH_ROWS;
-use crate::store::tx::Session;
-use crate::store::StoreError;
+use crate::sql::Session;
+use crate::sql::StoreError;
 
 /// Deletes up to [`BATCH_ROWS`] ledger rows received before `cutoff`.
 pub(crate) fn delete_events_batch(tx: &dyn Session, cutoff: i64) -> Result<u64, StoreError> {

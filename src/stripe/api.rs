@@ -12,7 +12,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use crate::source::Secret;
+use crate::config::Secret;
 
 /// Events per page: Stripe's largest.
 pub(crate) const PAGE: usize = 100;

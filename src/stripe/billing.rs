@@ -19,9 +19,10 @@ use serde::Deserialize;
 
 use crate::config::Refresh;
 use crate::event::{check_id, Event, JsonError, ParseError};
-use crate::handler::{Handler, Prepared, Tx};
-use crate::store::Dialect;
-use crate::store::StoreError;
+use crate::handler::{Handler, Prepared};
+use crate::sql::Dialect;
+use crate::sql::StoreError;
+use crate::sql::Tx;
 
 /// Credits granted per paid invoice unless configured otherwise.
 pub(crate) const DEFAULT_CREDITS_PER_INVOICE: i64 = 100;
@@ -127,7 +128,7 @@ impl StripeBilling {
             at: event.created.unwrap_or_default(),
         };
         let payload = serde_json::to_vec(&job).map_err(|e| StoreError::Database(e.to_string()))?;
-        let now = crate::unix_now();
+        let now = crate::time::unix_now();
         // Not before the tie's second is over: the fetch must see all of it.
         let due = now.max(job.at) + 1;
         tx.execute(

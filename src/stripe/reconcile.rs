@@ -19,7 +19,7 @@ use std::time::Duration;
 use crate::config::Database;
 use crate::event::Event;
 use crate::source::{stripe, Source};
-use crate::store::tx::Session;
+use crate::sql::Session;
 use crate::store::Outcome;
 use crate::writer::WriterHandle;
 
@@ -216,7 +216,7 @@ impl Periodic {
             .name(format!("hookledger-reconcile-{}", source.name))
             .spawn(move || {
                 while !flag.load(Ordering::SeqCst) {
-                    let from = crate::unix_now() - since.as_secs() as i64;
+                    let from = crate::time::unix_now() - since.as_secs() as i64;
                     let result = crate::store::open_read(&database)
                         .map_err(|e| ApiError::Failed(format!("cannot read the ledger: {e:#}")))
                         .and_then(|ledger| {

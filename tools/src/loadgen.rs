@@ -38,7 +38,7 @@ pub struct Request {
 /// bodies of 1.5–2.5 KB; `resend_share` of them exact resends of an earlier event.
 pub fn prepare(workload: &Workload, secret: &Secret, host: &str) -> Vec<Request> {
     let mut rng = fastrand::Rng::with_seed(workload.seed);
-    let now = hookledger::unix_now();
+    let now = hookledger::internals::unix_now();
     let mut originals: Vec<usize> = Vec::new();
     let mut requests: Vec<Request> = Vec::with_capacity(workload.requests);
     for i in 0..workload.requests {

@@ -170,7 +170,7 @@ fn handle(
     signature: Option<&str>,
     body: &[u8],
 ) -> anyhow::Result<String> {
-    let now = hookledger::unix_now();
+    let now = hookledger::internals::unix_now();
     stripe::verify(
         std::slice::from_ref(secret),
         signature.map(str::as_bytes),

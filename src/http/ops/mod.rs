@@ -32,11 +32,12 @@ use axum::{Json, Router};
 use base64::Engine;
 use serde_json::json;
 
+use crate::config::Secret;
 use crate::config::{Database, RetentionConfig};
 use crate::http::error::Rejection;
 use crate::metrics::Metrics;
-use crate::source::Secret;
-use crate::store::{StoreError, Write};
+use crate::sql::StoreError;
+use crate::store::Write;
 use crate::writer::WriterHandle;
 
 /// How long `/readyz` waits for its write: longer than a busy timeout, so a busy database
@@ -78,7 +79,7 @@ async fn ready(State(admin): State<Arc<Admin>>) -> Response {
     let writer = admin.writer.clone();
     let write = tokio::task::spawn_blocking(move || {
         writer.run_blocking(Write::Heartbeat {
-            at: crate::unix_now(),
+            at: crate::time::unix_now(),
         })
     });
     let failed = match tokio::time::timeout(READY_TIMEOUT, write).await {
@@ -139,7 +140,7 @@ async fn metrics(State(admin): State<Arc<Admin>>, headers: HeaderMap) -> Respons
             header::CONTENT_TYPE,
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
         )],
-        admin.metrics.encode(&outbox, crate::unix_now()),
+        admin.metrics.encode(&outbox, crate::time::unix_now()),
     )
         .into_response()
 }
@@ -148,7 +149,7 @@ async fn metrics(State(admin): State<Arc<Admin>>, headers: HeaderMap) -> Respons
 /// the scrape fails visibly rather than showing an empty outbox.
 async fn read_ledger<T: Send + 'static>(
     admin: &Admin,
-    read: impl FnOnce(&dyn crate::store::tx::Session) -> anyhow::Result<T> + Send + 'static,
+    read: impl FnOnce(&dyn crate::sql::Session) -> anyhow::Result<T> + Send + 'static,
 ) -> Result<T, Response> {
     let database = admin.database.clone();
     let result = tokio::task::spawn_blocking(move || read(&*crate::store::open_read(&database)?))

@@ -15,11 +15,11 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{Html, IntoResponse, Response};
 
 use super::{read_ledger, read_refusal, refusal, Admin, Auth};
-use crate::format_time;
 use crate::metrics::{Activity, Outcome};
 use crate::store::listings::{OutboxRow, OutboxSummary};
 use crate::store::Write;
-use crate::unix_now;
+use crate::time::format_time;
+use crate::time::unix_now;
 
 /// Dead rows listed on the page (the newest).
 const DEAD_ROWS: usize = 20;

@@ -99,7 +99,7 @@ impl OutboxReader for PgOutbox {
 
     fn next_due_at(&self, kinds: &str) -> anyhow::Result<Option<i64>> {
         // A row leased by a live instance is due again when its lease lapses.
-        let now = crate::unix_now();
+        let now = crate::time::unix_now();
         let sql = format!(
             "SELECT min(CASE WHEN {FREE} THEN next_attempt_at
                              ELSE greatest(next_attempt_at, leased_until) END)

@@ -35,8 +35,9 @@ use anyhow::{bail, Context};
 use crate::config::Database;
 use crate::handler::{Handler, Prepared, Submission};
 use crate::outbox::FORWARD;
-use crate::store::tx::Session;
-use crate::store::{app_schema, run_each, Done, Outcome, Store, StoreError, Tx, Work, Write};
+use crate::sql::Session;
+use crate::sql::{StoreError, Tx};
+use crate::store::{app_schema, run_each, Done, Outcome, Store, Work, Write};
 
 pub(crate) use due::PgOutbox;
 use session::CommitError;
@@ -216,7 +217,7 @@ impl PgStore {
                         self.session.execute(
                             "INSERT INTO hookledger_migrations (version, applied_at)
                              VALUES ($1, $2)",
-                            &[&version, &crate::unix_now()],
+                            &[&version, &crate::time::unix_now()],
                         )?;
                         Ok(true)
                     }),

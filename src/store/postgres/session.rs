@@ -1,4 +1,4 @@
-//! The PostgreSQL side of [`Tx`](crate::store::Tx): one connection, its prepared statements
+//! The PostgreSQL side of [`Tx`](crate::sql::Tx): one connection, its prepared statements
 //! cached by SQL text, values converted to whatever type the server inferred for a parameter
 //! (so `$1` bound from an `i64` may fill an `integer`, a `bigint` or a `jsonb` column).
 
@@ -10,8 +10,8 @@ use bytes::{BufMut, BytesMut};
 use tokio_postgres::types::{FromSql, IsNull, Kind, ToSql, Type};
 use tokio_postgres::{Client, NoTls, Statement};
 
-use crate::store::tx::{Dialect, Param, Row, Session, ToParam, Value};
-use crate::store::StoreError;
+use crate::sql::StoreError;
+use crate::sql::{Dialect, Param, Row, Session, ToParam, Value};
 
 /// Prepared statements kept per connection: the store's, the handlers' and the effects', with
 /// room to spare.

@@ -29,7 +29,8 @@ use rusqlite::{Connection, ErrorCode, OpenFlags};
 
 use crate::handler::Submission;
 use crate::outbox::PendingRow;
-use crate::store::{app_schema, Outcome, Store, StoreError, Tx, Write};
+use crate::sql::{StoreError, Tx};
+use crate::store::{app_schema, Outcome, Store, Write};
 
 use checkpoint::Checkpointer;
 use tx::HandlerGuard;
@@ -268,7 +269,7 @@ impl Store for SqliteStore {
 
 /// The names of the first `n` positional parameters, `$1` to `$n`.
 fn tx_names(n: usize) -> impl Iterator<Item = &'static str> {
-    crate::store::tx::DOLLAR_NAMES.iter().copied().take(n)
+    crate::sql::DOLLAR_NAMES.iter().copied().take(n)
 }
 
 fn configure_writer(conn: &Connection) -> rusqlite::Result<()> {

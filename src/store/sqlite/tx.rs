@@ -1,4 +1,4 @@
-//! The SQLite side of [`Tx`](crate::store::Tx): statements on the writer's connection, cached,
+//! The SQLite side of [`Tx`](crate::sql::Tx): statements on the writer's connection, cached,
 //! with `$1, $2, …` bound by name.
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -7,8 +7,8 @@ use std::sync::Arc;
 use rusqlite::types::{ToSqlOutput, ValueRef};
 use rusqlite::{CachedStatement, Connection};
 
-use crate::store::tx::{Dialect, Param, Row, Session, ToParam, Value, DOLLAR_NAMES};
-use crate::store::StoreError;
+use crate::sql::StoreError;
+use crate::sql::{Dialect, Param, Row, Session, ToParam, Value, DOLLAR_NAMES};
 
 /// The cached statement for `sql` with `params` bound: `$n` by name, else the n-th.
 fn bound<'c>(

@@ -12,8 +12,8 @@
 use serde_json::json;
 
 use crate::event::Event;
-use crate::handler::Tx;
-use crate::store::StoreError;
+use crate::sql::StoreError;
+use crate::sql::Tx;
 use crate::stripe::billing::Change;
 
 pub(super) fn apply(
@@ -119,9 +119,9 @@ ORDER BY i.account_id
 mod tests {
     use super::*;
     use crate::handler::{Handler, Prepared};
+    use crate::sql::Session;
     use crate::store::postgres::scratch::Scratch;
     use crate::store::postgres::PgStore;
-    use crate::store::tx::Session;
     use crate::store::Store;
     use crate::stripe::billing::StripeBilling;
     use crate::stripe::samples as sample;
@@ -167,7 +167,7 @@ mod tests {
             .collect()
     }
 
-    fn tables(session: &dyn Session) -> Vec<Vec<crate::store::Row>> {
+    fn tables(session: &dyn Session) -> Vec<Vec<crate::sql::Row>> {
         [
             "SELECT * FROM subscriptions ORDER BY id",
             "SELECT * FROM invoice_payments ORDER BY stripe_invoice_id",

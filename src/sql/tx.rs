@@ -6,7 +6,7 @@
 //! [`Value`]s. SQL that both SQLite and PostgreSQL accept (`INSERT … ON CONFLICT … DO UPDATE
 //! … WHERE`, row values, `RETURNING`, `coalesce`, `CASE`) runs on either store unchanged.
 
-use crate::store::StoreError;
+use crate::sql::StoreError;
 
 /// The writer's open transaction, as a handler sees it: it runs statements, and cannot
 /// COMMIT, ROLLBACK, BEGIN or touch savepoints (the store refuses to prepare them while a
