@@ -14,6 +14,7 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::net::SocketAddr;
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use anyhow::Context;
@@ -32,25 +33,44 @@ use crate::http::server;
 use crate::metrics::Metrics;
 use crate::retention::Retention;
 use crate::source::Source;
-use crate::store::{self, ServeGuard, Store};
-use crate::stripe::api::StripeApi;
-use crate::stripe::reconcile;
-use crate::writer;
+use crate::store::{self, Reader, ServeGuard, Store};
+use crate::stripe;
+use crate::writer::{self, Background};
+
+/// What a [`Hookledger`] is opened for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Access {
+    /// A server: background workers, the serve lock.
+    Serve,
+    /// One command next to a running server; `forward`: queue `forward` rows.
+    Command { forward: bool },
+}
+
+impl Access {
+    fn store(self) -> store::Access {
+        match self {
+            Access::Serve => store::Access::Serve,
+            Access::Command { .. } => store::Access::Command,
+        }
+    }
+}
 
 /// hookledger opened and ready to serve: database migrated, writer running, routes built.
 pub struct Hookledger {
     config: Config,
     app: Router,
     writer: writer::Writer,
-    /// For the admin routes' heartbeat.
+    /// For the admin routes' heartbeat and for reconcile.
     writer_handle: writer::WriterHandle,
+    /// Pooled read connections: the admin pages, reconcile's lookups.
+    reader: Reader,
+    /// Each source with its handlers, by name.
+    sources: HashMap<Arc<str>, Arc<Source>>,
     /// What `/metrics` and `/status` show.
     metrics: Arc<Metrics>,
-    /// Delivers outbox rows to the app; `None` without forwarding.
-    worker: Option<delivery::Worker>,
-    retention: Retention,
-    /// `reconcile = { every, since }` of each stripe source that has it.
-    reconcilers: Vec<reconcile::Periodic>,
+    /// Background work that stops before the writer: the outbox worker, retention, a
+    /// provider wing's periodic runs. Empty for a command.
+    workers: Vec<Box<dyn Background>>,
     /// No second server on this database while this one lives.
     lock: ServeGuard,
 }
@@ -99,7 +119,7 @@ impl Builder {
     /// Checks everything, opens (and migrates) the database and starts the writer and the
     /// background workers. Nothing listens yet.
     pub fn build(self) -> anyhow::Result<Hookledger> {
-        Hookledger::start(self.config, self.handlers)
+        Hookledger::start(self.config, self.handlers, Access::Serve)
     }
 }
 
@@ -112,31 +132,46 @@ impl Hookledger {
     /// Checks `config`, opens (and migrates) the database and starts the writer and the
     /// background workers. Nothing listens yet.
     pub fn open(config: Config) -> anyhow::Result<Hookledger> {
-        Hookledger::start(config, Vec::new())
+        Hookledger::start(config, Vec::new(), Access::Serve)
+    }
+
+    /// Opens `config`'s existing database for one command next to a running `serve`: the
+    /// writer and the readers, no background work and no serve lock. With `forward`, new
+    /// events get a `forward` row even without a `[forward]` target here (the serve that has
+    /// one delivers them).
+    pub(crate) fn open_for_command(config: Config, forward: bool) -> anyhow::Result<Hookledger> {
+        Hookledger::start(config, Vec::new(), Access::Command { forward })
     }
 
     fn start(
         config: Config,
         handlers: Vec<(String, Arc<dyn Handler>)>,
+        access: Access,
     ) -> anyhow::Result<Hookledger> {
         // Opening blocks (on the database, and PostgreSQL's synchronous client runs its own
         // runtime, which may not start inside another): an app calling this from async code
         // gets it done on a thread of its own.
         if tokio::runtime::Handle::try_current().is_ok() {
             return std::thread::scope(|s| {
-                s.spawn(|| Hookledger::open_blocking(config, handlers))
+                s.spawn(|| Hookledger::open_blocking(config, handlers, access))
                     .join()
                     .map_err(|_| anyhow::anyhow!("opening hookledger panicked"))?
             });
         }
-        Hookledger::open_blocking(config, handlers)
+        Hookledger::open_blocking(config, handlers, access)
     }
 
+    /// The one composition root: everything below is built here, once, in this order (a bad
+    /// config stops start-up before the database is created).
     fn open_blocking(
         config: Config,
         handlers: Vec<(String, Arc<dyn Handler>)>,
+        access: Access,
     ) -> anyhow::Result<Hookledger> {
-        config.validate()?;
+        // A command (reconcile) reads no webhooks: its sources need no signing secrets.
+        if access == Access::Serve {
+            config.validate()?;
+        }
         for (source, handler) in &handlers {
             if !config.sources.iter().any(|s| s.name == *source) {
                 anyhow::bail!(
@@ -145,53 +180,58 @@ impl Hookledger {
                 );
             }
         }
-        let target = delivery::Targets::of(&config)?;
-        let sources = sources_of(&config)?;
-        let (mut store, lock) = store::open_for_serve(&config.database, &config.storage)?;
-        let sources = with_handlers(&config, &mut *store, sources, handlers)?;
+        let mut targets = delivery::Targets::of(&config)?;
+        if let Some(fetch) = stripe::refresh::Fetch::of(&config) {
+            targets.add(
+                stripe::billing::REFRESH,
+                Box::new(fetch),
+                crate::outbox::default_schedule(),
+            );
+        }
+        let forward = config.forward.is_some() || access == Access::Command { forward: true };
+        let sources = sources_of(&config, forward)?;
+        let store::Stores {
+            mut writer,
+            reader,
+            outbox,
+            guard,
+        } = store::open(&config.database, &config.storage, access.store())?;
+        let sources = with_handlers(&config, &mut *writer, sources, handlers)?;
         let metrics = Arc::new(Metrics::new(sources.keys()));
+        let serving = access == Access::Serve;
         let (waker, woken) = delivery::Worker::channel();
         let on_commit = waker.clone();
         let (handle, writer) = writer::spawn(
-            store,
+            writer,
             config.writer.clone(),
-            Some(Box::new(move || on_commit.wake())),
+            serving.then(|| Box::new(move || on_commit.wake()) as Box<dyn Fn() + Send>),
             metrics.writer(),
         )
         .context("cannot start the writer thread")?;
-        let worker = match target {
-            Some(target) => Some(delivery::Worker::spawn(
-                target,
-                store::outbox_reader(&config.database, &config.storage)?,
-                handle.clone(),
-                waker,
-                woken,
-                metrics.clone(),
-            )?),
-            None => None,
-        };
-        let retention = Retention::spawn(handle.clone(), config.retention.clone())?;
-        let mut reconcilers = Vec::new();
-        for c in &config.sources {
-            let (Some(every), Some(api), Some(source)) =
-                (c.reconcile, StripeApi::of(c), sources.get(c.name.as_str()))
-            else {
-                continue;
-            };
-            reconcilers.push(
-                reconcile::Periodic::spawn(
-                    api,
-                    source.clone(),
-                    every.every,
-                    every.since,
+        let mut workers: Vec<Box<dyn Background>> = Vec::new();
+        if serving {
+            if !targets.is_empty() {
+                workers.push(Box::new(delivery::Worker::spawn(
+                    targets,
+                    outbox,
                     handle.clone(),
-                    config.database.clone(),
-                )
-                .context("cannot start the reconcile thread")?,
-            );
+                    waker,
+                    woken,
+                    metrics.clone(),
+                )?));
+            }
+            workers.push(Box::new(Retention::spawn(
+                handle.clone(),
+                config.retention.clone(),
+            )?));
+            for periodic in
+                stripe::reconcile::Periodic::spawn_all(&config, &sources, &handle, &reader)?
+            {
+                workers.push(Box::new(periodic));
+            }
         }
         let ingest = Arc::new(Ingest {
-            sources,
+            sources: sources.clone(),
             http: config.http.clone(),
             budget: BodyBudget::new(config.http.body_budget),
             writer: handle.clone(),
@@ -203,11 +243,11 @@ impl Hookledger {
             config,
             writer,
             writer_handle: handle,
+            reader,
+            sources,
             metrics,
-            worker,
-            retention,
-            reconcilers,
-            lock,
+            workers,
+            lock: guard,
         })
     }
 
@@ -225,6 +265,7 @@ impl Hookledger {
     pub fn admin_router(&self) -> Router {
         crate::http::ops::router(crate::http::ops::Admin {
             writer: self.writer_handle.clone(),
+            reader: self.reader.clone(),
             database: self.config.database.clone(),
             metrics: self.metrics.clone(),
             retention: self.config.retention.clone(),
@@ -234,6 +275,21 @@ impl Hookledger {
                 .admin_listen
                 .is_some_and(|at| !at.ip().is_loopback()),
         })
+    }
+
+    /// Reconciles source `name` with what its provider's API has and the ledger lacks: one run
+    /// through this instance's writer and readers (the CLI's `reconcile`).
+    pub(crate) fn reconcile(
+        &self,
+        name: &str,
+        run: &stripe::reconcile::Run,
+    ) -> anyhow::Result<stripe::reconcile::Counts> {
+        let source = self
+            .sources
+            .get(name)
+            .with_context(|| format!("there is no source `{name}`"))?;
+        let never = AtomicBool::new(false);
+        Ok(run.once(source, &self.writer_handle, &self.reader, &never)?)
     }
 
     /// Serves on an already bound listener until `shutdown` resolves, then shuts down in the
@@ -251,60 +307,73 @@ impl Hookledger {
     /// an app that mounted [`Hookledger::router`] in its own server: call it after that server
     /// has stopped and dropped the router (the writer ends when the last route is gone).
     pub async fn shutdown(self) -> anyhow::Result<()> {
+        tokio::task::spawn_blocking(move || self.close())
+            .await
+            .context("waiting for the writer")?;
+        log::info!("hookledger stopped");
+        Ok(())
+    }
+
+    /// The blocking part of [`Hookledger::shutdown`]: each worker finishes its current step
+    /// (an attempt, a batch, a page); then the last writer handle is dropped and the writer
+    /// commits its queue and ends.
+    pub(crate) fn close(self) {
         let Hookledger {
-            config: _,
             app,
             writer,
             writer_handle,
-            metrics: _,
-            worker,
-            retention,
-            reconcilers,
+            sources,
+            workers,
             lock,
+            ..
         } = self;
         drop(app);
+        drop(sources);
         drop(writer_handle);
-        // The worker finishes its current attempt, retention its batch. Then the last writer
-        // handle is dropped: the writer commits its queue and ends.
-        tokio::task::spawn_blocking(move || {
-            for reconciler in reconcilers {
-                reconciler.stop();
-            }
-            if let Some(worker) = worker {
-                worker.stop();
-            }
-            retention.stop();
-            writer.join();
-            drop(lock);
-        })
-        .await
-        .context("waiting for the writer")?;
-        log::info!("hookledger stopped");
-        Ok(())
+        for worker in workers {
+            worker.stop();
+        }
+        writer.join();
+        drop(lock);
     }
 }
 
 /// Each source of `config`, with its built-in handlers: built before the database is opened,
 /// so that a bad source stops start-up before anything is created.
-pub(crate) fn sources_of(config: &Config) -> anyhow::Result<HashMap<Arc<str>, Source>> {
+fn sources_of(config: &Config, forward: bool) -> anyhow::Result<HashMap<Arc<str>, Source>> {
     config
         .sources
         .iter()
         .map(|c| {
-            let source = Source::from_config(
-                c,
-                &config.stripe_billing,
-                config.forward.is_some(),
-                config.http.max_body,
-            )?;
+            let mut source = Source::from_config(c, forward, config.http.max_body)?;
+            for name in &c.handlers {
+                let handler = builtin_handler(name, config, c)
+                    .map_err(|e| anyhow::anyhow!("source `{}`: handlers: {e}", c.name))?;
+                source.handlers.push(handler);
+            }
             Ok((source.name.clone(), source))
         })
         .collect()
 }
 
+/// The registry of built-in handlers: the handler a source's `handlers` names.
+fn builtin_handler(
+    name: &str,
+    config: &Config,
+    source: &SourceConfig,
+) -> anyhow::Result<Arc<dyn Handler>> {
+    match name {
+        "stripe-billing" => Ok(Arc::new(stripe::billing::StripeBilling {
+            credits_per_invoice: config.stripe_billing.credits_per_invoice,
+            refresh: source.refreshes().then_some(source.refresh),
+        })),
+        other => anyhow::bail!("unknown handler `{other}`"),
+    }
+}
+
 /// `sources` with the rest of their handlers, in the order they run: the app's Rust handlers,
 /// then its SQL effects (after its migrations, each statement checked against `store`).
-pub(crate) fn with_handlers(
+fn with_handlers(
     config: &Config,
     store: &mut dyn Store,
     mut sources: HashMap<Arc<str>, Source>,

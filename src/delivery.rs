@@ -28,11 +28,9 @@ use std::time::Duration;
 
 use crate::config::ForwardConfig;
 use crate::metrics::Metrics;
-use crate::outbox::{next_delay, Attempt, PendingRow, FORWARD};
+use crate::outbox::{next_delay, Attempt, Failure, FollowUp, PendingRow, Target, FORWARD};
 use crate::source::standard::{self, SigningKey};
 use crate::store::{OutboxReader, Write};
-use crate::stripe::api::{ApiError, StripeApi};
-use crate::stripe::billing::{self, RefreshJob, REFRESH};
 use crate::time::unix_now;
 use crate::writer::WriterHandle;
 
@@ -44,80 +42,78 @@ const IDLE_POLL: Duration = Duration::from_secs(1);
 /// that rows revived meanwhile (by the CLI) wait at most one round.
 const BATCH: usize = 32;
 
-/// Where and how the worker delivers rows of one kind, and when it tries again.
-pub(crate) struct Target {
-    how: How,
+/// A kind's target and when the worker tries again.
+pub(crate) struct Lane {
+    target: Box<dyn Target>,
     schedule: Vec<Duration>,
 }
 
-enum How {
-    /// POST the row to the app, signed: [`ForwardConfig`] with its secret decoded and its
-    /// HTTP client.
-    Post {
-        url: String,
-        key: SigningKey,
-        agent: ureq::Agent,
-    },
-    /// Fetch the subscription a [`REFRESH`] row names, from the API of the row's source.
-    Fetch(Vec<(String, StripeApi)>),
+/// POSTs each row to a URL, signed with the Standard Webhooks headers: `forward` and each
+/// `[[delivery]]`.
+pub(crate) struct Post {
+    url: String,
+    key: SigningKey,
+    agent: ureq::Agent,
 }
 
-impl Target {
+impl Post {
     /// Decodes the signing secret; a bad one is refused here, at start-up.
-    pub(crate) fn new(config: &ForwardConfig) -> anyhow::Result<Target> {
+    pub(crate) fn new(config: &ForwardConfig) -> anyhow::Result<Post> {
         let key = SigningKey::from_secret(config.secret.expose()).map_err(anyhow::Error::msg)?;
-        Ok(Target {
-            how: How::Post {
-                url: config.url.clone(),
-                key,
-                agent: ureq::AgentBuilder::new()
-                    .timeout(config.timeout)
-                    .redirects(0)
-                    .user_agent(concat!("hookledger/", env!("CARGO_PKG_VERSION")))
-                    .build(),
-            },
-            schedule: config.schedule.clone(),
-        })
-    }
-
-    /// The fetches of the sources that refresh subscriptions, if any does. A failed fetch
-    /// is tried again on the outbox's schedule, not inside the attempt.
-    fn fetches(config: &crate::config::Config) -> Option<Target> {
-        let apis: Vec<(String, StripeApi)> = config
-            .sources
-            .iter()
-            .filter(|s| s.refreshes())
-            .filter_map(|s| Some((s.name.clone(), StripeApi::of(s)?.with_backoff(Vec::new()))))
-            .collect();
-        (!apis.is_empty()).then(|| Target {
-            how: How::Fetch(apis),
-            schedule: crate::outbox::default_schedule(),
+        Ok(Post {
+            url: config.url.clone(),
+            key,
+            agent: ureq::AgentBuilder::new()
+                .timeout(config.timeout)
+                .redirects(0)
+                .user_agent(concat!("hookledger/", env!("CARGO_PKG_VERSION")))
+                .build(),
         })
     }
 }
 
-/// The targets by outbox kind: `forward` and each `[[delivery]]`.
-pub(crate) struct Targets(Vec<(String, Target)>);
+impl Target for Post {
+    fn attempt(&self, row: &PendingRow) -> Result<Option<Arc<dyn FollowUp>>, Failure> {
+        post(&self.agent, &self.url, &self.key, row).map(|()| None)
+    }
+}
+
+/// The targets by outbox kind: `forward`, each `[[delivery]]`, and those the composition
+/// root adds (a provider wing's fetches).
+#[derive(Default)]
+pub(crate) struct Targets(Vec<(String, Lane)>);
 
 impl Targets {
-    /// Every target of `config`; `None` if there is none (no worker is needed).
-    pub(crate) fn of(config: &crate::config::Config) -> anyhow::Result<Option<Targets>> {
-        let mut targets = Vec::new();
+    /// The POST targets of `config`: `forward` and each `[[delivery]]`.
+    pub(crate) fn of(config: &crate::config::Config) -> anyhow::Result<Targets> {
+        let mut targets = Targets::default();
         if let Some(forward) = &config.forward {
-            targets.push((FORWARD.to_string(), Target::new(forward)?));
+            targets.add(
+                FORWARD,
+                Box::new(Post::new(forward)?),
+                forward.schedule.clone(),
+            );
         }
         for delivery in &config.deliveries {
-            let target = Target::new(&delivery.target(config.forward.as_ref())?)
+            let target = delivery.target(config.forward.as_ref())?;
+            let post = Post::new(&target)
                 .map_err(|e| anyhow::anyhow!("delivery `{}`: {e}", delivery.kind))?;
-            targets.push((delivery.kind.clone(), target));
+            targets.add(&delivery.kind, Box::new(post), target.schedule);
         }
-        if let Some(fetches) = Target::fetches(config) {
-            targets.push((REFRESH.to_string(), fetches));
-        }
-        Ok((!targets.is_empty()).then_some(Targets(targets)))
+        Ok(targets)
     }
 
-    fn get(&self, kind: &str) -> Option<&Target> {
+    /// Delivers rows of `kind` through `target`, retried on `schedule`.
+    pub(crate) fn add(&mut self, kind: &str, target: Box<dyn Target>, schedule: Vec<Duration>) {
+        self.0.push((kind.to_string(), Lane { target, schedule }));
+    }
+
+    /// Whether there is nothing to deliver (no worker is needed).
+    pub(crate) fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    fn get(&self, kind: &str) -> Option<&Lane> {
         self.0.iter().find(|(k, _)| k == kind).map(|(_, t)| t)
     }
 
@@ -182,6 +178,12 @@ impl Worker {
         if self.thread.join().is_err() {
             log::error!("outbox worker panicked");
         }
+    }
+}
+
+impl crate::writer::Background for Worker {
+    fn stop(self: Box<Self>) {
+        Worker::stop(*self)
     }
 }
 
@@ -256,7 +258,7 @@ fn idle_wait(pool: &impl OutboxReader, kinds: &str) -> Duration {
 }
 
 /// One delivery attempt of `row`, classified.
-fn attempt(config: &Target, row: &PendingRow) -> Attempt {
+fn attempt(config: &Lane, row: &PendingRow) -> Attempt {
     let attempts = usize::try_from(row.attempts)
         .unwrap_or(usize::MAX)
         .saturating_add(1);
@@ -286,18 +288,14 @@ fn attempt(config: &Target, row: &PendingRow) -> Attempt {
             Attempt::Dead { error }
         }
     };
-    let result = match &config.how {
-        How::Post { url, key, agent } => post(agent, url, key, row).map(|()| Attempt::Delivered),
-        How::Fetch(apis) => fetch(apis, row),
-    };
-    match result {
-        Ok(done) => {
+    match config.target.attempt(row) {
+        Ok(follow_up) => {
             log::info!(
                 "outbox: {} {} delivered (attempt {attempts})",
                 row.kind,
                 row.key
             );
-            done
+            Attempt::Delivered { follow_up }
         }
         Err(Failure::Refused(error)) => {
             log::error!("outbox: {} {} dead: {error}", row.kind, row.key);
@@ -328,43 +326,11 @@ fn parse_retry_after(value: &str, now: std::time::SystemTime) -> Option<Duration
     Some(at.duration_since(now).unwrap_or(Duration::ZERO))
 }
 
-enum Failure {
-    Gone,
-    /// Nothing a retry would change (a key Stripe refuses, a subscription it does not have).
-    Refused(String),
-    Status(u16, Option<Duration>),
-    Transport(String),
-}
-
 /// The header that names the source of a delivered event.
 pub(crate) const SOURCE_HEADER: &str = "webhook-source";
 
 /// The header with the delivered event's type (GitHub's and Shopify's are not in the body).
 pub(crate) const TYPE_HEADER: &str = "webhook-type";
-
-/// Fetches the subscription of [`REFRESH`] row `row` from its source's API.
-fn fetch(apis: &[(String, StripeApi)], row: &PendingRow) -> Result<Attempt, Failure> {
-    let job: RefreshJob = serde_json::from_slice(&row.payload)
-        .map_err(|e| Failure::Refused(format!("not a refresh job: {e}")))?;
-    let Some((_, api)) = apis.iter().find(|(name, _)| *name == row.source) else {
-        return Err(Failure::Refused(format!(
-            "source {} has no api_key to fetch with",
-            row.source
-        )));
-    };
-    let started = unix_now();
-    let json = api.subscription(&job.subscription).map_err(|e| match e {
-        ApiError::Failed(why) => Failure::Transport(why),
-        refused => Failure::Refused(refused.to_string()),
-    })?;
-    let snapshot = billing::decode_subscription(&job.subscription, &json)
-        .map_err(|e| Failure::Refused(format!("Stripe's subscription: {}", e.summary())))?;
-    Ok(Attempt::Fetched {
-        snapshot,
-        at: job.at,
-        started,
-    })
-}
 
 /// POSTs the verified event body with the Standard Webhooks headers and the source's name.
 fn post(agent: &ureq::Agent, url: &str, key: &SigningKey, row: &PendingRow) -> Result<(), Failure> {

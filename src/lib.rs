@@ -1,29 +1,38 @@
 //! hookledger receives webhooks and makes each event change the app's data exactly once, on
 //! one SQLite file, or on PostgreSQL shared by several instances.
 //!
-//! The crate in the order a request travels:
-//! - `http/server.rs`: the accept loop, limits and graceful shutdown; `http/ingest.rs`: THE
-//!   request path (source → body → verify → envelope → handlers prepare → writer → reply);
-//!   `http/error.rs`: the one table from an error to its status;
-//! - `source/`: who sends and how their requests are verified and read: one [`Scheme`] shape,
-//!   Stripe and Standard Webhooks behind it;
-//! - `event.rs`: the verified [`Event`], the same for every source;
-//! - `writer.rs`: the single writer thread, its queue, group commit and the replies after
-//!   COMMIT (no SQL, no provider);
-//! - `store/`: what the writer and the workers need from a database, and the SQL both stores
-//!   share: the claim (`INSERT … ON CONFLICT DO NOTHING`), the outbox, retention, listings,
-//!   the app's migrations, and the handlers' [`Tx`]; `store/sqlite/` and `store/postgres/`:
-//!   each store's transactions, migrations, due outbox rows and errors;
-//! - `handler/`: the [`Handler`] trait, run inside the claim's transaction, and the
-//!   `stripe-billing` handler;
-//! - `outbox.rs`, `delivery.rs`: external calls queued in the transaction, delivered to the
-//!   app after commit; `retention.rs`: pruning what the provider can no longer resend.
+//! A request travels: `http/server.rs` (accept loop, limits) → `http/ingest.rs` (THE request
+//! path: source → body → verify → envelope → handlers prepare → writer → reply) → `source/`
+//! (verify and read) → `writer.rs` (queue, group commit) → `store/` (the transaction: claim →
+//! handlers → outbox row, `store/pipeline.rs`) → back in `http/error.rs` (the one table from
+//! an error to its status). After commit: `delivery.rs` and `retention.rs`.
 //!
-//! Around it: `app.rs` ([`Hookledger`]: open, router, serve), `config.rs` ([`Config`], every
-//! default with its reason), `cli/` (the subcommands) and `dev/` (the demo, signing and
-//! sending events as a provider does, sample events).
+//! The map, one layer per line, from the bottom: a module imports only modules on lines above
+//! its own (leaves import nothing of the crate).
+//! 1. `time.rs` (leaf): Unix seconds, RFC 3339.
+//! 2. `event.rs` (leaf): the verified [`Event`], the same for every source.
+//! 3. `sql/` (leaf): [`Tx`], parameters, rows and [`StoreError`]: what handlers and stores share.
+//! 4. `config/` (leaf): one [`Config`], every default with its reason; errors name their key.
+//! 5. `outbox.rs`: an outbox row, the `Target` trait that attempts it, the retry
+//!    schedule.
+//! 6. `handler/`: the [`Handler`] trait, run inside the claim's transaction; SQL effects.
+//! 7. `source/`: who sends and how their requests are verified and read: one scheme shape,
+//!    Stripe's, Standard Webhooks and the body HMACs behind it.
+//! 8. `store/`: the seam (`Store::run_batch`: a store owns its transaction), the
+//!    pipeline written once, the SQL both stores share, `sqlite/` and `postgres/`, the
+//!    contract suite every store passes; the stores are opened once here.
+//! 9. `metrics.rs`: what `/metrics` and `/status` count.
+//! 10. `writer.rs`: the single writer thread, its queue and the replies after COMMIT (no SQL,
+//!     no provider, no transaction).
+//! 11. `delivery.rs`: the outbox worker and its POST target.
+//! 12. `retention.rs`: pruning what the provider can no longer resend.
+//! 13. `stripe/`: the Stripe wing: billing (and its batch form), the refresh on ties, the API
+//!     client, reconcile, sample events.
+//! 14. `http/`: the webhook routes (`ingest.rs`) and the operators' (`ops/`).
+//! 15. `app.rs`: [`Hookledger`], the one composition root (serve, router, reconcile).
+//! 16. `dev/`: a client that signs and sends as a provider does.
+//! 17. `cli/`: the subcommands, each a call into the above.
 //!
-//! [`Scheme`]: crate::source
 //! [`Event`]: crate::Event
 //! [`Tx`]: crate::Tx
 
@@ -79,7 +88,8 @@ pub mod internals {
         };
     }
 
-    pub use crate::writer::ceiling::writer_ceiling;
+    /// The writer on stripe-billing without HTTP, for the bench's ceiling.
+    pub use crate::stripe::bench::{BillingWriter, Pending, Prepared as PreparedEvent};
 
     /// Aligned text tables, as the CLI prints them.
     pub mod table {

@@ -1,11 +1,14 @@
 //! The outbox: external calls written in the event's transaction as rows with a unique
 //! `(kind, key)`, delivered after commit by the worker ([`crate::delivery`]). This module holds
-//! what is the same on every store: the row as the worker sees it, the result of an attempt,
-//! and the retry schedule (data, not code). The SQL is the store's.
+//! what is the same on every store and every target: the row as the worker sees it, the
+//! [`Target`] that attempts a row of its kind, the result of an attempt, and the retry
+//! schedule (data, not code). The SQL is the store's.
 
+use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
-use crate::stripe::billing::SubscriptionChange;
+use crate::sql::{StoreError, Tx};
 
 /// Outbox kind for "POST this event to the app".
 pub(crate) const FORWARD: &str = "forward";
@@ -26,10 +29,42 @@ pub(crate) struct PendingRow {
     pub(crate) queued: i64,
 }
 
+/// What attempts the rows of one kind: a POST to a URL ([`crate::delivery`]), or a fetch from
+/// a provider's API whose answer goes back to the handler that queued the row (a provider
+/// wing's refresh). The worker calls it after commit, outside any transaction.
+pub(crate) trait Target: Send + Sync + 'static {
+    /// One attempt at `row`: on success, what to write as the row is marked done (usually
+    /// nothing); on failure, why, which decides between a retry and a dead row.
+    fn attempt(&self, row: &PendingRow) -> Result<Option<Arc<dyn FollowUp>>, Failure>;
+}
+
+/// Why an attempt failed.
+#[derive(Debug)]
+pub(crate) enum Failure {
+    /// The target said it is gone for good (HTTP 410): dead at once.
+    Gone,
+    /// Nothing a retry would change (a key the API refuses, an object it does not have): dead
+    /// at once.
+    Refused(String),
+    /// An HTTP status, with the `Retry-After` the target asked for: retried.
+    Status(u16, Option<Duration>),
+    /// No answer (refused, timed out, reset): retried.
+    Transport(String),
+}
+
+/// A write a [`Target`] hands back with its success: it runs in the transaction that marks its
+/// row done, and only when the row is still the one attempted (not replayed meanwhile).
+pub(crate) trait FollowUp: Send + Sync + fmt::Debug {
+    fn apply(&self, tx: &Tx<'_>) -> Result<(), StoreError>;
+}
+
 /// The result of one delivery attempt, written back by the writer.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub(crate) enum Attempt {
-    Delivered,
+    /// Done; `follow_up` is written with it.
+    Delivered {
+        follow_up: Option<Arc<dyn FollowUp>>,
+    },
     /// Try again at `at` (Unix seconds).
     Retry {
         at: i64,
@@ -38,22 +73,13 @@ pub(crate) enum Attempt {
     Dead {
         error: String,
     },
-    /// A [`REFRESH`] row's fetch: `snapshot` of the subscription, by a request begun at second
-    /// `started`, for a tie at second `at`, is stored as the row is marked done.
-    ///
-    /// [`REFRESH`]: crate::stripe::billing::REFRESH
-    Fetched {
-        snapshot: SubscriptionChange,
-        at: i64,
-        started: i64,
-    },
 }
 
 impl Attempt {
     /// The result as counted: `delivered`, `retry` or `dead`.
     pub(crate) fn label(&self) -> &'static str {
         match self {
-            Attempt::Delivered | Attempt::Fetched { .. } => "delivered",
+            Attempt::Delivered { .. } => "delivered",
             Attempt::Retry { .. } => "retry",
             Attempt::Dead { .. } => "dead",
         }

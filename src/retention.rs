@@ -19,11 +19,9 @@ use std::time::Duration;
 
 use crate::config::RetentionConfig;
 use crate::sql::StoreError;
+use crate::store::retention::BATCH_ROWS;
 use crate::store::Write;
 use crate::writer::WriterHandle;
-
-/// Rows deleted per writer job: small enough that one job takes milliseconds.
-pub(crate) const BATCH_ROWS: i64 = 500;
 
 /// Delivered outbox rows are kept a week for `outbox list`, then deleted.
 pub(crate) const DONE_OUTBOX_KEEP: Duration = Duration::from_secs(7 * 86_400);
@@ -134,5 +132,11 @@ impl Retention {
         if self.thread.join().is_err() {
             log::error!("retention thread panicked");
         }
+    }
+}
+
+impl crate::writer::Background for Retention {
+    fn stop(self: Box<Self>) {
+        Retention::stop(*self)
     }
 }

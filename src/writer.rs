@@ -1,10 +1,10 @@
 //! The single writer: one thread owns the only write connection and applies every write.
 //!
 //! Request handlers (and the outbox worker, and retention) send [`Job`]s over a bounded queue.
-//! The thread takes every queued job (up to `batch_max`), and runs them in one transaction of
-//! the [`Store`] with a savepoint per job and one commit: group commit, one fsync for the
-//! whole batch. The writer knows no SQL and no provider: what a job does is the store's
-//! ([`Store::apply`], [`Store::write`]).
+//! The thread takes every queued job (up to `batch_max`), and hands them to the [`Store`] as one
+//! batch ([`Store::run_batch`]): one transaction, each job undone alone when it fails, one
+//! commit: group commit, one fsync for the whole batch. The writer knows no SQL and no
+//! provider, and no transaction: begin, commit and rollback are the store's.
 //!
 //! On SQLite this is the only writer in the process, so the transaction never waits on another
 //! hookledger thread; it can only wait on another process (a CLI command, an `sqlite3` shell)
@@ -147,6 +147,13 @@ fn event_job(submission: Submission) -> (Message, oneshot::Receiver<Result<Outco
     (Message::Job(job), rx)
 }
 
+/// A thread that runs beside the writer (the outbox worker, retention, a periodic reconcile)
+/// and must stop before it: its last writes go through the writer.
+pub(crate) trait Background: Send {
+    /// Lets the current step finish (an attempt, a batch, a page), and waits for the thread.
+    fn stop(self: Box<Self>);
+}
+
 /// The running writer thread.
 pub(crate) struct Writer {
     thread: JoinHandle<()>,
@@ -256,16 +263,29 @@ fn fail(job: Job, err: &StoreError) {
     }
 }
 
-/// Runs one batch in one transaction and answers every job. Returns whether an event was
-/// processed (so the outbox may have new rows), or the error if the database was busy.
+/// Runs one batch in one transaction of the store and answers every job. Returns whether an
+/// event was processed (so the outbox may have new rows), or the error if the database was
+/// busy.
 fn run_batch(store: &mut dyn Store, batch: &mut Vec<Job>) -> Result<bool, StoreError> {
     let started = Instant::now();
     let mut busy = None;
-    let results = match apply_batch(store, batch) {
+    // Claims in key order: two writers sharing a database (PostgreSQL instances) then lock
+    // claim rows in the same order and cannot deadlock on them. A stable sort: two copies of
+    // one event keep their order, and other writes (no key) go first, in queue order.
+    batch.sort_by(|a, b| a.claim_key().cmp(&b.claim_key()));
+    let work = batch
+        .iter_mut()
+        .map(|job| match job {
+            Job::Event { submission, .. } => {
+                Work::Event(submission.take().expect("each job runs once"))
+            }
+            Job::Write { write, .. } => Work::Write(write),
+        })
+        .collect();
+    let results = match store.run_batch(work, unix_now()) {
         Ok(done) => done,
         Err(e) => {
             log::error!("writer: batch of {} failed: {e}", batch.len());
-            store.rollback();
             if e.is_busy() {
                 busy = Some(e.clone());
             }
@@ -299,102 +319,6 @@ fn run_batch(store: &mut dyn Store, batch: &mut Vec<Job>) -> Result<bool, StoreE
         }
     }
     busy.map_or(Ok(processed), Err)
-}
-
-/// Begin, the jobs and commit (the store's [`Store::run_and_commit`]: each job either stands
-/// or changes nothing). An `Err` means the whole transaction is lost; per-job failures are inside the `Ok`.
-fn apply_batch(store: &mut dyn Store, batch: &mut [Job]) -> Result<Vec<Done>, StoreError> {
-    let now = unix_now();
-    // Claims in key order: two writers sharing a database (PostgreSQL instances) then lock
-    // claim rows in the same order and cannot deadlock on them. A stable sort: two copies of
-    // one event keep their order, and other writes (no key) go first, in queue order.
-    batch.sort_by(|a, b| a.claim_key().cmp(&b.claim_key()));
-    let work = batch
-        .iter_mut()
-        .map(|job| match job {
-            Job::Event { submission, .. } => {
-                Work::Event(submission.take().expect("each job runs once"))
-            }
-            Job::Write { write, .. } => Work::Write(write),
-        })
-        .collect();
-    store.begin()?;
-    store.run_and_commit(work, now)
-}
-
-/// The writer without HTTP, for the bench's ceiling: the real store, handler and batch loop.
-pub(crate) mod ceiling {
-    use std::collections::VecDeque;
-    use std::path::Path;
-    use std::sync::Arc;
-    use std::time::{Duration, Instant};
-
-    use anyhow::Context;
-
-    use crate::config::WriterConfig;
-    use crate::event::Event;
-    use crate::handler::{Handler, Submission};
-    use crate::source::stripe;
-    use crate::store::sqlite::SqliteStore;
-    use crate::stripe::billing::{StripeBilling, DEFAULT_CREDITS_PER_INVOICE};
-
-    /// Submits every Stripe event of `bodies` to a writer on a fresh SQLite store at `db`,
-    /// keeping at most `in_flight` waiting (as `in_flight` HTTP connections would), and
-    /// returns the time from the first submission to the last reply. The events are decoded
-    /// before the clock starts: this measures the writer and the store only.
-    pub fn writer_ceiling(
-        db: &Path,
-        bodies: &[Vec<u8>],
-        in_flight: usize,
-    ) -> anyhow::Result<Duration> {
-        let store = SqliteStore::open(db, crate::config::DEFAULT_BUSY_TIMEOUT)?;
-        let billing: Arc<dyn Handler> = Arc::new(StripeBilling {
-            credits_per_invoice: DEFAULT_CREDITS_PER_INVOICE,
-            refresh: None,
-        });
-        let source: Arc<str> = Arc::from("stripe");
-        let mut submissions = bodies
-            .iter()
-            .map(|body| {
-                let envelope = stripe::envelope(body)?;
-                let event = Event {
-                    source: source.clone(),
-                    id: envelope.id,
-                    kind: envelope.kind,
-                    created: envelope.created,
-                    body: bytes::Bytes::copy_from_slice(body),
-                };
-                let prepared = billing.prepare(&event)?;
-                Ok(Submission {
-                    event,
-                    handlers: vec![(billing.clone(), prepared)],
-                    forward: false,
-                })
-            })
-            .collect::<anyhow::Result<VecDeque<_>>>()?;
-        let config = WriterConfig {
-            queue_depth: in_flight.max(1),
-            ..WriterConfig::default()
-        };
-        let (handle, writer) = super::spawn(Box::new(store), config, None, Default::default())?;
-        let started = Instant::now();
-        let mut waiting = VecDeque::new();
-        while !submissions.is_empty() || !waiting.is_empty() {
-            while waiting.len() < in_flight.max(1) {
-                let Some(submission) = submissions.pop_front() else {
-                    break;
-                };
-                waiting.push_back(handle.try_submit(submission)?);
-            }
-            if let Some(reply) = waiting.pop_front() {
-                reply.blocking_recv().context("the writer stopped")??;
-            }
-        }
-        let elapsed = started.elapsed();
-        drop(handle);
-        writer.join();
-        Ok(elapsed)
-    }
 }
 
 #[cfg(test)]

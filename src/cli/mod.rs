@@ -1,13 +1,15 @@
 //! The command line: one `match` on the subcommand, each arm a call into the library.
 
 mod admin;
+mod common;
 pub(crate) mod demo;
 mod reconcile;
-pub(crate) mod send;
+mod send;
 mod serve;
 pub(crate) mod table;
 
-use std::path::PathBuf;
+pub use common::Exit;
+
 use std::time::Duration;
 
 use anyhow::Context;
@@ -15,7 +17,6 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::config;
 use crate::config::Database;
-use crate::dev::client::Client;
 use crate::source::standard::SigningKey;
 use crate::store::{self, listings as listing};
 
@@ -53,7 +54,7 @@ pub enum Command {
     /// Receive webhooks on POST /webhooks/{source} (without a config file: /webhooks/stripe).
     Serve(Box<serve::ServeArgs>),
     /// Sign a file's raw bytes as a provider does and POST them (the local dev loop).
-    Send(SendArgs),
+    Send(send::SendArgs),
     /// Show the pattern working: a failure, a retry, concurrent duplicates, out-of-order events.
     Demo,
     /// Inspect and revive outbox rows (deliveries to the app).
@@ -168,75 +169,10 @@ pub enum EventsCommand {
     },
 }
 
-#[derive(Debug, Args)]
-#[command(after_help = "Examples:
-  Stripe (no config file):  STRIPE_WEBHOOK_SECRET=whsec_... hookledger send event.json
-  any source of a config:   hookledger send --config hookledger.toml --source stripe event.json
-  GitHub:    hookledger send --config hookledger.toml --source gh --type push push.json
-  Shopify:   hookledger send --config hookledger.toml --source shop --type orders/create order.json
-  Standard:  hookledger send --config hookledger.toml --source clerk user.json
-  hmac:      hookledger send --config hookledger.toml --source acme --type order.paid order.json
-
-With --source, the request is signed as that source's scheme with its first secret, with the
-headers the provider sends (an event id is made up unless --id is given), and goes to
-http://<listen>/webhooks/<source> unless --url says otherwise.")]
-pub struct SendArgs {
-    /// The event file; its bytes are sent exactly as stored.
-    pub file: PathBuf,
-    /// Sign as this source of the config file (its scheme, its first secret) instead of as
-    /// Stripe with --secret.
-    #[arg(long, requires = "config")]
-    pub source: Option<String>,
-    /// The config file that names the source.
-    #[arg(long, env = "HOOKLEDGER_CONFIG")]
-    pub config: Option<PathBuf>,
-    /// Where to send it [default: http://127.0.0.1:8080/webhooks/stripe, or the source's URL].
-    #[arg(long)]
-    pub url: Option<String>,
-    /// Signing secret (default: the first of STRIPE_WEBHOOK_SECRET, or the source's first).
-    #[arg(long, env = "STRIPE_WEBHOOK_SECRET", hide_env_values = true)]
-    pub secret: Option<String>,
-    /// Signature timestamp (default: now).
-    #[arg(long)]
-    pub timestamp: Option<i64>,
-    /// The event id, for schemes that send it in a header (default: a random one).
-    #[arg(long)]
-    pub id: Option<String>,
-    /// The event type, for schemes that send it in a header (github, shopify, some hmac).
-    #[arg(long = "type")]
-    pub kind: Option<String>,
-}
-
-/// Whether a flag's `value` came from the environment variable `var`: clap fills the flag from
-/// it too, and the same value there means it came from there.
-pub(crate) fn from_environment(value: &Option<String>, var: &str) -> bool {
-    value.is_some() && std::env::var(var).ok() == *value
-}
-
-/// The secret a flag names as `env:NAME` or `file:PATH`; the secret itself is refused, as a
-/// command line is visible to every user of the machine.
-pub(crate) fn secret_flag(flag: &str, value: &str) -> anyhow::Result<crate::config::Secret> {
-    if !(value.starts_with("env:") || value.starts_with("file:")) {
-        anyhow::bail!(
-            "{flag} takes env:NAME or file:PATH, not the secret itself (a command line is \
-             visible to every user of the machine)"
-        );
-    }
-    let reference = crate::config::Secret::new(value);
-    config::one_secret(flag, &reference, std::path::Path::new(""))
-}
-
-/// What `main` turns into an exit code.
-pub enum Exit {
-    Ok,
-    /// The command ran but its result is a failure (e.g. `send` got a non-2xx answer).
-    Failed,
-}
-
 pub fn run(cli: Cli) -> anyhow::Result<Exit> {
     match cli.command {
         Command::Serve(args) => serve::run(*args),
-        Command::Send(args) => send(args),
+        Command::Send(args) => send::run(args),
         Command::Demo => crate::cli::demo::run().map(|()| Exit::Ok),
         Command::Outbox(command) => outbox(command),
         Command::Events(command) => events(command),
@@ -263,29 +199,30 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
 }
 
 fn migrate_to(from: &Database, to: &Database) -> anyhow::Result<Exit> {
-    let (Database::Sqlite(path), Database::Postgres(url)) = (from, to) else {
-        anyhow::bail!(
-            "migrate-to copies a SQLite file (--db) into PostgreSQL (a postgres:// URL); got \
-             --db {from} and target {to}"
-        );
-    };
-    let copied = store::copy::sqlite_to_postgres(path, url)?;
+    let copied = store::copy::copy(from, to)?;
     for (table, rows) in &copied {
         println!("{table}: {rows} row(s)");
     }
-    println!(
-        "copied {} into {to}; start serve with --db set to it",
-        path.display()
-    );
+    println!("copied {from} into {to}; start serve with --db set to it");
     Ok(Exit::Ok)
+}
+
+/// The database of `db` for one command's writes (next to a running `serve`).
+fn writer_of(db: &DbArg) -> anyhow::Result<Box<dyn store::Store>> {
+    Ok(store::open(&db.db, &Default::default(), store::Access::Command)?.writer)
+}
+
+/// The database of `db` for one command's reads.
+fn reader_of(db: &DbArg) -> anyhow::Result<store::Reader> {
+    store::open_reader(&db.db, &Default::default())
 }
 
 fn replay(event_id: &str, source: Option<&str>, db: &DbArg) -> anyhow::Result<Exit> {
     let source = match source {
         Some(source) => source.to_string(),
-        None => listing::source_of(&*store::open_read(&db.db)?, event_id)?,
+        None => reader_of(db)?.read(|ledger| listing::source_of(ledger, event_id))?,
     };
-    admin::replay(&mut *store::open_existing(&db.db)?, &source, event_id)?;
+    admin::replay(&mut *writer_of(db)?, &source, event_id)?;
     println!(
         "event {event_id} of source {source} queued for forwarding (a `serve --forward-to` \
          delivers it)"
@@ -294,7 +231,7 @@ fn replay(event_id: &str, source: Option<&str>, db: &DbArg) -> anyhow::Result<Ex
 }
 
 fn prune(retention: &config::RetentionConfig, db: &DbArg) -> anyhow::Result<Exit> {
-    let pruned = admin::prune(&mut *store::open_existing(&db.db)?, retention)?;
+    let pruned = admin::prune(&mut *writer_of(db)?, retention)?;
     println!("{}", pruned.describe(retention));
     Ok(Exit::Ok)
 }
@@ -308,7 +245,8 @@ fn gen_secret() -> anyhow::Result<Exit> {
 fn outbox(command: OutboxCommand) -> anyhow::Result<Exit> {
     match command {
         OutboxCommand::List { status, json, db } => {
-            let rows = listing::outbox_list(&*store::open_read(&db.db)?, status.as_deref())?;
+            let rows =
+                reader_of(&db)?.read(|ledger| listing::outbox_list(ledger, status.as_deref()))?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&rows)?);
             } else {
@@ -316,7 +254,7 @@ fn outbox(command: OutboxCommand) -> anyhow::Result<Exit> {
             }
         }
         OutboxCommand::Retry { id, all_dead, db } => {
-            let mut store = store::open_existing(&db.db)?;
+            let mut store = writer_of(&db)?;
             if all_dead {
                 let n = admin::outbox_retry_all_dead(&mut *store)?;
                 println!("{n} dead row(s) back to pending");
@@ -339,8 +277,8 @@ fn events(command: EventsCommand) -> anyhow::Result<Exit> {
             db,
         } => {
             let since = since.map(|d| crate::time::unix_now() - d.as_secs() as i64);
-            let rows =
-                listing::events_list(&*store::open_read(&db.db)?, since, kind.as_deref(), limit)?;
+            let rows = reader_of(&db)?
+                .read(|ledger| listing::events_list(ledger, since, kind.as_deref(), limit))?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&rows)?);
             } else {
@@ -352,57 +290,15 @@ fn events(command: EventsCommand) -> anyhow::Result<Exit> {
             source,
             db,
         } => {
-            let conn = store::open_read(&db.db)?;
-            let source = match source.source {
-                Some(source) => source,
-                None => listing::source_of(&*conn, &event_id)?,
-            };
-            let event = listing::event_show(&*conn, &source, &event_id)?;
+            let event = reader_of(&db)?.read(|ledger| {
+                let source = match source.source {
+                    Some(source) => source,
+                    None => listing::source_of(ledger, &event_id)?,
+                };
+                listing::event_show(ledger, &source, &event_id)
+            })?;
             println!("{}", serde_json::to_string_pretty(&event)?);
         }
     }
     Ok(Exit::Ok)
-}
-
-fn send(args: SendArgs) -> anyhow::Result<Exit> {
-    let body = std::fs::read(&args.file)
-        .with_context(|| format!("cannot read {}", args.file.display()))?;
-    let timestamp = args.timestamp.unwrap_or_else(crate::time::unix_now);
-    let (url, headers) = match &args.source {
-        Some(name) => crate::cli::send::signed_as_source(&args, name, &body, timestamp)?,
-        None => {
-            let secret = args
-                .secret
-                .as_deref()
-                .map(config::parse_secret_list)
-                .and_then(|list| list.into_iter().next())
-                .context(
-                    "no signing secret: pass --secret whsec_... or set STRIPE_WEBHOOK_SECRET \
-                     (or --config and --source to sign as another source)",
-                )?;
-            let header = crate::source::stripe::sign(&secret, timestamp, &body);
-            let url = args
-                .url
-                .clone()
-                .unwrap_or_else(|| "http://127.0.0.1:8080/webhooks/stripe".into());
-            (
-                url,
-                vec![(crate::source::stripe::HEADER.to_string(), header)],
-            )
-        }
-    };
-    let headers: Vec<(&str, &str)> = headers
-        .iter()
-        .map(|(k, v)| (k.as_str(), v.as_str()))
-        .collect();
-    let reply = Client::default()
-        .post(&url, &body, &headers)
-        .with_context(|| format!("cannot reach {url}"))?;
-    println!("{}", reply.status);
-    println!("{}", reply.body.trim_end());
-    Ok(if (200..300).contains(&reply.status) {
-        Exit::Ok
-    } else {
-        Exit::Failed
-    })
 }

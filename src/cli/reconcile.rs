@@ -1,21 +1,18 @@
 //! `hookledger reconcile`: one run of [`crate::stripe::reconcile`] from the command line, on the
 //! database `serve` uses (it may run meanwhile).
 
-use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
-use anyhow::{bail, Context};
+use anyhow::bail;
 use clap::Args;
 
+use crate::app::Hookledger;
 use crate::config::{self, Config, Database, SchemeName, Secret, SourceConfig};
-use crate::source::Source;
 use crate::stripe::api::StripeApi;
-use crate::stripe::reconcile::{self, Counts, Mode};
-use crate::{app, store, writer};
+use crate::stripe::reconcile::{Counts, Run};
 
-use super::Exit;
+use super::common::Exit;
 
 #[derive(Debug, Args)]
 pub struct ReconcileArgs {
@@ -82,37 +79,16 @@ pub(crate) fn run(args: ReconcileArgs) -> anyhow::Result<Exit> {
             source_config.scheme.as_str()
         );
     }
-    let api = api(&args, source_config)?;
-    let since = crate::time::unix_now() - args.since.as_secs() as i64;
-    let never = AtomicBool::new(false);
-    let source = Source::from_config(
-        source_config,
-        &config.stripe_billing,
-        args.forward || config.forward.is_some(),
-        config.http.max_body,
-    )?;
-    let mut sources = HashMap::from([(source.name.clone(), source)]);
-    let ledger = store::open_read(&config.database)?;
-    let counts = if args.dry_run {
-        let source = sources.remove(args.source.as_str()).context("the source")?;
-        let mode = Mode::DryRun { ledger: &*ledger };
-        reconcile::run(&api, &source, since, &mode, &never)?
-    } else {
-        let mut store = store::open_existing(&config.database)?;
-        let mut sources = app::with_handlers(&config, &mut *store, sources, Vec::new())?;
-        let source = sources.remove(args.source.as_str()).context("the source")?;
-        let (writer, thread) =
-            writer::spawn(store, config.writer.clone(), None, Default::default())
-                .context("cannot start the writer thread")?;
-        let mode = Mode::Apply {
-            writer: &writer,
-            ledger: &*ledger,
-        };
-        let counts = reconcile::run(&api, &source, since, &mode, &never);
-        drop(writer);
-        thread.join();
-        counts?
+    let run = Run {
+        api: api(&args, source_config)?,
+        since: crate::time::unix_now() - args.since.as_secs() as i64,
+        dry_run: args.dry_run,
     };
+    // Queued for delivery as `serve --forward-to` would, by the serve that delivers them.
+    let hookledger = Hookledger::open_for_command(config, args.forward)?;
+    let counts = hookledger.reconcile(&args.source, &run);
+    hookledger.close();
+    let counts = counts?;
     print(&counts, args.json, args.dry_run)?;
     Ok(if counts.failed == 0 {
         Exit::Ok
@@ -125,7 +101,7 @@ pub(crate) fn run(args: ReconcileArgs) -> anyhow::Result<Exit> {
 /// `STRIPE_API_KEY`.
 fn api(args: &ReconcileArgs, source: &SourceConfig) -> anyhow::Result<StripeApi> {
     let key = match &args.api_key {
-        Some(reference) => super::secret_flag("--api-key", reference)?,
+        Some(reference) => super::common::secret_flag("--api-key", reference)?,
         None => match &source.api_key {
             Some(key) => key.clone(),
             None => Secret::new(std::env::var("STRIPE_API_KEY").map_err(|_| {

@@ -12,7 +12,7 @@ use crate::app::Hookledger;
 use crate::config::Secret;
 use crate::config::{self, Config, Database, ForwardConfig, SchemeName, SourceConfig};
 
-use super::{from_environment, Exit};
+use super::common::{from_environment, Exit};
 
 /// The flags of `serve`. Each is optional: a flag that is given replaces the config file's
 /// value (or the default), one that is not leaves it.
@@ -137,7 +137,7 @@ impl ServeArgs {
         set(&mut config.listen, self.listen);
         set(&mut config.admin_listen, self.admin_listen.map(|a| a.0));
         if let Some(token) = &self.admin_token {
-            config.admin_token = Some(super::secret_flag("--admin-token", token)?);
+            config.admin_token = Some(super::common::secret_flag("--admin-token", token)?);
         }
         set(&mut config.database, self.db);
         set(&mut config.http.max_body, self.max_body);
@@ -190,7 +190,7 @@ impl ServeArgs {
                 );
             };
             if let Some(reference) = &self.stripe_api_key {
-                source.api_key = Some(super::secret_flag("--stripe-api-key", reference)?);
+                source.api_key = Some(super::common::secret_flag("--stripe-api-key", reference)?);
             }
             if let Some(base) = &self.stripe_api_base {
                 source.api_base = Some(base.clone());

@@ -14,24 +14,8 @@ pub(crate) mod sql;
 use std::any::Any;
 use std::sync::Arc;
 
-use crate::config::StripeBillingConfig;
 use crate::event::{Event, ParseError};
 use crate::sql::{StoreError, Tx};
-
-/// The built-in handler called `name` (as a source's `handlers` names it).
-pub(crate) fn by_name(
-    name: &str,
-    billing: &StripeBillingConfig,
-    refresh: Option<crate::config::Refresh>,
-) -> anyhow::Result<Arc<dyn Handler>> {
-    match name {
-        "stripe-billing" => Ok(Arc::new(crate::stripe::billing::StripeBilling {
-            credits_per_invoice: billing.credits_per_invoice,
-            refresh,
-        })),
-        other => anyhow::bail!("unknown handler `{other}`"),
-    }
-}
 
 /// The app's effects of an event, run inside the claim's transaction.
 pub trait Handler: Send + Sync + 'static {

@@ -16,9 +16,9 @@ use std::sync::Arc;
 
 use axum::http::HeaderMap;
 
-use crate::config::{SchemeName, SourceConfig, StripeBillingConfig};
+use crate::config::{SchemeName, SourceConfig};
 use crate::event::{Event, ParseError};
-use crate::handler::{self, Handler, Submission};
+use crate::handler::{Handler, Submission};
 
 /// One signature scheme with its secrets and settings.
 pub(crate) trait Scheme: Send + Sync + 'static {
@@ -78,10 +78,10 @@ impl Source {
         })
     }
 
-    /// Builds the source `config` describes (validated), with its handlers.
+    /// Builds the source `config` describes (validated), with no handlers yet (the
+    /// composition root adds them).
     pub(crate) fn from_config(
         config: &SourceConfig,
-        billing: &StripeBillingConfig,
         forward: bool,
         default_max_body: usize,
     ) -> anyhow::Result<Source> {
@@ -110,18 +110,10 @@ impl Source {
                 Box::new(hmac::BodyHmac::configured(secrets, body_hmac, id, kind))
             }
         };
-        let handlers = config
-            .handlers
-            .iter()
-            .map(|name| {
-                handler::by_name(name, billing, config.refreshes().then_some(config.refresh))
-            })
-            .collect::<anyhow::Result<_>>()
-            .map_err(|e| anyhow::anyhow!("source `{}`: handlers: {e}", config.name))?;
         Ok(Source {
             name: Arc::from(config.name.as_str()),
             scheme,
-            handlers,
+            handlers: Vec::new(),
             forward,
             max_body: config.max_body(default_max_body),
         })

@@ -40,6 +40,11 @@ impl<'c> Tx<'c> {
         Tx { conn }
     }
 
+    /// The store's side, for the crate's own SQL helpers (an outbox row a handler queues).
+    pub(crate) fn session(&self) -> &'c dyn Session {
+        self.conn
+    }
+
     /// Which store runs the statements.
     pub fn dialect(&self) -> Dialect {
         self.conn.dialect()

@@ -14,10 +14,10 @@ use std::path::Path;
 
 use anyhow::{bail, Context};
 
+use crate::config::Database;
 use crate::sql::{Session, ToParam, Value};
 use crate::store::postgres::PgStore;
 use crate::store::sqlite::{self, SqliteStore};
-use crate::store::Store;
 
 /// The tables copied, their columns and their keys (the order the copy pages in).
 const TABLES: &[(&str, &[&str], &[&str])] = &[
@@ -77,9 +77,19 @@ const TABLES: &[(&str, &[&str], &[&str])] = &[
 /// Rows read and written per round trip of the copy.
 const PAGE: i64 = 500;
 
-/// Copies the SQLite database at `from` into the PostgreSQL database at `to`; the rows
-/// copied per table.
-pub(crate) fn sqlite_to_postgres(from: &Path, to: &str) -> anyhow::Result<Vec<(String, u64)>> {
+/// Copies the SQLite database `from` into the PostgreSQL database `to`; the rows copied per
+/// table.
+pub(crate) fn copy(from: &Database, to: &Database) -> anyhow::Result<Vec<(String, u64)>> {
+    let (Database::Sqlite(path), Database::Postgres(url)) = (from, to) else {
+        bail!(
+            "migrate-to copies a SQLite file (--db) into PostgreSQL (a postgres:// URL); got \
+             --db {from} and target {to}"
+        );
+    };
+    sqlite_to_postgres(path, url)
+}
+
+fn sqlite_to_postgres(from: &Path, to: &str) -> anyhow::Result<Vec<(String, u64)>> {
     // Brings an older file to the current schema first, so the columns match.
     drop(SqliteStore::open_existing(from)?);
     let source = sqlite::open_read(from)?;

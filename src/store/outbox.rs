@@ -4,26 +4,33 @@
 
 use crate::event::Event;
 use crate::outbox::{Attempt, FORWARD};
-use crate::sql::Session;
-use crate::sql::StoreError;
-use crate::sql::Tx;
-use crate::stripe::billing;
+use crate::sql::{Session, StoreError, Tx};
 
-/// Queues an effect inside the caller's transaction. `(kind, source, key)` is unique, so a
-/// replayed enqueue of the same effect adds nothing.
+/// Queues a row of `kind` for `event` inside the caller's transaction, due at `due`. The one
+/// insert of an outbox row (a store's batched form aside). `(kind, source, key)` is unique,
+/// so a replayed enqueue of the same row adds nothing; whether it added one.
 pub(crate) fn enqueue(
     tx: &dyn Session,
     kind: &str,
     event: &Event,
     payload: &[u8],
+    due: i64,
     now: i64,
 ) -> Result<bool, StoreError> {
     let inserted = tx.execute(
         "INSERT INTO outbox
              (kind, source, key, event_type, payload, status, next_attempt_at, created_at)
-         VALUES ($1, $2, $3, $4, $5, 'pending', $6, $6)
+         VALUES ($1, $2, $3, $4, $5, 'pending', $6, $7)
          ON CONFLICT (kind, source, key) DO NOTHING",
-        &[&kind, &event.source, &event.id, &event.kind, &payload, &now],
+        &[
+            &kind,
+            &event.source,
+            &event.id,
+            &event.kind,
+            &payload,
+            &due,
+            &now,
+        ],
     )?;
     Ok(inserted == 1)
 }
@@ -49,16 +56,11 @@ pub(crate) fn record(
     now: i64,
 ) -> Result<u64, StoreError> {
     match attempt {
-        Attempt::Delivered => mark_done(tx, id, queued, now),
-        // Only a fetch whose row is still the one attempted stores its snapshot.
-        Attempt::Fetched {
-            snapshot,
-            at,
-            started,
-        } => {
+        Attempt::Delivered { follow_up } => {
             let done = mark_done(tx, id, queued, now)?;
-            if done == 1 {
-                billing::store_fetched(&Tx::new(tx), snapshot, *at, *started)?;
+            // Only a row still the one attempted writes what its target handed back.
+            if let (1, Some(follow_up)) = (done, follow_up) {
+                follow_up.apply(&Tx::new(tx))?;
             }
             Ok(done)
         }

@@ -1,9 +1,10 @@
 //! Retention's SQL, the same on every store: deletes in small batches, each a job of the
 //! writer.
 
-use crate::retention::BATCH_ROWS;
-use crate::sql::Session;
-use crate::sql::StoreError;
+use crate::sql::{Session, StoreError};
+
+/// Rows deleted per writer job: small enough that one job takes milliseconds.
+pub(crate) const BATCH_ROWS: i64 = 500;
 
 /// Deletes up to [`BATCH_ROWS`] ledger rows received before `cutoff`.
 pub(crate) fn delete_events_batch(tx: &dyn Session, cutoff: i64) -> Result<u64, StoreError> {

@@ -23,6 +23,8 @@ use crate::handler::{Handler, Prepared};
 use crate::sql::Dialect;
 use crate::sql::StoreError;
 use crate::sql::Tx;
+use crate::store::outbox;
+use crate::time::unix_now;
 
 /// Credits granted per paid invoice unless configured otherwise.
 pub(crate) const DEFAULT_CREDITS_PER_INVOICE: i64 = 100;
@@ -128,24 +130,10 @@ impl StripeBilling {
             at: event.created.unwrap_or_default(),
         };
         let payload = serde_json::to_vec(&job).map_err(|e| StoreError::Database(e.to_string()))?;
-        let now = crate::time::unix_now();
+        let now = unix_now();
         // Not before the tie's second is over: the fetch must see all of it.
         let due = now.max(job.at) + 1;
-        tx.execute(
-            "INSERT INTO outbox
-                 (kind, source, key, event_type, payload, status, next_attempt_at, created_at)
-             VALUES ($1, $2, $3, $4, $5, 'pending', $6, $7)
-             ON CONFLICT (kind, source, key) DO NOTHING",
-            &[
-                &REFRESH,
-                &event.source,
-                &event.id,
-                &event.kind,
-                &payload,
-                &due,
-                &now,
-            ],
-        )?;
+        outbox::enqueue(tx.session(), REFRESH, event, &payload, due, now)?;
         log::info!(
             "stripe-billing {} {}: {applied:?}; the current subscription {} will be fetched",
             event.id,

@@ -3,11 +3,16 @@
 //!
 //! - `billing.rs`: the `stripe-billing` handler (guarded snapshots and credits), its batch
 //!   form on PostgreSQL, and the refresh of a subscription on ties;
+//! - `refresh.rs`: the outbox target that fetches the subscription and hands it back to
+//!   billing;
 //! - `api.rs`: the client of Stripe's API (events, subscriptions);
 //! - `reconcile.rs`: the events Stripe has that the ledger lacks, recovered through the API;
+//! - `bench.rs`: the writer on stripe-billing without HTTP, for the bench's ceiling;
 //! - `samples.rs`: real-shaped Stripe events, for the demo, the tests and the bench.
 
 pub(crate) mod api;
+pub(crate) mod bench;
 pub(crate) mod billing;
 pub(crate) mod reconcile;
+pub(crate) mod refresh;
 pub(crate) mod samples;

@@ -16,11 +16,14 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crate::config::Database;
+use std::collections::HashMap;
+
+use anyhow::Context;
+
+use crate::config::Config;
 use crate::event::Event;
 use crate::source::{stripe, Source};
-use crate::sql::Session;
-use crate::store::Outcome;
+use crate::store::{Outcome, Reader};
 use crate::writer::WriterHandle;
 
 use crate::stripe::api::{ApiError, StripeApi};
@@ -38,60 +41,56 @@ pub(crate) struct Counts {
     pub(crate) failed: u64,
 }
 
-/// What happens to the events the ledger lacks. Which those are is read first on `ledger`,
-/// a read connection, so that events claimed long ago do not go through the writer again
-/// each run (the claim still decides: one claimed meanwhile is counted as present).
-pub(crate) enum Mode<'a> {
-    /// Through the writer: the same claim and effects as a webhook.
-    Apply {
-        writer: &'a WriterHandle,
-        ledger: &'a dyn Session,
-    },
-    /// Counted as they would be; nothing is written.
-    DryRun { ledger: &'a dyn Session },
+/// One reconcile: which API, from when, and whether to change anything.
+pub(crate) struct Run {
+    pub(crate) api: StripeApi,
+    /// Events Stripe created at or after this (Unix seconds).
+    pub(crate) since: i64,
+    /// Count what would be applied; write nothing.
+    pub(crate) dry_run: bool,
 }
 
-/// Reconciles `source` with the events Stripe created at or after `since` (Unix seconds),
-/// until done or `stop` is set (checked between pages). An `Err` stops the run (the API
-/// refused the key, or kept failing); what was applied before stays, and a rerun picks up the
-/// rest.
-pub(crate) fn run(
-    api: &StripeApi,
-    source: &Source,
-    since: i64,
-    mode: &Mode<'_>,
-    stop: &AtomicBool,
-) -> Result<Counts, ApiError> {
-    let (ledger, writer) = match mode {
-        Mode::Apply { writer, ledger } => (*ledger, Some(*writer)),
-        Mode::DryRun { ledger } => (*ledger, None),
-    };
-    let mut counts = Counts::default();
-    let mut after: Option<String> = None;
-    while !stop.load(Ordering::SeqCst) {
-        let page = api.events(since, after.as_deref())?;
-        counts.found += page.events.len() as u64;
-        let Some(last) = page.events.last() else {
-            break;
-        };
-        after = Some(event_id(last)?);
-        let mut events = Vec::with_capacity(page.events.len());
-        for body in page.events {
-            match read(source, body) {
-                Some(event) => events.push(event),
-                None => counts.failed += 1,
+impl Run {
+    /// Reconciles `source` until done or `stop` is set (checked between pages): the events the
+    /// ledger lacks (looked up on `reader` first, so that events claimed long ago do not go
+    /// through the writer again each run; the claim still decides) go through `writer`, the
+    /// same claim and effects as a webhook. An `Err` stops the run (the API refused the key,
+    /// or kept failing); what was applied before stays, and a rerun picks up the rest.
+    pub(crate) fn once(
+        &self,
+        source: &Source,
+        writer: &WriterHandle,
+        reader: &Reader,
+        stop: &AtomicBool,
+    ) -> Result<Counts, ApiError> {
+        let mut counts = Counts::default();
+        let mut after: Option<String> = None;
+        while !stop.load(Ordering::SeqCst) {
+            let page = self.api.events(self.since, after.as_deref())?;
+            counts.found += page.events.len() as u64;
+            let Some(last) = page.events.last() else {
+                break;
+            };
+            after = Some(event_id(last)?);
+            let mut events = Vec::with_capacity(page.events.len());
+            for body in page.events {
+                match read(source, body) {
+                    Some(event) => events.push(event),
+                    None => counts.failed += 1,
+                }
+            }
+            let missing = without_present(source, events, reader, &mut counts);
+            if self.dry_run {
+                counts.applied += missing.len() as u64;
+            } else {
+                apply(source, missing, writer, &mut counts);
+            }
+            if !page.has_more {
+                break;
             }
         }
-        let missing = without_present(source, events, ledger, &mut counts);
-        match writer {
-            Some(writer) => apply(source, missing, writer, &mut counts),
-            None => counts.applied += missing.len() as u64,
-        }
-        if !page.has_more {
-            break;
-        }
+        Ok(counts)
     }
-    Ok(counts)
 }
 
 /// The id of a listed event, for the next page's `starting_after`.
@@ -168,15 +167,17 @@ fn apply(source: &Source, events: Vec<Event>, writer: &WriterHandle, counts: &mu
 fn without_present(
     source: &Source,
     events: Vec<Event>,
-    ledger: &dyn Session,
+    reader: &Reader,
     counts: &mut Counts,
 ) -> Vec<Event> {
     let mut missing = Vec::with_capacity(events.len());
     for event in events {
-        let present = ledger.query(
-            "SELECT 1 FROM webhook_events WHERE source = $1 AND event_id = $2",
-            &[&&*source.name, &event.id],
-        );
+        let present = reader.read(|ledger| {
+            Ok(ledger.query(
+                "SELECT 1 FROM webhook_events WHERE source = $1 AND event_id = $2",
+                &[&&*source.name, &event.id],
+            )?)
+        });
         match present {
             Ok(rows) if rows.is_empty() => missing.push(event),
             Ok(_) => counts.already_present += 1,
@@ -198,14 +199,44 @@ pub(crate) struct Periodic {
 }
 
 impl Periodic {
+    /// The periodic reconcile of each source of `config` that has one (`reconcile = { every,
+    /// since }` and an API key), each on a thread of its own.
+    pub(crate) fn spawn_all(
+        config: &Config,
+        sources: &HashMap<Arc<str>, Arc<Source>>,
+        writer: &WriterHandle,
+        reader: &Reader,
+    ) -> anyhow::Result<Vec<Periodic>> {
+        let mut all = Vec::new();
+        for c in &config.sources {
+            let (Some(every), Some(api), Some(source)) =
+                (c.reconcile, StripeApi::of(c), sources.get(c.name.as_str()))
+            else {
+                continue;
+            };
+            all.push(
+                Periodic::spawn(
+                    api,
+                    source.clone(),
+                    every.every,
+                    every.since,
+                    writer.clone(),
+                    reader.clone(),
+                )
+                .context("cannot start the reconcile thread")?,
+            );
+        }
+        Ok(all)
+    }
+
     /// Starts the thread; the first run starts at once.
-    pub(crate) fn spawn(
+    fn spawn(
         api: StripeApi,
         source: Arc<Source>,
         every: Duration,
         since: Duration,
         writer: WriterHandle,
-        database: Database,
+        reader: Reader,
     ) -> std::io::Result<Periodic> {
         let stop = Arc::new(AtomicBool::new(false));
         let (wake, woken) = mpsc::sync_channel(1);
@@ -215,18 +246,14 @@ impl Periodic {
         let thread = std::thread::Builder::new()
             .name(format!("hookledger-reconcile-{}", source.name))
             .spawn(move || {
+                let mut run = Run {
+                    api,
+                    since: 0,
+                    dry_run: false,
+                };
                 while !flag.load(Ordering::SeqCst) {
-                    let from = crate::time::unix_now() - since.as_secs() as i64;
-                    let result = crate::store::open_read(&database)
-                        .map_err(|e| ApiError::Failed(format!("cannot read the ledger: {e:#}")))
-                        .and_then(|ledger| {
-                            let mode = Mode::Apply {
-                                writer: &writer,
-                                ledger: &*ledger,
-                            };
-                            run(&api, &source, from, &mode, &flag)
-                        });
-                    match result {
+                    run.since = crate::time::unix_now() - since.as_secs() as i64;
+                    match run.once(&source, &writer, &reader, &flag) {
                         Ok(c) => log::info!(
                             "reconcile {}: found {}, applied {}, already present {}, failed {}",
                             source.name,
@@ -254,5 +281,11 @@ impl Periodic {
         if self.thread.join().is_err() {
             log::error!("reconcile thread panicked");
         }
+    }
+}
+
+impl crate::writer::Background for Periodic {
+    fn stop(self: Box<Self>) {
+        Periodic::stop(*self)
     }
 }

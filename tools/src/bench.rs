@@ -552,24 +552,42 @@ fn serve_and_load(
     Ok((report, ledger, peak))
 }
 
-/// The raw SQLite ceiling for this workload: the store's own writer loop
-/// ([`hookledger::internals::writer_ceiling`]) on the same bodies the load generator sends,
-/// at most `connections` events in flight, no HTTP.
+/// The raw SQLite ceiling for this workload: the real writer, store and stripe-billing
+/// handler on the same bodies the load generator sends, at most `connections` events in
+/// flight (as that many HTTP connections would keep), no HTTP. The events are decoded before
+/// the clock starts: this measures the writer and the store only.
 fn sqlite_ceiling(
     config: &BenchConfig,
     secret: &Secret,
     workload: &Workload,
     connections: usize,
 ) -> anyhow::Result<f64> {
+    use hookledger::internals::BillingWriter;
     let dir = tempfile::tempdir_in(&config.dir)?;
     let requests = loadgen::prepare(workload, secret, "bench");
-    let bodies: Vec<Vec<u8>> = requests.iter().map(|r| body_of(r).to_vec()).collect();
-    let elapsed = hookledger::internals::writer_ceiling(
-        &dir.path().join("ceiling.db"),
-        &bodies,
-        connections,
-    )?;
-    Ok(bodies.len() as f64 / elapsed.as_secs_f64())
+    let in_flight = connections.max(1);
+    let writer = BillingWriter::open(&dir.path().join("ceiling.db"), in_flight)?;
+    let mut events = requests
+        .iter()
+        .map(|r| writer.prepare(body_of(r)))
+        .collect::<anyhow::Result<std::collections::VecDeque<_>>>()?;
+    let total = events.len();
+    let started = std::time::Instant::now();
+    let mut waiting = std::collections::VecDeque::new();
+    while !events.is_empty() || !waiting.is_empty() {
+        while waiting.len() < in_flight {
+            let Some(event) = events.pop_front() else {
+                break;
+            };
+            waiting.push_back(writer.submit(event)?);
+        }
+        if let Some(pending) = waiting.pop_front() {
+            pending.wait()?;
+        }
+    }
+    let elapsed = started.elapsed();
+    writer.close();
+    Ok(total as f64 / elapsed.as_secs_f64())
 }
 
 fn body_of(request: &Request) -> &[u8] {

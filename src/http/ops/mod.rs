@@ -37,7 +37,7 @@ use crate::config::{Database, RetentionConfig};
 use crate::http::error::Rejection;
 use crate::metrics::Metrics;
 use crate::sql::StoreError;
-use crate::store::Write;
+use crate::store::{Reader, Write};
 use crate::writer::WriterHandle;
 
 /// How long `/readyz` waits for its write: longer than a busy timeout, so a busy database
@@ -51,6 +51,9 @@ pub(crate) const MIN_FREE_BYTES: u64 = 1024 * 1024;
 /// What the admin routes read and change.
 pub(crate) struct Admin {
     pub(crate) writer: WriterHandle,
+    /// Pooled read connections to the ledger.
+    pub(crate) reader: Reader,
+    /// Shown on the status page (a URL without its password).
     pub(crate) database: Database,
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) retention: RetentionConfig,
@@ -71,7 +74,7 @@ pub(crate) fn router(admin: Admin) -> Router {
 }
 
 async fn ready(State(admin): State<Arc<Admin>>) -> Response {
-    if let Database::Sqlite(file) = &admin.database {
+    if let Some(file) = admin.reader.file() {
         if let Err(full) = room_for(file) {
             return not_ready(&full);
         }
@@ -145,14 +148,14 @@ async fn metrics(State(admin): State<Arc<Admin>>, headers: HeaderMap) -> Respons
         .into_response()
 }
 
-/// `read` on a read connection of its own, on a blocking thread. `Err` is a 503: the page or
-/// the scrape fails visibly rather than showing an empty outbox.
+/// `read` on a pooled read connection, on a blocking thread. `Err` is a 503: the page or the
+/// scrape fails visibly rather than showing an empty outbox.
 async fn read_ledger<T: Send + 'static>(
     admin: &Admin,
     read: impl FnOnce(&dyn crate::sql::Session) -> anyhow::Result<T> + Send + 'static,
 ) -> Result<T, Response> {
-    let database = admin.database.clone();
-    let result = tokio::task::spawn_blocking(move || read(&*crate::store::open_read(&database)?))
+    let reader = admin.reader.clone();
+    let result = tokio::task::spawn_blocking(move || reader.read(read))
         .await
         .unwrap_or_else(|e| Err(anyhow::anyhow!("{e}")));
     result.map_err(|e| {

@@ -14,7 +14,7 @@ use std::time::Duration;
 use postgres::{Client, NoTls};
 
 use crate::outbox::PendingRow;
-use crate::store::OutboxReader;
+use crate::store::seam::OutboxReader;
 
 /// Rows leased at once: few, so that one lease covers their attempts (each bounded by the
 /// forward timeout) and a slow app does not keep many rows from the other instances.

@@ -27,17 +27,16 @@ pub(crate) mod scratch;
 mod session;
 
 use std::path::Path;
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
 
 use crate::config::Database;
-use crate::handler::{Handler, Prepared, Submission};
+use crate::event::Event;
 use crate::outbox::FORWARD;
-use crate::sql::Session;
-use crate::sql::{StoreError, Tx};
-use crate::store::{app_schema, run_each, Done, Outcome, Store, Work, Write};
+use crate::sql::{Session, StoreError};
+use crate::store::seam::{Done, Store, Work, Write};
+use crate::store::{app_schema, pipeline};
 
 pub(crate) use due::PgOutbox;
 use session::CommitError;
@@ -60,72 +59,6 @@ pub(crate) struct PgStore {
     busy_timeout: Duration,
 }
 
-/// The one handler every event of `work` has, if they share one (`Some(None)`: none has a
-/// handler); `None` when an event has several, or two events have different ones: then their
-/// order across events matters, and they run job by job.
-fn shared_handler(work: &[Work<'_>]) -> Option<Option<Arc<dyn Handler>>> {
-    let mut shared: Option<Arc<dyn Handler>> = None;
-    for job in work {
-        let Work::Event(submission) = job else {
-            continue;
-        };
-        match submission.handlers.as_slice() {
-            [] => {}
-            [(handler, _)] if shared.as_ref().is_none_or(|h| Arc::ptr_eq(h, handler)) => {
-                shared = Some(handler.clone());
-            }
-            _ => return None,
-        }
-    }
-    Some(shared)
-}
-
-/// Makes again the prepared values a handler's `handle_all` took, for a run job by job.
-fn prepare_again(work: &mut [Work<'_>]) {
-    for job in work {
-        let Work::Event(s) = job else {
-            continue;
-        };
-        for (handler, prepared) in &mut s.handlers {
-            match handler.prepare(&s.event) {
-                Ok(again) => *prepared = again,
-                // It cannot run without its prepared value: the event fails (and is retried).
-                Err(e) => {
-                    *handler = Arc::new(Unprepared {
-                        name: handler.name().to_string(),
-                        error: e.to_string(),
-                    });
-                    *prepared = Prepared::none();
-                }
-            }
-        }
-    }
-}
-
-/// Stands in for a handler whose `prepare` failed the second time: the event fails.
-struct Unprepared {
-    name: String,
-    error: String,
-}
-
-impl Handler for Unprepared {
-    fn name(&self) -> &str {
-        &self.name
-    }
-
-    fn handle(
-        &self,
-        _: &Tx<'_>,
-        event: &crate::event::Event,
-        _: Prepared,
-    ) -> Result<(), StoreError> {
-        Err(StoreError::Database(format!(
-            "{} could not prepare {} again: {}",
-            self.name, event.id, self.error
-        )))
-    }
-}
-
 /// The connection settings of `url`, checked without showing it (it may hold a password).
 pub(crate) fn parse(url: &str) -> anyhow::Result<tokio_postgres::Config> {
     url.parse::<tokio_postgres::Config>().map_err(|e| {
@@ -134,6 +67,46 @@ pub(crate) fn parse(url: &str) -> anyhow::Result<tokio_postgres::Config> {
             Database::Postgres(url.to_string())
         )
     })
+}
+
+/// Read connections, pooled: made when first needed, replaced when broken.
+pub(crate) type ReadPool = r2d2::Pool<Reads>;
+
+/// Makes the read connections of `url`.
+pub(crate) struct Reads {
+    config: tokio_postgres::Config,
+    busy_timeout: Duration,
+}
+
+impl r2d2::ManageConnection for Reads {
+    type Connection = PgSession;
+    type Error = StoreError;
+
+    fn connect(&self) -> Result<PgSession, StoreError> {
+        connect(&self.config, self.busy_timeout)
+    }
+
+    fn is_valid(&self, conn: &mut PgSession) -> Result<(), StoreError> {
+        Ok(conn.batch("")?)
+    }
+
+    fn has_broken(&self, conn: &mut PgSession) -> bool {
+        conn.is_closed()
+    }
+}
+
+/// A pool of up to `size` read connections to `url`, none made yet (a server that is down
+/// fails the read that needs it, within `busy_timeout`, not the start).
+pub(crate) fn read_pool(url: &str, busy_timeout: Duration, size: u32) -> anyhow::Result<ReadPool> {
+    let config = parse(url)?;
+    Ok(r2d2::Pool::builder()
+        .max_size(size)
+        .min_idle(Some(0))
+        .connection_timeout(busy_timeout)
+        .build_unchecked(Reads {
+            config,
+            busy_timeout,
+        }))
 }
 
 /// Opens a connection with hookledger's session settings.
@@ -174,17 +147,6 @@ impl PgStore {
             .migrate()
             .with_context(|| format!("cannot migrate {shown}"))?;
         Ok(store)
-    }
-
-    /// A connection for reads (a CLI command's listings).
-    pub(crate) fn open_read(url: &str) -> anyhow::Result<PgSession> {
-        let config = parse(url)?;
-        connect(&config, crate::config::DEFAULT_BUSY_TIMEOUT).with_context(|| {
-            format!(
-                "cannot connect to PostgreSQL at {}",
-                Database::Postgres(url.to_string())
-            )
-        })
     }
 
     /// The migrations not applied yet, each in its own transaction, under the migration lock.
@@ -267,6 +229,23 @@ impl PgStore {
 }
 
 impl Store for PgStore {
+    /// `BEGIN` (sent with the first statement), the jobs, `COMMIT`. When the batch's new events
+    /// share one handler (or have none), they run together ([`pipeline::run_together`]) and
+    /// commit with the handler's deferred statements in one round trip. Otherwise, or when the
+    /// handler fails on the batch (then, or at the commit), the batch runs again in a new
+    /// transaction, each job in a savepoint of its own, so that a bad event fails alone.
+    fn run_batch(&mut self, mut work: Vec<Work<'_>>, now: i64) -> Result<Vec<Done>, StoreError> {
+        if self.session.is_closed() {
+            self.reconnect()?;
+        }
+        self.session.begin();
+        let result = self.run_in_transaction(&mut work, now);
+        if result.is_err() {
+            self.rollback();
+        }
+        result
+    }
+
     fn migrate_app(&mut self, folder: &Path) -> anyhow::Result<usize> {
         let session = &self.session;
         let batch = |sql: &str| Ok(session.batch(sql)?);
@@ -289,14 +268,82 @@ impl Store for PgStore {
         }
         Ok(returns_rows)
     }
+}
 
-    fn begin(&mut self) -> Result<(), StoreError> {
+impl PgStore {
+    /// The jobs of [`Store::run_batch`] in the transaction begun, and its commit.
+    fn run_in_transaction(
+        &mut self,
+        work: &mut Vec<Work<'_>>,
+        now: i64,
+    ) -> Result<Vec<Done>, StoreError> {
+        if let Some(handler) = pipeline::shared_handler(work) {
+            match pipeline::run_together(self, work, handler.as_ref(), now)? {
+                Some(results) => match self.session.commit() {
+                    Ok(()) => return Ok(results),
+                    Err(CommitError::Commit(e)) => return Err(e),
+                    // Job by job, every event would wait out the same lock again: the whole
+                    // batch gets the 503 at once.
+                    Err(CommitError::Deferred(e)) if self.session.is_closed() || e.is_busy() => {
+                        return Err(e)
+                    }
+                    Err(CommitError::Deferred(e)) => {
+                        let name = handler.as_ref().map_or("a handler", |h| h.name());
+                        log::warn!(
+                            "writer: {name} failed on a batch at commit ({e}); applying it job \
+                             by job"
+                        );
+                        pipeline::prepare_again(work);
+                    }
+                },
+                None => self.session.rollback()?,
+            }
+            self.session.begin();
+        }
+        let results = pipeline::run_each(self, std::mem::take(work), now)?;
+        self.commit()?;
+        Ok(results)
+    }
+
+    /// Begins a transaction: `BEGIN` goes with the next statement.
+    pub(crate) fn begin(&mut self) -> Result<(), StoreError> {
         if self.session.is_closed() {
             self.reconnect()?;
         }
-        // Sent with the batch's first statement, in its round trip.
         self.session.begin();
         Ok(())
+    }
+
+    /// Commits the open transaction.
+    pub(crate) fn commit(&mut self) -> Result<(), StoreError> {
+        self.session.commit().map_err(|e| match e {
+            CommitError::Deferred(e) | CommitError::Commit(e) => e,
+        })
+    }
+
+    /// Undoes the open transaction, if there is one.
+    pub(crate) fn rollback(&mut self) {
+        if !self.session.is_closed() {
+            if let Err(e) = self.session.rollback() {
+                log::error!("writer: rollback failed: {e}");
+            }
+        }
+    }
+
+    /// Takes the retention lock for this transaction, unless another instance holds it.
+    fn holds_retention_lock(&self) -> Result<bool, StoreError> {
+        let row = self
+            .session
+            .query("SELECT pg_try_advisory_xact_lock($1)", &[&RETENTION_LOCK])?;
+        Ok(row.first().map(|r| r.get::<i64>(0)).transpose()? == Some(1))
+    }
+}
+
+/// The open transaction, as the pipeline drives it: a savepoint is a round trip, so the
+/// pipeline's batched form takes the claims and the outbox rows in one statement each.
+impl pipeline::Batch for PgStore {
+    fn session(&self) -> &dyn Session {
+        &self.session
     }
 
     fn savepoint(&mut self) -> Result<(), StoreError> {
@@ -311,176 +358,28 @@ impl Store for PgStore {
         })?)
     }
 
-    fn transaction_lost(&self) -> bool {
+    fn lost(&self) -> bool {
         self.session.is_closed()
     }
 
-    fn commit(&mut self) -> Result<(), StoreError> {
-        self.session.commit().map_err(|e| match e {
-            CommitError::Deferred(e) | CommitError::Commit(e) => e,
-        })
-    }
-
-    fn rollback(&mut self) {
-        if !self.session.is_closed() {
-            if let Err(e) = self.session.rollback() {
-                log::error!("writer: rollback failed: {e}");
-            }
-        }
-    }
-
-    fn apply(&mut self, submission: Submission, now: i64) -> Result<Outcome, StoreError> {
-        let session = &self.session;
-        crate::store::apply_in(session, submission, now, |handler, event, prepared| {
-            handler.handle(&Tx::new(session), event, prepared)
-        })
-    }
-
-    /// When the batch's new events share one handler (or have none), they run together
-    /// ([`PgStore::run_together`]) and commit with the handler's deferred statements in one
-    /// round trip. Otherwise, or when the handler fails on the batch (then, or at the commit),
-    /// the batch runs again in a new transaction, each job in a savepoint of its own, so that a
-    /// bad event fails alone.
-    fn run_and_commit(
-        &mut self,
-        mut work: Vec<Work<'_>>,
-        now: i64,
-    ) -> Result<Vec<Done>, StoreError> {
-        let Some(handler) = shared_handler(&work) else {
-            return self.each_and_commit(work, now);
-        };
-        match self.run_together(&mut work, handler.as_ref(), now)? {
-            Some(results) => {
-                match self.session.commit() {
-                    Ok(()) => return Ok(results),
-                    Err(CommitError::Commit(e)) => return Err(e),
-                    // Job by job, every event would wait out the same lock again: the whole
-                    // batch gets the 503 at once.
-                    Err(CommitError::Deferred(e)) if self.session.is_closed() || e.is_busy() => {
-                        return Err(e)
-                    }
-                    Err(CommitError::Deferred(e)) => {
-                        let name = handler.as_ref().map_or("a handler", |h| h.name());
-                        log::warn!("writer: {name} failed on a batch at commit ({e}); applying it job by job");
-                        prepare_again(&mut work);
-                    }
-                }
-            }
-            None => self.session.rollback()?,
-        }
-        self.session.begin();
-        self.each_and_commit(work, now)
-    }
-
+    /// Retention's batches run on one instance at a time (an advisory lock).
     fn write(&mut self, write: &Write, now: i64) -> Result<u64, StoreError> {
         if write.is_prune() && !self.holds_retention_lock()? {
             log::debug!("retention: another instance is pruning");
             return Ok(0);
         }
-        crate::store::write_in(&self.session, write, now)
-    }
-}
-
-impl PgStore {
-    /// Runs `work` job by job, each in a savepoint, and commits.
-    fn each_and_commit(&mut self, work: Vec<Work<'_>>, now: i64) -> Result<Vec<Done>, StoreError> {
-        let results = run_each(self, work, now)?;
-        self.commit()?;
-        Ok(results)
-    }
-
-    /// The batch together: the other writes, each in a savepoint (they are few: attempt
-    /// results, retention, the CLI's); the events' claims in one statement; the handler they
-    /// share on all new events at once ([`Handler::handle_all`]); the outbox rows in one
-    /// statement. A few round trips per batch instead of several per event. `None` when the
-    /// handler failed: then the transaction is aborted, and the batch must run again job by
-    /// job, and each new event's prepared value was made again for that.
-    fn run_together(
-        &mut self,
-        work: &mut [Work<'_>],
-        handler: Option<&Arc<dyn Handler>>,
-        now: i64,
-    ) -> Result<Option<Vec<Done>>, StoreError> {
-        let mut results = Vec::with_capacity(work.len());
-        let mut events = Vec::new();
-        for job in work.iter_mut() {
-            match job {
-                Work::Write(write) => {
-                    self.savepoint()?;
-                    let done = self.write(write, now);
-                    if let Err(e) = &done {
-                        if self.transaction_lost() {
-                            return Err(e.clone());
-                        }
-                    }
-                    self.release(done.is_ok())?;
-                    results.push(Some(Done::Write(done)));
-                }
-                Work::Event(submission) => {
-                    results.push(None);
-                    events.push(submission);
-                }
-            }
-        }
-        let new = self.claim_all(&events, now)?;
-        let mut fresh: Vec<&mut Submission> = events
-            .into_iter()
-            .zip(&new)
-            .filter_map(|(s, new)| new.then_some(s))
-            .collect();
-        if let Some(handler) = handler {
-            let batch = fresh
-                .iter_mut()
-                .filter_map(|s| {
-                    let (_, prepared) = s.handlers.first_mut()?;
-                    Some((&s.event, std::mem::replace(prepared, Prepared::none())))
-                })
-                .collect();
-            if let Err(e) = handler.handle_all(&Tx::new(&self.session), batch) {
-                if self.session.is_closed() || e.is_busy() {
-                    return Err(e);
-                }
-                log::warn!(
-                    "writer: {} failed on a batch of {} ({e}); applying them one by one",
-                    handler.name(),
-                    fresh.len()
-                );
-                prepare_again(work);
-                return Ok(None);
-            }
-        }
-        let forwards: Vec<&crate::event::Event> = fresh
-            .iter()
-            .filter(|s| s.forward)
-            .map(|s| &s.event)
-            .collect();
-        self.enqueue_all(&forwards, now)?;
-        let mut new = new.into_iter();
-        Ok(Some(
-            results
-                .into_iter()
-                .map(|done| {
-                    done.unwrap_or_else(|| {
-                        Done::Event(Ok(match new.next() {
-                            Some(true) => Outcome::Processed,
-                            _ => Outcome::Duplicate,
-                        }))
-                    })
-                })
-                .collect(),
-        ))
+        pipeline::write_in(&self.session, write, now)
     }
 
     /// Claims every event of the batch in one statement, in batch (key) order; whether each
     /// is new. Of two copies of one event in a batch, the first is the new one.
-    fn claim_all(&self, events: &[&mut Submission], now: i64) -> Result<Vec<bool>, StoreError> {
-        let column =
-            |f: fn(&Submission) -> &str| events.iter().map(|s| f(s)).collect::<Vec<&str>>();
-        let sources = column(|s| &s.event.source);
-        let ids = column(|s| &s.event.id);
-        let types = column(|s| &s.event.kind);
-        let created: Vec<Option<i64>> = events.iter().map(|s| s.event.created).collect();
-        let bodies: Vec<&[u8]> = events.iter().map(|s| &s.event.body[..]).collect();
+    fn claim_all(&mut self, events: &[&Event], now: i64) -> Result<Vec<bool>, StoreError> {
+        let column = |f: fn(&Event) -> &str| events.iter().map(|e| f(e)).collect::<Vec<&str>>();
+        let sources = column(|e| &e.source);
+        let ids = column(|e| &e.id);
+        let types = column(|e| &e.kind);
+        let created: Vec<Option<i64>> = events.iter().map(|e| e.created).collect();
+        let bodies: Vec<&[u8]> = events.iter().map(|e| &e.body[..]).collect();
         let inserted: std::collections::HashSet<(String, String)> = self
             .session
             .query_typed(
@@ -499,15 +398,15 @@ impl PgStore {
         let mut seen = std::collections::HashSet::new();
         Ok(events
             .iter()
-            .map(|s| {
-                let key = (s.event.source.to_string(), s.event.id.clone());
+            .map(|e| {
+                let key = (e.source.to_string(), e.id.clone());
                 inserted.contains(&key) && seen.insert(key)
             })
             .collect())
     }
 
     /// Queues a `forward` row for each event, in one statement.
-    fn enqueue_all(&self, events: &[&crate::event::Event], now: i64) -> Result<(), StoreError> {
+    fn enqueue_all(&mut self, events: &[&Event], now: i64) -> Result<(), StoreError> {
         if events.is_empty() {
             return Ok(());
         }
@@ -525,13 +424,5 @@ impl PgStore {
             &[&FORWARD, &sources, &ids, &types, &bodies, &now],
         )?;
         Ok(())
-    }
-
-    /// Takes the retention lock for this transaction, unless another instance holds it.
-    fn holds_retention_lock(&self) -> Result<bool, StoreError> {
-        let row = self
-            .session
-            .query("SELECT pg_try_advisory_xact_lock($1)", &[&RETENTION_LOCK])?;
-        Ok(row.first().map(|r| r.get::<i64>(0)).transpose()? == Some(1))
     }
 }

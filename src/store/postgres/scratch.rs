@@ -25,7 +25,7 @@ impl Scratch {
                 return None;
             }
         };
-        let name = format!("hl_u_{}", crate::dev::random_hex().unwrap());
+        let name = format!("hl_u_{:016x}", fastrand::u64(..));
         admin
             .batch_execute(&format!("CREATE DATABASE {name}"))
             .unwrap();

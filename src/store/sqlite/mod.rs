@@ -27,10 +27,13 @@ use r2d2_sqlite::SqliteConnectionManager;
 use rusqlite::hooks::{AuthAction, Authorization};
 use rusqlite::{Connection, ErrorCode, OpenFlags};
 
-use crate::handler::Submission;
+use crate::event::Event;
+use crate::handler::{Handler, Prepared};
 use crate::outbox::PendingRow;
-use crate::sql::{StoreError, Tx};
-use crate::store::{app_schema, Outcome, Store, Write};
+use crate::sql::{Session, StoreError, Tx};
+use crate::store::app_schema;
+use crate::store::pipeline;
+use crate::store::seam::{Done, OutboxReader, Store, Work};
 
 use checkpoint::Checkpointer;
 use tx::HandlerGuard;
@@ -169,6 +172,18 @@ impl SqliteStore {
 }
 
 impl Store for SqliteStore {
+    /// `BEGIN IMMEDIATE`, the jobs through the pipeline (a savepoint each), `COMMIT`; a
+    /// `ROLLBACK` when the transaction failed.
+    fn run_batch(&mut self, work: Vec<Work<'_>>, now: i64) -> Result<Vec<Done>, StoreError> {
+        self.conn.execute_batch("BEGIN IMMEDIATE")?;
+        let result = pipeline::run_each(self, work, now)
+            .and_then(|done| Ok(self.conn.execute_batch("COMMIT").map(|()| done)?));
+        if result.is_err() {
+            self.rollback();
+        }
+        result
+    }
+
     fn migrate_app(&mut self, folder: &Path) -> anyhow::Result<usize> {
         let conn = &self.conn;
         let batch = |sql: &str| Ok(conn.execute_batch(sql)?);
@@ -205,9 +220,23 @@ impl Store for SqliteStore {
         }
         Ok(stmt.column_count() > 0)
     }
+}
 
-    fn begin(&mut self) -> Result<(), StoreError> {
-        Ok(self.conn.execute_batch("BEGIN IMMEDIATE")?)
+impl SqliteStore {
+    /// Undoes the open transaction, if there is one.
+    fn rollback(&mut self) {
+        if !self.conn.is_autocommit() {
+            if let Err(e) = self.conn.execute_batch("ROLLBACK") {
+                log::error!("writer: rollback failed: {e}");
+            }
+        }
+    }
+}
+
+/// The open transaction, as the pipeline drives it.
+impl pipeline::Batch for SqliteStore {
+    fn session(&self) -> &dyn Session {
+        &self.conn
     }
 
     fn savepoint(&mut self) -> Result<(), StoreError> {
@@ -229,41 +258,31 @@ impl Store for SqliteStore {
         Ok(())
     }
 
-    fn transaction_lost(&self) -> bool {
+    /// SQLite's own rollback of a whole transaction (an I/O error, a full disk) leaves the
+    /// connection in autocommit.
+    fn lost(&self) -> bool {
         self.conn.is_autocommit()
     }
 
-    fn commit(&mut self) -> Result<(), StoreError> {
-        Ok(self.conn.execute_batch("COMMIT")?)
-    }
-
-    fn rollback(&mut self) {
-        if !self.conn.is_autocommit() {
-            if let Err(e) = self.conn.execute_batch("ROLLBACK") {
-                log::error!("writer: rollback failed: {e}");
-            }
+    /// The handler runs under the authorizer's guard (no transaction control, ATTACH or
+    /// PRAGMA), and must leave the transaction open.
+    fn run_handler(
+        &mut self,
+        handler: &dyn Handler,
+        event: &Event,
+        prepared: Prepared,
+    ) -> Result<(), StoreError> {
+        self.handler.set(true);
+        let result = handler.handle(&Tx::new(&self.conn), event, prepared);
+        self.handler.set(false);
+        result?;
+        if self.conn.is_autocommit() {
+            return Err(StoreError::Database(format!(
+                "handler {} ended the transaction",
+                handler.name()
+            )));
         }
-    }
-
-    fn apply(&mut self, submission: Submission, now: i64) -> Result<Outcome, StoreError> {
-        let (conn, guard) = (&self.conn, &self.handler);
-        crate::store::apply_in(conn, submission, now, |handler, event, prepared| {
-            guard.set(true);
-            let result = handler.handle(&Tx::new(conn), event, prepared);
-            guard.set(false);
-            result?;
-            if conn.is_autocommit() {
-                return Err(StoreError::Database(format!(
-                    "handler {} ended the transaction",
-                    handler.name()
-                )));
-            }
-            Ok(())
-        })
-    }
-
-    fn write(&mut self, write: &Write, now: i64) -> Result<u64, StoreError> {
-        crate::store::write_in(&self.conn, write, now)
+        Ok(())
     }
 }
 
@@ -365,7 +384,7 @@ pub(crate) fn read_pool(path: &Path, size: u32) -> anyhow::Result<ReadPool> {
         .with_context(|| format!("cannot open read connections to {}", path.display()))
 }
 
-impl crate::store::OutboxReader for ReadPool {
+impl OutboxReader for ReadPool {
     fn due(&self, kinds: &str, now: i64, limit: usize) -> anyhow::Result<Vec<PendingRow>> {
         Ok(due::due(&*self.get()?, kinds, now, limit)?)
     }
@@ -375,14 +394,21 @@ impl crate::store::OutboxReader for ReadPool {
     }
 }
 
-/// Opens a read-only connection to an existing database (the CLI's listings).
-pub(crate) fn open_read(path: &Path) -> anyhow::Result<Connection> {
+/// Refuses a database file that does not exist (a typo in `--db` should be an error, not a
+/// fresh database that shows nothing).
+pub(crate) fn check_exists(path: &Path) -> anyhow::Result<()> {
     if !path.exists() {
         bail!(
             "database file {} does not exist (pass --db, or start `hookledger serve` first)",
             path.display()
         );
     }
+    Ok(())
+}
+
+/// Opens a read-only connection to an existing database (the copy to PostgreSQL).
+pub(crate) fn open_read(path: &Path) -> anyhow::Result<Connection> {
+    check_exists(path)?;
     let conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY)
         .with_context(|| format!("cannot open {}", path.display()))?;
     conn.busy_timeout(DEFAULT_BUSY_TIMEOUT)?;
@@ -501,11 +527,11 @@ mod tests {
             kind: "x".into(),
             ..crate::event::Event::default()
         };
-        outbox::enqueue(&conn, FORWARD, &event, b"{}", 1).unwrap();
+        outbox::enqueue(&conn, FORWARD, &event, b"{}", 1, 1).unwrap();
         let row = due::due(&conn, r#"["forward"]"#, 1, 10).unwrap().remove(0);
         // The attempt is in flight when the event is replayed; then it succeeds.
         assert!(outbox::replay(&conn, "stripe", "evt_1", 2).unwrap());
-        let delivered = crate::outbox::Attempt::Delivered;
+        let delivered = crate::outbox::Attempt::Delivered { follow_up: None };
         assert_eq!(
             outbox::record(&conn, row.id, row.queued, &delivered, 3).unwrap(),
             0

@@ -122,7 +122,6 @@ mod tests {
     use crate::sql::Session;
     use crate::store::postgres::scratch::Scratch;
     use crate::store::postgres::PgStore;
-    use crate::store::Store;
     use crate::stripe::billing::StripeBilling;
     use crate::stripe::samples as sample;
 

@@ -21,7 +21,7 @@ use crate::handler::{Handler, Submission};
 use crate::source::stripe;
 use crate::store::ledger;
 use crate::store::sqlite::SqliteStore;
-use crate::store::{Outcome, Store};
+use crate::store::Outcome;
 use crate::stripe::billing::{self as state, Change, StripeBilling};
 use crate::stripe::samples as sample;
 use crate::writer;
@@ -136,10 +136,10 @@ type SubscriptionRow = (String, String, Option<String>, String, i64, i64, String
 /// Claims and applies `events` in order, each in its own transaction as the writer does, and
 /// returns the one `subscriptions` row.
 fn apply_in_order(events: &[SubEvent]) -> SubscriptionRow {
-    let mut store = SqliteStore::open_in_memory().unwrap();
+    let store = SqliteStore::open_in_memory().unwrap();
     for e in events {
         let (event, change) = e.event();
-        store.begin().unwrap();
+        store.connection().execute_batch("BEGIN").unwrap();
         assert!(
             ledger::claim(store.connection(), &event, 0).unwrap(),
             "{} is new",
@@ -155,7 +155,7 @@ fn apply_in_order(events: &[SubEvent]) -> SubscriptionRow {
         .unwrap();
         // Pairs are distinct, so the guard never sees a tie.
         assert_ne!(applied, state::Applied::Tie, "{}", event.id);
-        store.commit().unwrap();
+        store.connection().execute_batch("COMMIT").unwrap();
     }
     store
         .connection()

@@ -1,0 +1,27 @@
+//! What every command shares: its exit, and where a flag's value came from.
+
+/// Whether a flag's `value` came from the environment variable `var`: clap fills the flag from
+/// it too, and the same value there means it came from there.
+pub(crate) fn from_environment(value: &Option<String>, var: &str) -> bool {
+    value.is_some() && std::env::var(var).ok() == *value
+}
+
+/// The secret a flag names as `env:NAME` or `file:PATH`; the secret itself is refused, as a
+/// command line is visible to every user of the machine.
+pub(crate) fn secret_flag(flag: &str, value: &str) -> anyhow::Result<crate::config::Secret> {
+    if !(value.starts_with("env:") || value.starts_with("file:")) {
+        anyhow::bail!(
+            "{flag} takes env:NAME or file:PATH, not the secret itself (a command line is \
+             visible to every user of the machine)"
+        );
+    }
+    let reference = crate::config::Secret::new(value);
+    crate::config::one_secret(flag, &reference, std::path::Path::new(""))
+}
+
+/// What `main` turns into an exit code.
+pub enum Exit {
+    Ok,
+    /// The command ran but its result is a failure (e.g. `send` got a non-2xx answer).
+    Failed,
+}

@@ -1,0 +1,255 @@
+//! The store contract: one generic set of tests that every store passes (SQLite here, and
+//! PostgreSQL on the test server), so that a second store cannot drift from the first. Each
+//! test opens the database as `serve` does ([`super::open`]) and goes through the seam only:
+//! [`Store::run_batch`], the [`OutboxReader`], the [`Reader`].
+
+use std::sync::Arc;
+
+use crate::config::{Database, StorageConfig};
+use crate::event::Event;
+use crate::handler::{Handler, Prepared, Submission};
+use crate::outbox::Attempt;
+use crate::sql::{StoreError, Tx};
+use crate::store::{open, Access, Done, Outcome, Stores, Work, Write};
+
+/// Records each new event in the app's table `seen`, whose CHECK refuses `evt_bad`.
+struct Record;
+
+impl Handler for Record {
+    fn name(&self) -> &str {
+        "record"
+    }
+
+    fn handle(&self, tx: &Tx<'_>, event: &Event, _: Prepared) -> Result<(), StoreError> {
+        tx.execute("INSERT INTO seen (event_id) VALUES ($1)", &[&event.id])?;
+        Ok(())
+    }
+}
+
+fn event(id: &str, forward: bool) -> Work<'static> {
+    Work::Event(Submission {
+        event: Event {
+            source: "src".into(),
+            id: id.into(),
+            kind: "thing.happened".into(),
+            created: Some(1),
+            body: bytes::Bytes::from(format!(r#"{{"id":"{id}"}}"#)),
+        },
+        handlers: vec![(Arc::new(Record) as Arc<dyn Handler>, Prepared::none())],
+        forward,
+    })
+}
+
+fn outcomes(done: Vec<Done>) -> Vec<Result<Outcome, StoreError>> {
+    done.into_iter()
+        .map(|d| match d {
+            Done::Event(r) => r,
+            Done::Write(_) => panic!("an event's result"),
+        })
+        .collect()
+}
+
+fn written(done: Vec<Done>) -> u64 {
+    match done.as_slice() {
+        [Done::Write(Ok(n))] => *n,
+        _ => panic!("one write that succeeded"),
+    }
+}
+
+fn count(stores: &Stores, sql: &'static str) -> i64 {
+    stores
+        .reader
+        .read(|ledger| Ok(ledger.query(sql, &[])?[0].get::<i64>(0)?))
+        .unwrap()
+}
+
+/// Opens `database` as `serve` does, with the app's migration that makes `seen`.
+fn opened(database: Database, dir: &std::path::Path) -> Stores {
+    let mut stores = open(&database, &StorageConfig::default(), Access::Serve).unwrap();
+    let migrations = dir.join("migrations");
+    std::fs::create_dir_all(&migrations).unwrap();
+    std::fs::write(
+        migrations.join("001_seen.sql"),
+        "CREATE TABLE seen (event_id TEXT NOT NULL CHECK (event_id <> 'evt_bad'));",
+    )
+    .unwrap();
+    assert_eq!(stores.writer.migrate_app(&migrations).unwrap(), 1);
+    assert_eq!(
+        stores.writer.migrate_app(&migrations).unwrap(),
+        0,
+        "an app migration runs once"
+    );
+    stores
+}
+
+/// A claim is processed once; the same event again, in another batch or later in the same
+/// one, is a duplicate and runs nothing.
+fn claims_once(stores: &mut Stores) {
+    let done = stores
+        .writer
+        .run_batch(vec![event("evt_1", false), event("evt_1", false)], 10)
+        .unwrap();
+    assert_eq!(
+        outcomes(done),
+        [Ok(Outcome::Processed), Ok(Outcome::Duplicate)]
+    );
+    let again = stores
+        .writer
+        .run_batch(vec![event("evt_1", false)], 11)
+        .unwrap();
+    assert_eq!(outcomes(again), [Ok(Outcome::Duplicate)]);
+    assert_eq!(count(stores, "SELECT count(*) FROM webhook_events"), 1);
+    assert_eq!(count(stores, "SELECT count(*) FROM seen"), 1);
+}
+
+/// One event whose handler fails is undone alone: its claim too; the others commit.
+fn a_failing_event_rolls_back_alone(stores: &mut Stores) {
+    let done = stores
+        .writer
+        .run_batch(
+            vec![
+                event("evt_a", false),
+                event("evt_bad", false),
+                event("evt_b", false),
+            ],
+            10,
+        )
+        .unwrap();
+    let results = outcomes(done);
+    assert_eq!(results[0], Ok(Outcome::Processed));
+    assert!(
+        matches!(results[1], Err(StoreError::Database(_))),
+        "{:?}",
+        results[1]
+    );
+    assert_eq!(results[2], Ok(Outcome::Processed));
+    assert_eq!(count(stores, "SELECT count(*) FROM webhook_events"), 2);
+    assert_eq!(count(stores, "SELECT count(*) FROM seen"), 2);
+    // Its retry starts clean.
+    let ledger = "SELECT count(*) FROM webhook_events WHERE event_id = 'evt_bad'";
+    assert_eq!(count(stores, ledger), 0);
+}
+
+/// A forwarded event's outbox row is due, leased to the worker, and done once its attempt is
+/// recorded; then nothing is due.
+fn outbox_rows_are_leased_and_completed(stores: &mut Stores) {
+    let done = stores
+        .writer
+        .run_batch(vec![event("evt_f", true), event("evt_g", false)], 10)
+        .unwrap();
+    assert_eq!(
+        outcomes(done),
+        [Ok(Outcome::Processed), Ok(Outcome::Processed)]
+    );
+    let due = stores.outbox.due(r#"["forward"]"#, 10, 10).unwrap();
+    assert_eq!(due.len(), 1);
+    let row = &due[0];
+    assert_eq!((row.key.as_str(), row.source.as_str()), ("evt_f", "src"));
+    assert_eq!(row.payload, br#"{"id":"evt_f"}"#);
+    let record = Write::Record {
+        id: row.id,
+        queued: row.queued,
+        attempt: Attempt::Delivered { follow_up: None },
+    };
+    assert_eq!(
+        written(
+            stores
+                .writer
+                .run_batch(vec![Work::Write(&record)], 11)
+                .unwrap()
+        ),
+        1
+    );
+    let status = "SELECT count(*) FROM outbox WHERE status = 'done' AND key = 'evt_f'";
+    assert_eq!(count(stores, status), 1);
+    assert!(stores
+        .outbox
+        .due(r#"["forward"]"#, 100, 10)
+        .unwrap()
+        .is_empty());
+    assert_eq!(stores.outbox.next_due_at(r#"["forward"]"#).unwrap(), None);
+}
+
+/// Retention deletes the claims received before its cutoff, and only those.
+fn retention_deletes_only_older_claims(stores: &mut Stores) {
+    stores
+        .writer
+        .run_batch(vec![event("evt_old", false)], 100)
+        .unwrap();
+    stores
+        .writer
+        .run_batch(vec![event("evt_new", false)], 200)
+        .unwrap();
+    let prune = Write::PruneEvents { before: 150 };
+    assert_eq!(
+        written(
+            stores
+                .writer
+                .run_batch(vec![Work::Write(&prune)], 300)
+                .unwrap()
+        ),
+        1
+    );
+    let left = "SELECT count(*) FROM webhook_events WHERE event_id = 'evt_new'";
+    assert_eq!(count(stores, left), 1);
+    assert_eq!(count(stores, "SELECT count(*) FROM webhook_events"), 1);
+}
+
+macro_rules! contract {
+    ($store:ident, $open:expr) => {
+        mod $store {
+            use super::*;
+
+            #[test]
+            fn claims_once() {
+                let Some((_guard, mut stores)) = $open else {
+                    return;
+                };
+                super::claims_once(&mut stores);
+            }
+
+            #[test]
+            fn a_failing_event_rolls_back_alone() {
+                let Some((_guard, mut stores)) = $open else {
+                    return;
+                };
+                super::a_failing_event_rolls_back_alone(&mut stores);
+            }
+
+            #[test]
+            fn outbox_rows_are_leased_and_completed() {
+                let Some((_guard, mut stores)) = $open else {
+                    return;
+                };
+                super::outbox_rows_are_leased_and_completed(&mut stores);
+            }
+
+            #[test]
+            fn retention_deletes_only_older_claims() {
+                let Some((_guard, mut stores)) = $open else {
+                    return;
+                };
+                super::retention_deletes_only_older_claims(&mut stores);
+            }
+        }
+    };
+}
+
+fn sqlite() -> Option<(tempfile::TempDir, Stores)> {
+    let dir = tempfile::tempdir().unwrap();
+    let stores = opened(Database::Sqlite(dir.path().join("h.db")), dir.path());
+    Some((dir, stores))
+}
+
+fn postgres() -> Option<(
+    (crate::store::postgres::scratch::Scratch, tempfile::TempDir),
+    Stores,
+)> {
+    let scratch = crate::store::postgres::scratch::Scratch::new()?;
+    let dir = tempfile::tempdir().unwrap();
+    let stores = opened(Database::Postgres(scratch.url.clone()), dir.path());
+    Some(((scratch, dir), stores))
+}
+
+contract!(on_sqlite, sqlite());
+contract!(on_postgres, postgres());

@@ -1,0 +1,282 @@
+//! The pipeline, written once for every store: an event's claim, then its handlers, then its
+//! outbox row, all in the store's open transaction; and the other writes ([`Write`]).
+//!
+//! Two forms. [`run_each`]: a savepoint per job, so a job that fails is undone alone (SQLite,
+//! where a savepoint costs nothing). [`run_together`]: the batch's claims in one call, the
+//! handler the events share on all of them at once, the outbox rows in one call: a few round
+//! trips per batch instead of several per event, for a store where each statement is one
+//! (PostgreSQL). If the handler fails on the batch, the store runs it again with
+//! [`run_each`], so that a bad event fails alone.
+//!
+//! A store gives the pipeline its open transaction as a [`Batch`]; what differs per store
+//! (savepoints, the handler guard, statements that take a batch at once) is there.
+
+use std::sync::Arc;
+
+use crate::event::Event;
+use crate::handler::{Handler, Prepared, Submission};
+use crate::outbox::FORWARD;
+use crate::sql::{Session, StoreError, Tx};
+use crate::store::seam::{Done, Outcome, Work, Write};
+use crate::store::{ledger, outbox, retention};
+
+/// A store's open transaction, as the pipeline drives it.
+pub(crate) trait Batch {
+    /// The statements of the transaction.
+    fn session(&self) -> &dyn Session;
+    fn savepoint(&mut self) -> Result<(), StoreError>;
+    /// Ends the job's savepoint; `keep == false` first undoes the job's writes.
+    fn release(&mut self, keep: bool) -> Result<(), StoreError>;
+    /// Whether the database itself gave up the whole transaction (an I/O error, a full disk, a
+    /// broken connection): then no savepoint can be rolled back to, and the batch is lost.
+    fn lost(&self) -> bool;
+
+    /// Runs `handler` on a new event, with the store's own checks around it.
+    fn run_handler(
+        &mut self,
+        handler: &dyn Handler,
+        event: &Event,
+        prepared: Prepared,
+    ) -> Result<(), StoreError> {
+        handler.handle(&Tx::new(self.session()), event, prepared)
+    }
+
+    /// Runs `write`: the same SQL on every store. A count for the caller.
+    fn write(&mut self, write: &Write, now: i64) -> Result<u64, StoreError> {
+        write_in(self.session(), write, now)
+    }
+
+    /// Claims each event, in order; whether each is new (of two copies of one event, the
+    /// first). One statement per event unless the store does better.
+    fn claim_all(&mut self, events: &[&Event], now: i64) -> Result<Vec<bool>, StoreError> {
+        events
+            .iter()
+            .map(|event| ledger::claim(self.session(), event, now))
+            .collect()
+    }
+
+    /// Queues a `forward` row for each event. One statement per event unless the store does
+    /// better.
+    fn enqueue_all(&mut self, events: &[&Event], now: i64) -> Result<(), StoreError> {
+        for event in events {
+            outbox::enqueue(self.session(), FORWARD, event, &event.body, now, now)?;
+        }
+        Ok(())
+    }
+}
+
+/// Runs `work` job by job, each in a savepoint, in the open transaction. `Err` when the
+/// transaction is lost (or the database is busy or unreachable, which every other job would
+/// wait out again): then nothing of it may be committed.
+pub(crate) fn run_each(
+    batch: &mut dyn Batch,
+    work: Vec<Work<'_>>,
+    now: i64,
+) -> Result<Vec<Done>, StoreError> {
+    let mut results = Vec::with_capacity(work.len());
+    for job in work {
+        batch.savepoint()?;
+        let done = match job {
+            Work::Event(submission) => Done::Event(apply(batch, submission, now)),
+            Work::Write(write) => Done::Write(batch.write(write, now)),
+        };
+        if let Some(e) = done.error() {
+            if batch.lost() || e.is_busy() {
+                return Err(e.clone());
+            }
+        }
+        batch.release(done.error().is_none())?;
+        results.push(done);
+    }
+    Ok(results)
+}
+
+/// One event: the claim, then (only when it is new) its handlers, then its outbox row.
+fn apply(batch: &mut dyn Batch, submission: Submission, now: i64) -> Result<Outcome, StoreError> {
+    let Submission {
+        event,
+        handlers,
+        forward,
+    } = submission;
+    if !ledger::claim(batch.session(), &event, now)? {
+        return Ok(Outcome::Duplicate);
+    }
+    for (handler, prepared) in handlers {
+        batch.run_handler(&*handler, &event, prepared)?;
+    }
+    if forward {
+        outbox::enqueue(batch.session(), FORWARD, &event, &event.body, now, now)?;
+    }
+    Ok(Outcome::Processed)
+}
+
+/// Runs `write` in the open transaction of `tx`: the same SQL on every store. Returns a count
+/// for the caller: rows changed or deleted.
+pub(crate) fn write_in(tx: &dyn Session, write: &Write, now: i64) -> Result<u64, StoreError> {
+    match write {
+        Write::Record {
+            id,
+            queued,
+            attempt,
+        } => outbox::record(tx, *id, *queued, attempt, now),
+        Write::PruneEvents { before } => retention::delete_events_batch(tx, *before),
+        Write::PrunePayloads { before } => retention::clear_payloads_batch(tx, *before),
+        Write::PruneOutbox { before } => retention::delete_outbox_batch(tx, *before),
+        Write::Revive { id: Some(id) } => Ok(u64::from(outbox::retry(tx, *id, now)?)),
+        Write::Revive { id: None } => outbox::retry_all_dead(tx, now),
+        Write::Replay { source, event_id } => {
+            Ok(u64::from(outbox::replay(tx, source, event_id, now)?))
+        }
+        Write::Heartbeat { at } => tx.execute(
+            "INSERT INTO hookledger_heartbeat (id, at) VALUES (1, $1)
+             ON CONFLICT (id) DO UPDATE SET at = excluded.at",
+            &[at],
+        ),
+    }
+}
+
+/// The one handler every event of `work` has, if they share one (`Some(None)`: none has a
+/// handler); `None` when an event has several, or two events have different ones: then their
+/// order across events matters, and they must run job by job.
+pub(crate) fn shared_handler(work: &[Work<'_>]) -> Option<Option<Arc<dyn Handler>>> {
+    let mut shared: Option<Arc<dyn Handler>> = None;
+    for job in work {
+        let Work::Event(submission) = job else {
+            continue;
+        };
+        match submission.handlers.as_slice() {
+            [] => {}
+            [(handler, _)] if shared.as_ref().is_none_or(|h| Arc::ptr_eq(h, handler)) => {
+                shared = Some(handler.clone());
+            }
+            _ => return None,
+        }
+    }
+    Some(shared)
+}
+
+/// The batch together, in the open transaction: the other writes, each in a savepoint (they
+/// are few: attempt results, retention, the CLI's); the events' claims at once
+/// ([`Batch::claim_all`]); `handler`, which they share, on all new events at once
+/// ([`Handler::handle_all`]); their outbox rows at once. `Ok(None)` when the handler failed:
+/// then the transaction must be rolled back and the batch run again job by job, and each new
+/// event's prepared value was made again for that.
+pub(crate) fn run_together(
+    batch: &mut dyn Batch,
+    work: &mut [Work<'_>],
+    handler: Option<&Arc<dyn Handler>>,
+    now: i64,
+) -> Result<Option<Vec<Done>>, StoreError> {
+    let mut results = Vec::with_capacity(work.len());
+    let mut events = Vec::new();
+    for job in work.iter_mut() {
+        match job {
+            Work::Write(write) => {
+                batch.savepoint()?;
+                let done = batch.write(write, now);
+                if let Err(e) = &done {
+                    if batch.lost() {
+                        return Err(e.clone());
+                    }
+                }
+                batch.release(done.is_ok())?;
+                results.push(Some(Done::Write(done)));
+            }
+            Work::Event(submission) => {
+                results.push(None);
+                events.push(submission);
+            }
+        }
+    }
+    let all: Vec<&Event> = events.iter().map(|s| &s.event).collect();
+    let new = batch.claim_all(&all, now)?;
+    let mut fresh: Vec<&mut Submission> = events
+        .into_iter()
+        .zip(&new)
+        .filter_map(|(s, new)| new.then_some(s))
+        .collect();
+    if let Some(handler) = handler {
+        let all = fresh
+            .iter_mut()
+            .filter_map(|s| {
+                let (_, prepared) = s.handlers.first_mut()?;
+                Some((&s.event, std::mem::replace(prepared, Prepared::none())))
+            })
+            .collect();
+        if let Err(e) = handler.handle_all(&Tx::new(batch.session()), all) {
+            if batch.lost() || e.is_busy() {
+                return Err(e);
+            }
+            log::warn!(
+                "writer: {} failed on a batch of {} ({e}); applying them one by one",
+                handler.name(),
+                fresh.len()
+            );
+            prepare_again(work);
+            return Ok(None);
+        }
+    }
+    let forwards: Vec<&Event> = fresh
+        .iter()
+        .filter(|s| s.forward)
+        .map(|s| &s.event)
+        .collect();
+    if !forwards.is_empty() {
+        batch.enqueue_all(&forwards, now)?;
+    }
+    let mut new = new.into_iter();
+    Ok(Some(
+        results
+            .into_iter()
+            .map(|done| {
+                done.unwrap_or_else(|| {
+                    Done::Event(Ok(match new.next() {
+                        Some(true) => Outcome::Processed,
+                        _ => Outcome::Duplicate,
+                    }))
+                })
+            })
+            .collect(),
+    ))
+}
+
+/// Makes again the prepared values a handler's `handle_all` took, for a run job by job.
+pub(crate) fn prepare_again(work: &mut [Work<'_>]) {
+    for job in work {
+        let Work::Event(s) = job else {
+            continue;
+        };
+        for (handler, prepared) in &mut s.handlers {
+            match handler.prepare(&s.event) {
+                Ok(again) => *prepared = again,
+                // It cannot run without its prepared value: the event fails (and is retried).
+                Err(e) => {
+                    *handler = Arc::new(Unprepared {
+                        name: handler.name().to_string(),
+                        error: e.to_string(),
+                    });
+                    *prepared = Prepared::none();
+                }
+            }
+        }
+    }
+}
+
+/// Stands in for a handler whose `prepare` failed the second time: the event fails.
+struct Unprepared {
+    name: String,
+    error: String,
+}
+
+impl Handler for Unprepared {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn handle(&self, _: &Tx<'_>, event: &Event, _: Prepared) -> Result<(), StoreError> {
+        Err(StoreError::Database(format!(
+            "{} could not prepare {} again: {}",
+            self.name, event.id, self.error
+        )))
+    }
+}

@@ -1,0 +1,124 @@
+//! The storage seam: what the writer, the outbox worker, retention and the CLI ask of a
+//! database. Each store (`sqlite/`, `postgres/`) implements it; the pipeline that runs an
+//! event (`pipeline.rs`) is written once on top of it.
+
+use std::path::Path;
+
+use crate::handler::Submission;
+use crate::outbox::{Attempt, PendingRow};
+use crate::sql::StoreError;
+
+/// What happened to an event that was written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// New: claimed, its handlers ran, and (when forwarding) it is queued in the outbox.
+    Processed,
+    /// Its id was already in the ledger; nothing was written.
+    Duplicate,
+}
+
+/// A write other than an event, run by the writer as a job of its own.
+#[derive(Debug, Clone)]
+pub(crate) enum Write {
+    /// The result of a delivery attempt on outbox row `id`, made as it was queued for the
+    /// `queued`-th time; changes only that row, still pending (not one queued again since).
+    Record {
+        id: i64,
+        queued: i64,
+        attempt: Attempt,
+    },
+    /// Deletes a batch of ledger rows received before `before`.
+    PruneEvents { before: i64 },
+    /// Clears the payloads of a batch of ledger rows received before `before`.
+    PrunePayloads { before: i64 },
+    /// Deletes a batch of delivered outbox rows delivered before `before`.
+    PruneOutbox { before: i64 },
+    /// Puts dead outbox row `id` back to pending (or, with `None`, every dead row).
+    Revive { id: Option<i64> },
+    /// Queues a new forward of a stored event of `source`, or puts its existing row back to
+    /// pending.
+    Replay { source: String, event_id: String },
+    /// Rewrites the heartbeat row: `/readyz`'s proof that a write commits.
+    Heartbeat { at: i64 },
+}
+
+impl Write {
+    /// Whether it is one of retention's batches.
+    pub(crate) fn is_prune(&self) -> bool {
+        matches!(
+            self,
+            Write::PruneEvents { .. } | Write::PrunePayloads { .. } | Write::PruneOutbox { .. }
+        )
+    }
+}
+
+/// One job of a batch, as a store runs it.
+pub(crate) enum Work<'a> {
+    Event(Submission),
+    Write(&'a Write),
+}
+
+/// The result of one job of a committed batch.
+pub(crate) enum Done {
+    Event(Result<Outcome, StoreError>),
+    Write(Result<u64, StoreError>),
+}
+
+impl Done {
+    pub(crate) fn error(&self) -> Option<&StoreError> {
+        match self {
+            Done::Event(r) => r.as_ref().err(),
+            Done::Write(r) => r.as_ref().err(),
+        }
+    }
+}
+
+/// The writer's view of a database. A store owns its transactions: [`Store::run_batch`] begins,
+/// runs the jobs through the pipeline and commits (or rolls back); nobody else does.
+pub(crate) trait Store: Send + 'static {
+    /// Runs `work` in one transaction of its own, in order, and commits: a job that fails
+    /// changes nothing (its writes are undone) and the others stand. `Err` when the
+    /// transaction itself failed (busy, lost, or the COMMIT failed): then nothing of the batch
+    /// stands, and the store has rolled back.
+    fn run_batch(&mut self, work: Vec<Work<'_>>, now: i64) -> Result<Vec<Done>, StoreError>;
+
+    /// Applies the app's own migrations in `folder`, once each, in name order; how many ran.
+    fn migrate_app(&mut self, folder: &Path) -> anyhow::Result<usize>;
+
+    /// Prepares `sql` (taking `$1` … `$parameters`) as a handler's statement, against the
+    /// migrated database: whether it returns rows, or why it cannot run.
+    fn check_statement(&mut self, sql: &str, parameters: usize) -> Result<bool, String>;
+
+    /// Runs `write` in one short transaction of its own (a CLI command next to a running
+    /// `serve`: the database serialises it with the server's writer). Returns a count: rows
+    /// changed or deleted.
+    fn write_now(&mut self, write: &Write, now: i64) -> Result<u64, StoreError> {
+        match self.run_batch(vec![Work::Write(write)], now)?.pop() {
+            Some(Done::Write(result)) => result,
+            _ => unreachable!("one write in, one result out"),
+        }
+    }
+}
+
+/// The outbox worker's view of a database: which rows are due. It reads on connections of its
+/// own; the results of its attempts go through the writer ([`Write::Record`]).
+pub(crate) trait OutboxReader: Send + 'static {
+    /// Up to `limit` pending rows of `kinds` (a JSON array) due at `now`, in id order.
+    fn due(&self, kinds: &str, now: i64, limit: usize) -> anyhow::Result<Vec<PendingRow>>;
+
+    /// When the next pending row of `kinds` is due, if any.
+    fn next_due_at(&self, kinds: &str) -> anyhow::Result<Option<i64>>;
+}
+
+impl<T: OutboxReader + ?Sized> OutboxReader for Box<T> {
+    fn due(&self, kinds: &str, now: i64, limit: usize) -> anyhow::Result<Vec<PendingRow>> {
+        (**self).due(kinds, now, limit)
+    }
+
+    fn next_due_at(&self, kinds: &str) -> anyhow::Result<Option<i64>> {
+        (**self).next_due_at(kinds)
+    }
+}
+
+/// What must live as long as a server on its database (the SQLite serve lock).
+pub(crate) type ServeGuard = Box<dyn std::any::Any + Send>;
