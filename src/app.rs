@@ -170,7 +170,11 @@ impl Hookledger {
             )?),
             None => None,
         };
-        let retention = Retention::spawn(handle.clone(), config.retention.clone())?;
+        let retention = Retention::spawn(
+            handle.clone(),
+            config.retention.clone(),
+            config.database.clone(),
+        )?;
         let mut reconcilers = Vec::new();
         for c in &config.sources {
             let (Some(every), Some(api), Some(source)) =

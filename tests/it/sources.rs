@@ -537,6 +537,14 @@ fn a_github_delivery_resent_a_year_later_is_still_a_duplicate() {
         "UPDATE webhook_events SET received_at = received_at - 365 * 86400",
         &[],
     );
+    // A delivery of today: ages are counted from the newest claim.
+    let today = br#"{"ref":"refs/heads/today"}"#;
+    let today_headers = github_headers(GITHUB_SECRET, "d-today", "push", today);
+    assert_outcome(
+        &post(&server, "gh", today, &today_headers),
+        "d-today",
+        "processed",
+    );
     let (code, out, err) = cli(&["prune", "--db", &server.db_arg()]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("cleared 1 payloads"), "{out}");
@@ -547,9 +555,9 @@ fn a_github_delivery_resent_a_year_later_is_still_a_duplicate() {
     );
     assert_eq!(
         server.db().strings(
-            "SELECT source || '/' || event_id || '/' || CASE WHEN payload IS NULL THEN 'cleared' ELSE 'kept' END FROM webhook_events"
+            "SELECT source || '/' || event_id || '/' || CASE WHEN payload IS NULL THEN 'cleared' ELSE 'kept' END FROM webhook_events ORDER BY event_id"
         ),
-        ["gh/d-captured/cleared"]
+        ["gh/d-captured/cleared", "gh/d-today/kept"]
     );
 }
 
