@@ -392,10 +392,9 @@ pub(super) fn run(args: ServeArgs) -> anyhow::Result<Exit> {
             let at = admin.local_addr()?;
             log::info!("admin on http://{at}/ (healthz, readyz, metrics, status)");
             println!("hookledger admin on {at}");
+            let http = config.http.clone();
             tokio::spawn(async move {
-                if let Err(e) = axum::serve(admin, hookledger_admin).await {
-                    log::error!("admin listener: {e}");
-                }
+                crate::http::server::serve_admin(admin, hookledger_admin, &http).await;
             });
         }
         hookledger.serve(listener, shutdown).await

@@ -3,7 +3,8 @@
 //! The accept loop is ours (hyper-util under axum's router) rather than `axum::serve`, because
 //! a webhook endpoint faces the internet and needs what `axum::serve` does not expose: a header
 //! size limit (431), a header read timeout against slow senders, and a connection cap that
-//! refuses at once instead of queueing.
+//! refuses at once instead of queueing. The admin listener runs the same loop with a smaller
+//! cap ([`ADMIN_MAX_CONNECTIONS`]): idle connections to it must not use up the process's files.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -35,6 +36,20 @@ const MAX_HEADER_BYTES: usize = 16 * 1024;
 /// the read timeout plus the busy timeout, so a request that is being answered gets its answer.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
 
+/// The admin listener's connection cap: operators and a metrics scraper need a few.
+pub(crate) const ADMIN_MAX_CONNECTIONS: usize = 64;
+
+/// One listener's limits.
+#[derive(Debug, Clone, Copy)]
+struct Limits {
+    /// For log lines: `webhook` or `admin`.
+    name: &'static str,
+    max_connections: usize,
+    /// How long a connection may take to send a request's headers (also: how long an idle
+    /// connection stays open).
+    header_timeout: Duration,
+}
+
 /// Builds the router: `POST /webhooks/{source}`, a health check, JSON 404/405 for the rest.
 pub(crate) fn router(ingest: Arc<Ingest>) -> Router {
     Router::new()
@@ -65,11 +80,38 @@ pub(crate) async fn serve(
     config: &HttpConfig,
     shutdown: impl Future<Output = ()>,
 ) {
+    let limits = Limits {
+        name: "webhook",
+        max_connections: config.max_connections,
+        header_timeout: config.read_timeout,
+    };
+    accept_loop(listener, app, limits, shutdown).await;
+}
+
+/// Serves the admin router (`app`) on `listener` with the webhook port's accept loop and
+/// limits, at most [`ADMIN_MAX_CONNECTIONS`] connections, until the runtime ends.
+pub(crate) async fn serve_admin(listener: TcpListener, app: Router, config: &HttpConfig) {
+    let limits = Limits {
+        name: "admin",
+        max_connections: ADMIN_MAX_CONNECTIONS,
+        header_timeout: config.read_timeout,
+    };
+    accept_loop(listener, app, limits, std::future::pending()).await;
+}
+
+/// The accept loop of one listener: a connection over the cap gets a 503, the others the
+/// header size limit and the header read timeout.
+async fn accept_loop(
+    listener: TcpListener,
+    app: Router,
+    limits: Limits,
+    shutdown: impl Future<Output = ()>,
+) {
     let graceful = GracefulShutdown::new();
-    let slots = Arc::new(Semaphore::new(config.max_connections));
+    let slots = Arc::new(Semaphore::new(limits.max_connections));
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())
-        .header_read_timeout(config.read_timeout)
+        .header_read_timeout(limits.header_timeout)
         .max_buf_size(MAX_HEADER_BYTES);
     let service = TowerToHyperService::new(app);
     tokio::pin!(shutdown);
@@ -79,7 +121,7 @@ pub(crate) async fn serve(
                 Ok(conn) => conn,
                 Err(e) => {
                     // EMFILE and friends: back off instead of spinning.
-                    log::warn!("accept failed: {e}");
+                    log::warn!("{} listener: accept failed: {e}", limits.name);
                     tokio::time::sleep(Duration::from_millis(50)).await;
                     continue;
                 }
@@ -87,7 +129,7 @@ pub(crate) async fn serve(
             () = &mut shutdown => break,
         };
         let Ok(slot) = slots.clone().try_acquire_owned() else {
-            tokio::spawn(refuse(stream, peer));
+            tokio::spawn(refuse(stream, peer, limits.name));
             continue;
         };
         let _ = stream.set_nodelay(true);
@@ -116,9 +158,9 @@ static REFUSED_LOG: LogBudget = LogBudget::new();
 
 /// Answers a connection over the cap with a 503 and closes it (lingering, so the answer
 /// arrives), without reading the request.
-async fn refuse(stream: TcpStream, peer: SocketAddr) {
+async fn refuse(stream: TcpStream, peer: SocketAddr, name: &'static str) {
     if let Some(more) = REFUSED_LOG.admit(crate::time::unix_now(), "refusals") {
-        log::warn!("connection limit reached; refusing {peer}{more}");
+        log::warn!("{name} connection limit reached; refusing {peer}{more}");
     }
     let response = Rejection::too_many_connections().to_http1();
     let mut stream = Lingering::new(stream);

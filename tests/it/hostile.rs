@@ -117,6 +117,54 @@ fn connections_over_the_cap_are_refused_with_503() {
     assert!(reply.is_some(), "slots are freed when connections close");
 }
 
+/// 1,100 idle connections to the admin listener once used up a 1,024-file process and
+/// webhooks timed out. The admin listener has its own cap (64): past it a request is refused
+/// at once, and the webhook port is not affected.
+#[test]
+fn idle_connections_over_the_admin_cap_are_refused_and_webhooks_still_answer() {
+    let server = Server::start(&[]);
+    let admin = server.admin.unwrap();
+    let idle: Vec<TcpStream> = (0..80)
+        .map(|_| TcpStream::connect(admin).unwrap())
+        .collect();
+    // Accepted in order: the 64 first hold the slots, the next ones are refused.
+    let (status, body) = server.admin_get("/healthz");
+    assert!(status == 503 || status == 0, "{status} {body}");
+    if status == 503 {
+        assert!(body.contains("too_many_connections"), "{body}");
+    }
+    let started = Instant::now();
+    assert_outcome(
+        &server.send(&paid("evt_admin_flood")),
+        "evt_admin_flood",
+        "processed",
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "the webhook waited {:?}",
+        started.elapsed()
+    );
+    assert_eq!(ledger_count(&server.db()), 1);
+    drop(idle);
+    let ok = wait_for(Duration::from_secs(10), || {
+        (server.admin_get("/healthz").0 == 200).then_some(())
+    });
+    assert!(ok.is_some(), "admin slots are freed when connections close");
+}
+
+/// An idle admin connection is closed after the read timeout, as on the webhook port.
+#[test]
+fn an_idle_admin_connection_is_closed_after_the_read_timeout() {
+    let server = Server::start(&["--read-timeout", "1"]);
+    let mut idle = TcpStream::connect(server.admin.unwrap()).unwrap();
+    idle.set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let mut rest = Vec::new();
+    let closed = idle.read_to_end(&mut rest);
+    assert!(closed.is_ok(), "not closed by the server: {closed:?}");
+    assert_eq!(server.admin_get("/healthz").0, 200);
+}
+
 #[test]
 fn idle_and_trickling_connections_do_not_block_normal_events() {
     let server = Server::start(&[]);
