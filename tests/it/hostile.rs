@@ -165,6 +165,82 @@ fn an_idle_admin_connection_is_closed_after_the_read_timeout() {
     assert_eq!(server.admin_get("/healthz").0, 200);
 }
 
+/// Under a limit of 1,024 open files the default cap of 1,024 connections could never answer
+/// its 503 (`accept` failed first): the cap is lowered under the limit, logged, and then
+/// refuses with a 503.
+#[test]
+fn under_a_limit_of_1024_files_the_connection_cap_is_lowered_and_answers_503() {
+    if !prerequisite(
+        installed("prlimit"),
+        "HOOKLEDGER_REQUIRE_PRLIMIT",
+        "prlimit (util-linux) is not installed",
+    ) {
+        return;
+    }
+    let dir = test_dir();
+    let mut cmd = std::process::Command::new("prlimit");
+    cmd.args(["--nofile=1024:1024", "--", env!("CARGO_BIN_EXE_hookledger")]);
+    let mut child = serve_args(&mut cmd, db_arg_in(dir.path()))
+        .args(["--read-timeout", "60"])
+        .env("STRIPE_WEBHOOK_SECRET", SECRET)
+        .env("RUST_LOG", "info")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    struct Kill(std::process::Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let stderr = child.stderr.take().unwrap();
+    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let _child = Kill(child);
+    let (lines, log) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            if lines.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut stdout, &mut line).unwrap();
+    let addr: std::net::SocketAddr = line
+        .trim()
+        .strip_prefix("hookledger listening on ")
+        .unwrap_or_else(|| panic!("not started: {line:?}"))
+        .parse()
+        .unwrap();
+    let lowered = loop {
+        let line = log
+            .recv_timeout(Duration::from_secs(30))
+            .expect("no line about the cap");
+        if line.contains("lowered to") {
+            break line;
+        }
+    };
+    assert!(
+        lowered.contains("--max-connections (http.max_connections) 1024 lowered to 768"),
+        "{lowered}"
+    );
+    let held: Vec<TcpStream> = (0..768)
+        .map(|_| TcpStream::connect(addr).unwrap())
+        .collect();
+    let mut over = TcpStream::connect(addr).unwrap();
+    over.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut answer = String::new();
+    let _ = over.read_to_string(&mut answer);
+    assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+    drop(held);
+}
+
 #[test]
 fn idle_and_trickling_connections_do_not_block_normal_events() {
     let server = Server::start(&[]);
