@@ -561,6 +561,33 @@ fn a_github_delivery_resent_a_year_later_is_still_a_duplicate() {
     );
 }
 
+/// `X-GitHub-Event` is not signed: one delivery resent with 150 made-up event types makes at
+/// most 100 `type` series (and `other`), not one per request.
+#[test]
+fn made_up_github_event_types_make_at_most_100_metric_series() {
+    let server = start();
+    let body = br#"{"ref":"refs/heads/main"}"#;
+    for i in 0..150 {
+        let headers = github_headers(GITHUB_SECRET, "d-types", &format!("made-up-{i}"), body);
+        let outcome = if i == 0 { "processed" } else { "duplicate" };
+        assert_outcome(&post(&server, "gh", body, &headers), "d-types", outcome);
+    }
+    let (status, metrics) = server.admin_get("/metrics");
+    assert_eq!(status, 200, "{metrics}");
+    let series: Vec<&str> = metrics
+        .lines()
+        .filter(|l| l.starts_with(r#"hookledger_events_total{source="gh","#))
+        .collect();
+    assert_eq!(series.len(), 101, "{series:#?}");
+    assert!(
+        series.contains(
+            &r#"hookledger_events_total{source="gh",type="other",outcome="duplicate"} 50"#
+        ),
+        "{series:#?}"
+    );
+    assert_eq!(ledger_count(&server.db()), 1);
+}
+
 #[test]
 fn the_config_file_may_come_from_hookledger_config_and_send_help_shows_each_scheme() {
     let dir = test_dir();
