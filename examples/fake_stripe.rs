@@ -26,6 +26,8 @@
 //! - `POST /_fake/subscriptions`: the body is a subscription object, stored by its `id`.
 //! - `POST /_fake/fail?status=429&count=2`: the next `count` (default 1) API calls answer
 //!   `status`, to watch a client back off.
+//! - `POST /_fake/repeat`: from now on `GET /v1/events` ignores `starting_after` and answers
+//!   its first page with `has_more: true`, as a broken API might: a client must not loop.
 //!
 //! ```sh
 //! curl -X POST --data-binary @tests/fixtures/stripe/events/invoice.paid.json \
@@ -148,6 +150,12 @@ impl FakeStripe {
         self.shared.lock().fail_next(status, count);
     }
 
+    /// From now on `GET /v1/events` answers its first page again whatever the cursor, with
+    /// `has_more: true`: an API that never ends its list.
+    pub fn repeat_page(&self) {
+        self.shared.lock().repeat_page = true;
+    }
+
     /// The `n`-th API call from now on (1 = the next one) waits `delay` before it is answered.
     ///
     /// # Panics
@@ -232,6 +240,8 @@ struct Store {
     delays: HashMap<u64, Duration>,
     /// API calls received so far: the sequence number of the latest.
     seen: u64,
+    /// `GET /v1/events` answers its first page, saying there is more ([`FakeStripe::repeat_page`]).
+    repeat_page: bool,
     calls: Vec<Call>,
 }
 
@@ -391,6 +401,7 @@ fn list_events(store: &Store, query: Option<&str>) -> Result<String, StripeError
     let ordered = store.events_newest_first();
     // The cursor is a position in the unfiltered order, so it need not match the filters.
     let start = match &params.starting_after {
+        _ if store.repeat_page => 0,
         None => 0,
         Some(cursor) => match ordered.iter().position(|event| event.id == *cursor) {
             Some(at) => at + 1,
@@ -405,7 +416,7 @@ fn list_events(store: &Store, query: Option<&str>) -> Result<String, StripeError
         .take(params.limit)
         .map(|event| event.json.as_str())
         .collect();
-    let has_more = matching.next().is_some();
+    let has_more = matching.next().is_some() || store.repeat_page;
     // Built as text so that each event is served exactly as it was added.
     Ok(format!(
         r#"{{"object":"list","url":"/v1/events","has_more":{has_more},"data":[{}]}}"#,
@@ -591,6 +602,10 @@ async fn control(shared: &Shared, request: Request) -> Response {
             Err(error) => Err(error),
         },
         (&Method::POST, "/_fake/fail") => fail_from_query(shared, parts.uri.query().unwrap_or("")),
+        (&Method::POST, "/_fake/repeat") => {
+            shared.lock().repeat_page = true;
+            Ok(json!({ "repeat_page": true }))
+        }
         _ => Err(StripeError::unrecognized(&parts.method, &parts.uri)),
     };
     match done {

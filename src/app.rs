@@ -223,6 +223,7 @@ impl Hookledger {
             workers.push(Box::new(Retention::spawn(
                 handle.clone(),
                 config.retention.clone(),
+                reader.clone(),
             )?));
             for periodic in
                 stripe::reconcile::Periodic::spawn_all(&config, &sources, &handle, &reader)?

@@ -5,7 +5,7 @@
 //! [`Activity`]. The outbox gauges are read from the database when `/metrics` is scraped, not
 //! kept up to date on the hot path.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -21,6 +21,12 @@ use crate::store::listings::OutboxSummary;
 const RECENT: usize = 10;
 /// Minutes of throughput kept per source for `/status`.
 pub(crate) const MINUTES: usize = 15;
+/// Distinct `type` label values per source: a type comes from the request (for some schemes
+/// an unsigned header), so a sender could otherwise make one series per request. Later types
+/// are counted as [`OTHER_TYPE`].
+pub(crate) const MAX_TYPES: usize = 100;
+/// The `type` label of the types past [`MAX_TYPES`].
+pub(crate) const OTHER_TYPE: &str = "other";
 
 /// How a verified event ended, as counted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -165,6 +171,8 @@ pub(crate) struct Metrics {
     outbox_oldest_pending: Gauge,
     /// One per configured source: only those can reach a handler.
     activity: HashMap<Arc<str>, Mutex<Activity>>,
+    /// The `type` label values of each configured source so far (at most [`MAX_TYPES`]).
+    types: HashMap<Arc<str>, Mutex<HashSet<String>>>,
     /// The label of requests for a source that does not exist.
     unknown_source: Arc<str>,
     /// One scrape at a time sets the outbox gauges and encodes.
@@ -174,6 +182,7 @@ pub(crate) struct Metrics {
 impl Metrics {
     /// Metrics for `sources` (the configured source names).
     pub(crate) fn new<'a>(sources: impl IntoIterator<Item = &'a Arc<str>>) -> Metrics {
+        let sources: Vec<&Arc<str>> = sources.into_iter().collect();
         let mut registry = Registry::with_prefix("hookledger");
         let events = Family::<EventLabels, Counter>::default();
         registry.register(
@@ -233,8 +242,12 @@ impl Metrics {
             outbox_rows,
             outbox_oldest_pending,
             activity: sources
-                .into_iter()
-                .map(|s| (s.clone(), Mutex::default()))
+                .iter()
+                .map(|s| ((*s).clone(), Mutex::default()))
+                .collect(),
+            types: sources
+                .iter()
+                .map(|s| ((*s).clone(), Mutex::default()))
                 .collect(),
             unknown_source: Arc::from("-"),
             scrape: Mutex::new(()),
@@ -251,7 +264,7 @@ impl Metrics {
         self.request_seconds.observe(seconds);
         let labels = EventLabels {
             source: source.clone(),
-            r#type: seen.kind.clone(),
+            r#type: self.type_label(source, &seen.kind),
             outcome: seen.outcome.label(),
         };
         self.events.get_or_create(&labels).inc();
@@ -261,6 +274,23 @@ impl Metrics {
         if let Some(activity) = self.activity.get(source) {
             lock(activity).record(seen);
         }
+    }
+
+    /// The `type` label of `kind` for `source`: itself while the source has fewer than
+    /// [`MAX_TYPES`] others, else [`OTHER_TYPE`].
+    fn type_label(&self, source: &Arc<str>, kind: &str) -> String {
+        let Some(types) = self.types.get(source) else {
+            return OTHER_TYPE.to_string();
+        };
+        let mut types = lock(types);
+        if types.contains(kind) {
+            return kind.to_string();
+        }
+        if types.len() < MAX_TYPES {
+            types.insert(kind.to_string());
+            return kind.to_string();
+        }
+        OTHER_TYPE.to_string()
     }
 
     /// A request refused before an event could be read; `source` is `None` when no source
@@ -419,5 +449,36 @@ mod tests {
         let text = m.encode(&OutboxSummary::default(), 130);
         assert!(!text.contains("hookledger_outbox_rows{"), "{text}");
         assert!(text.contains("hookledger_outbox_oldest_pending_seconds 0"));
+    }
+
+    #[test]
+    fn a_source_gets_at_most_max_types_type_labels_and_the_rest_count_as_other() {
+        let github: Arc<str> = Arc::from("github");
+        let stripe: Arc<str> = Arc::from("stripe");
+        let m = Metrics::new([&github, &stripe]);
+        for i in 0..MAX_TYPES + 50 {
+            let mut seen = seen(1, "d-1", Outcome::Duplicate);
+            seen.kind = format!("type-{i}");
+            m.event(&github, seen, 0.001);
+        }
+        // A type seen before the cap keeps its label; another source has its own types.
+        let mut early = seen(1, "d-1", Outcome::Duplicate);
+        early.kind = "type-0".into();
+        m.event(&github, early, 0.001);
+        m.event(&stripe, seen(1, "evt_1", Outcome::Processed), 0.001);
+        let text = m.encode(&OutboxSummary::default(), 1);
+        let github_series: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with(r#"hookledger_events_total{source="github","#))
+            .collect();
+        assert_eq!(github_series.len(), MAX_TYPES + 1, "{text}");
+        for line in [
+            r#"hookledger_events_total{source="github",type="other",outcome="duplicate"} 50"#,
+            r#"hookledger_events_total{source="github",type="type-0",outcome="duplicate"} 2"#,
+            r#"hookledger_events_total{source="stripe",type="invoice.paid",outcome="processed"} 1"#,
+        ] {
+            assert!(text.lines().any(|l| l == line), "no `{line}` in\n{text}");
+        }
+        assert!(!text.contains(&format!("type-{MAX_TYPES}\"")), "{text}");
     }
 }

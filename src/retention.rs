@@ -8,6 +8,17 @@
 //! so a prune never holds the write lock long enough to delay webhooks. Pending and dead
 //! outbox rows are kept: they still need delivery or a person's attention.
 //!
+//! Either age may be `never` (kept for ever); an age too large to count back from now in
+//! seconds is the same as `never`, so no number, however large, can turn the cutoff into the
+//! future.
+//!
+//! # The clock
+//! Ages are counted back from the newest claim's `received_at` when the clock is later than
+//! it: the cutoff is `min(now, newest claim) - age`. A clock set a year ahead (or a quiet
+//! ledger) then prunes nothing that the newest claim's own clock would keep, and a warning
+//! says so when the clock is far past the newest claim. For schemes without a signed
+//! timestamp the claim is the only replay protection, so a wrong clock must not erase it.
+//!
 //! # Failure modes
 //! A claim age shorter than Stripe's 3-day retry window is refused at start-up
 //! (`config::check_retention`): a retried event whose claim was already deleted would be
@@ -18,9 +29,9 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::config::RetentionConfig;
-use crate::sql::StoreError;
+use crate::sql::{Session, StoreError};
 use crate::store::retention::BATCH_ROWS;
-use crate::store::Write;
+use crate::store::{Reader, Write};
 use crate::writer::WriterHandle;
 
 /// Delivered outbox rows are kept a week for `outbox list`, then deleted.
@@ -29,6 +40,65 @@ pub(crate) const DONE_OUTBOX_KEEP: Duration = Duration::from_secs(7 * 86_400);
 /// How often the background job runs: the retention age is counted in days, so an hour late
 /// is nothing, and most runs find nothing to delete.
 pub(crate) const INTERVAL: Duration = Duration::from_secs(3600);
+
+/// `never` as a number of days: kept for ever.
+pub(crate) const NEVER: u64 = u64::MAX;
+
+/// A clock more than this past the newest claim is logged: it may be wrong.
+const FAR_PAST_NEWEST: i64 = 30 * 86_400;
+
+/// The age of `days` in seconds; `None` for [`NEVER`] and for any age too large to count back
+/// from a Unix time (more than `i64::MAX` seconds): nothing is that old.
+pub(crate) fn window(days: u64) -> Option<i64> {
+    days.checked_mul(86_400)
+        .and_then(|secs| i64::try_from(secs).ok())
+}
+
+/// `--retention-days` / `--payload-days`: a number of days, or `never`.
+pub(crate) fn parse_days(text: &str) -> Result<u64, String> {
+    match text.trim() {
+        "never" => Ok(NEVER),
+        days => days
+            .parse()
+            .map_err(|_| format!("`{days}` is neither a number of days nor `never`")),
+    }
+}
+
+/// `claim_days` / `payload_days` in a config file: an integer, or `"never"`.
+pub(crate) fn deserialize_days<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    #[derive(serde::Deserialize)]
+    #[serde(untagged)]
+    enum Days {
+        Number(u64),
+        Text(String),
+    }
+    match <Days as serde::Deserialize>::deserialize(d)? {
+        Days::Number(days) => Ok(days),
+        Days::Text(text) if text == "never" => Ok(NEVER),
+        Days::Text(text) => Err(serde::de::Error::custom(format!(
+            "`{text}` is neither a number of days nor \"never\""
+        ))),
+    }
+}
+
+/// `400 days`, or `ever` for [`NEVER`]: "kept 400 days", "kept for ever".
+pub(crate) fn describe_days(days: u64) -> String {
+    if days == NEVER {
+        "for ever".to_string()
+    } else {
+        format!("{days} days")
+    }
+}
+
+/// When the newest claim in the ledger was received (Unix seconds).
+pub(crate) fn newest_claim(ledger: &dyn Session) -> Result<Option<i64>, StoreError> {
+    Ok(ledger
+        .query("SELECT max(received_at) FROM webhook_events", &[])?
+        .first()
+        .map(|row| row.get::<Option<i64>>(0))
+        .transpose()?
+        .flatten())
+}
 
 /// What one prune deleted.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -43,10 +113,18 @@ pub(crate) struct Pruned {
 impl Pruned {
     /// What was pruned, in words.
     pub(crate) fn describe(&self, retention: &RetentionConfig) -> String {
+        let older = |days: u64| match days {
+            NEVER => "(kept for ever)".to_string(),
+            days => format!("older than {days} days"),
+        };
         format!(
-            "deleted {} ledger rows older than {} days, cleared {} payloads older than {} days, \
-             deleted {} delivered outbox rows older than 7 days",
-            self.events, retention.claim_days, self.payloads, retention.payload_days, self.outbox
+            "deleted {} ledger rows {}, cleared {} payloads {}, deleted {} delivered outbox rows \
+             older than 7 days",
+            self.events,
+            older(retention.claim_days),
+            self.payloads,
+            older(retention.payload_days),
+            self.outbox
         )
     }
 }
@@ -64,23 +142,40 @@ fn drain(mut batch: impl FnMut() -> Result<u64, StoreError>) -> Result<u64, Stor
 }
 
 /// One prune as of `now`, each batch through `run` (the writer, or the CLI's connection).
+/// `newest` is when the newest claim was received ([`newest_claim`]): ages are counted back
+/// from it when `now` is later (see the module doc).
 pub(crate) fn prune(
     now: i64,
+    newest: Option<i64>,
     retention: &RetentionConfig,
     mut run: impl FnMut(Write) -> Result<u64, StoreError>,
 ) -> Result<Pruned, StoreError> {
-    let days_ago = |days: u64| now.saturating_sub(days.saturating_mul(86_400) as i64);
+    let from = match newest {
+        Some(newest) if now > newest => {
+            if now - newest > FAR_PAST_NEWEST {
+                log::warn!(
+                    "retention: the clock ({}) is {} days past the newest claim ({}); ages are \
+                     counted from the newest claim, not the clock (check the clock if it is \
+                     wrong)",
+                    crate::time::format_time(now),
+                    (now - newest) / 86_400,
+                    crate::time::format_time(newest)
+                );
+            }
+            newest
+        }
+        _ => now,
+    };
+    let cutoff = |days: u64| window(days).map(|age| from.saturating_sub(age));
     let outbox_cutoff = now - DONE_OUTBOX_KEEP.as_secs() as i64;
-    let events = drain(|| {
-        run(Write::PruneEvents {
-            before: days_ago(retention.claim_days),
-        })
-    })?;
-    let payloads = drain(|| {
-        run(Write::PrunePayloads {
-            before: days_ago(retention.payload_days),
-        })
-    })?;
+    let events = match cutoff(retention.claim_days) {
+        Some(before) => drain(|| run(Write::PruneEvents { before }))?,
+        None => 0,
+    };
+    let payloads = match cutoff(retention.payload_days) {
+        Some(before) => drain(|| run(Write::PrunePayloads { before }))?,
+        None => 0,
+    };
     let outbox = drain(|| {
         run(Write::PruneOutbox {
             before: outbox_cutoff,
@@ -101,18 +196,26 @@ pub(crate) struct Retention {
 }
 
 impl Retention {
-    /// Prunes once at start, then every [`INTERVAL`].
+    /// Prunes once at start, then every [`INTERVAL`]; `reader` is read for the newest claim.
     pub(crate) fn spawn(
         writer: WriterHandle,
         retention: RetentionConfig,
+        reader: Reader,
     ) -> anyhow::Result<Retention> {
         let (stop, stopped) = mpsc::sync_channel::<()>(0);
         let thread = std::thread::Builder::new()
             .name("hookledger-retention".into())
             .spawn(move || loop {
-                match prune(crate::time::unix_now(), &retention, |write| {
-                    writer.run_blocking(write)
-                }) {
+                // Without the newest claim there is no prune: the clock alone is not trusted.
+                let result = reader
+                    .read(|ledger| Ok(newest_claim(ledger)?))
+                    .map_err(|e| StoreError::Unavailable(format!("{e:#}")))
+                    .and_then(|newest| {
+                        prune(crate::time::unix_now(), newest, &retention, |write| {
+                            writer.run_blocking(write)
+                        })
+                    });
+                match result {
                     Ok(p) if p.events + p.payloads + p.outbox > 0 => {
                         log::info!("retention: {}", p.describe(&retention))
                     }
@@ -138,5 +241,125 @@ impl Retention {
 impl crate::writer::Background for Retention {
     fn stop(self: Box<Self>) {
         Retention::stop(*self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::sqlite::SqliteStore;
+    use crate::store::Store;
+
+    const DAY: i64 = 86_400;
+    /// When the newest claim of [`ledger`] was received.
+    const T0: i64 = 1_750_000_000;
+
+    /// A ledger with claims received 500, 31 and 1 day(s) before [`T0`] and at it, each with
+    /// its payload.
+    fn ledger() -> SqliteStore {
+        let store = SqliteStore::open_in_memory().unwrap();
+        for (id, days) in [("evt_500", 500), ("evt_31", 31), ("evt_1", 1), ("evt_0", 0)] {
+            store
+                .connection()
+                .execute(
+                    "INSERT INTO webhook_events (event_id, event_type, source, received_at, payload)
+                     VALUES (?1, 'invoice.paid', 'stripe', ?2, x'7b7d')",
+                    rusqlite::params![id, T0 - days * DAY],
+                )
+                .unwrap();
+        }
+        store
+    }
+
+    /// Prunes `store` as of `now` as the CLI does; what is left: `id:kept|cleared`.
+    fn prune_at(
+        store: &mut SqliteStore,
+        now: i64,
+        claim_days: u64,
+        payload_days: u64,
+    ) -> Vec<String> {
+        let retention = RetentionConfig {
+            claim_days,
+            payload_days,
+        };
+        let newest = newest_claim(store.connection()).unwrap();
+        prune(now, newest, &retention, |write| {
+            store.write_now(&write, now)
+        })
+        .unwrap();
+        let mut statement = store
+            .connection()
+            .prepare(
+                "SELECT event_id || ':' || CASE WHEN payload IS NULL THEN 'cleared' ELSE 'kept' END
+                 FROM webhook_events ORDER BY received_at",
+            )
+            .unwrap();
+        let rows = statement.query_map([], |row| row.get(0)).unwrap();
+        rows.collect::<Result<_, _>>().unwrap()
+    }
+
+    #[test]
+    fn ages_prune_as_of_now_when_the_clock_agrees_with_the_ledger() {
+        let mut store = ledger();
+        assert_eq!(
+            prune_at(&mut store, T0 + 3600, 400, 30),
+            ["evt_31:cleared", "evt_1:kept", "evt_0:kept"]
+        );
+    }
+
+    /// `u64::MAX` days once made the cutoff wrap into the future: every claim was deleted.
+    #[test]
+    fn an_age_too_large_to_count_back_or_never_deletes_nothing() {
+        let all = ["evt_500:kept", "evt_31:kept", "evt_1:kept", "evt_0:kept"];
+        for days in [106_751_991_167_301, 1 << 62, u64::MAX - 1, NEVER] {
+            assert_eq!(window(days), None, "{days}");
+            let mut store = ledger();
+            assert_eq!(prune_at(&mut store, T0, days, days), all, "{days} days");
+        }
+        assert_eq!(window(106_751_991_167_300), Some(106_751_991_167_300 * DAY));
+        // Claims for ever, payloads 30 days.
+        let mut store = ledger();
+        assert_eq!(
+            prune_at(&mut store, T0, NEVER, 30),
+            [
+                "evt_500:cleared",
+                "evt_31:cleared",
+                "evt_1:kept",
+                "evt_0:kept"
+            ]
+        );
+    }
+
+    /// One start with the clock 500 days ahead once pruned every claim.
+    #[test]
+    fn a_clock_far_ahead_of_the_newest_claim_prunes_only_what_the_newest_claim_would() {
+        let mut store = ledger();
+        assert_eq!(
+            prune_at(&mut store, T0 + 500 * DAY, 400, 30),
+            ["evt_31:cleared", "evt_1:kept", "evt_0:kept"],
+            "as if pruned at the newest claim's time: only the 500-day-old claim goes"
+        );
+        // And a clock behind the ledger prunes as of the clock.
+        let mut store = ledger();
+        assert_eq!(
+            prune_at(&mut store, T0 - 2 * DAY, 400, 30),
+            ["evt_31:kept", "evt_1:kept", "evt_0:kept"]
+        );
+    }
+
+    #[test]
+    fn days_are_a_number_or_never() {
+        assert_eq!(parse_days("400"), Ok(400));
+        assert_eq!(parse_days("never"), Ok(NEVER));
+        assert_eq!(parse_days("18446744073709551615"), Ok(u64::MAX));
+        assert!(parse_days("forever").unwrap_err().contains("never"));
+        let config = |text: &str| toml::from_str::<RetentionConfig>(text);
+        let r = config("claim_days = \"never\"\npayload_days = 9223372036854775807").unwrap();
+        assert_eq!((r.claim_days, r.payload_days), (NEVER, i64::MAX as u64));
+        let err = config("claim_days = \"forever\"").unwrap_err();
+        assert!(err.to_string().contains("\"never\""), "{err}");
+        assert_eq!(describe_days(NEVER), "for ever");
+        assert_eq!(describe_days(400), "400 days");
+        assert!(crate::config::check_retention(NEVER).is_ok());
     }
 }

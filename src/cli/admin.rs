@@ -12,6 +12,7 @@ use anyhow::bail;
 use crate::cli::table;
 use crate::config::RetentionConfig;
 use crate::retention::{self, Pruned};
+use crate::sql::Session;
 use crate::store::listings::{EventRow, OutboxRow};
 use crate::store::{Store, Write};
 use crate::time::format_time;
@@ -43,11 +44,16 @@ pub(crate) fn replay(store: &mut dyn Store, source: &str, event_id: &str) -> any
     Ok(())
 }
 
-/// One prune, each batch its own short transaction.
-pub(crate) fn prune(store: &mut dyn Store, retention: &RetentionConfig) -> anyhow::Result<Pruned> {
+/// One prune, each batch its own short transaction; `ledger` is read for the newest claim.
+pub(crate) fn prune(
+    store: &mut dyn Store,
+    ledger: &dyn Session,
+    retention: &RetentionConfig,
+) -> anyhow::Result<Pruned> {
     crate::config::check_retention(retention.claim_days)?;
     let now = unix_now();
-    Ok(retention::prune(now, retention, |write| {
+    let newest = retention::newest_claim(ledger)?;
+    Ok(retention::prune(now, newest, retention, |write| {
         store.write_now(&write, now)
     })?)
 }

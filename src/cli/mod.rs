@@ -74,11 +74,13 @@ pub enum Command {
     /// Delete ledger rows older than the claim age, clear payloads older than the payload age
     /// and delete delivered outbox rows older than a week, once, and print what was done.
     Prune {
-        /// Days the ledger remembers events (their claims).
-        #[arg(long, alias = "claim-days", default_value_t = config::DEFAULT_CLAIM_DAYS)]
+        /// Days the ledger remembers events (their claims), or `never`.
+        #[arg(long, alias = "claim-days", default_value_t = config::DEFAULT_CLAIM_DAYS,
+              value_parser = crate::retention::parse_days)]
         retention_days: u64,
-        /// Days events keep their payloads (at most the claim age).
-        #[arg(long, default_value_t = config::DEFAULT_PAYLOAD_DAYS)]
+        /// Days events keep their payloads (at most the claim age), or `never`.
+        #[arg(long, default_value_t = config::DEFAULT_PAYLOAD_DAYS,
+              value_parser = crate::retention::parse_days)]
         payload_days: u64,
         #[command(flatten)]
         db: DbArg,
@@ -231,7 +233,10 @@ fn replay(event_id: &str, source: Option<&str>, db: &DbArg) -> anyhow::Result<Ex
 }
 
 fn prune(retention: &config::RetentionConfig, db: &DbArg) -> anyhow::Result<Exit> {
-    let pruned = admin::prune(&mut *writer_of(db)?, retention)?;
+    let store::Stores {
+        mut writer, reader, ..
+    } = store::open(&db.db, &Default::default(), store::Access::Command)?;
+    let pruned = reader.read(|ledger| admin::prune(&mut *writer, ledger, retention))?;
     println!("{}", pruned.describe(retention));
     Ok(Exit::Ok)
 }

@@ -105,12 +105,13 @@ pub struct ServeArgs {
     /// Timeout of one delivery request. [default: 10s]
     #[arg(long, value_parser = config::parse_duration)]
     forward_timeout: Option<Duration>,
-    /// Days the ledger remembers events (their claims), at least 3, Stripe's retry window.
-    /// [default: 400]
-    #[arg(long, alias = "claim-days")]
+    /// Days the ledger remembers events (their claims), at least 3, Stripe's retry window, or
+    /// `never`. [default: 400]
+    #[arg(long, alias = "claim-days", value_parser = crate::retention::parse_days)]
     retention_days: Option<u64>,
-    /// Days the ledger keeps events' payloads (then cleared; the claim stays). [default: 30]
-    #[arg(long)]
+    /// Days the ledger keeps events' payloads (then cleared; the claim stays), or `never`.
+    /// [default: 30]
+    #[arg(long, value_parser = crate::retention::parse_days)]
     payload_days: Option<u64>,
 }
 
@@ -391,10 +392,9 @@ pub(super) fn run(args: ServeArgs) -> anyhow::Result<Exit> {
             let at = admin.local_addr()?;
             log::info!("admin on http://{at}/ (healthz, readyz, metrics, status)");
             println!("hookledger admin on {at}");
+            let http = config.http.clone();
             tokio::spawn(async move {
-                if let Err(e) = axum::serve(admin, hookledger_admin).await {
-                    log::error!("admin listener: {e}");
-                }
+                crate::http::server::serve_admin(admin, hookledger_admin, &http).await;
             });
         }
         hookledger.serve(listener, shutdown).await

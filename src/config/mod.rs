@@ -290,10 +290,12 @@ impl DeliveryConfig {
 #[serde(default, deny_unknown_fields)]
 pub struct RetentionConfig {
     /// Days the ledger remembers events: their claims, so a resend is still a duplicate (at
-    /// least [`MIN_RETENTION_DAYS`]).
+    /// least [`MIN_RETENTION_DAYS`]). `"never"` in a file (`u64::MAX`): kept for ever.
+    #[serde(deserialize_with = "crate::retention::deserialize_days")]
     pub claim_days: u64,
     /// Days the ledger keeps events' payloads (at most `claim_days`); then the payload is
-    /// cleared and the claim stays.
+    /// cleared and the claim stays. `"never"` in a file (`u64::MAX`): kept for ever.
+    #[serde(deserialize_with = "crate::retention::deserialize_days")]
     pub payload_days: u64,
 }
 

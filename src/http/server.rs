@@ -3,7 +3,13 @@
 //! The accept loop is ours (hyper-util under axum's router) rather than `axum::serve`, because
 //! a webhook endpoint faces the internet and needs what `axum::serve` does not expose: a header
 //! size limit (431), a header read timeout against slow senders, and a connection cap that
-//! refuses at once instead of queueing.
+//! refuses at once instead of queueing. The admin listener runs the same loop with a smaller
+//! cap ([`ADMIN_MAX_CONNECTIONS`]): idle connections to it must not use up the process's files.
+//!
+//! Every connection is a file descriptor. At start the soft limit of open files is raised to
+//! the hard limit, and the webhook port's cap is lowered (and logged) when the limit leaves
+//! too little room for it and everything else ([`RESERVED_FDS`]): past the limit, `accept`
+//! fails instead of the cap answering 503.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -35,6 +41,29 @@ const MAX_HEADER_BYTES: usize = 16 * 1024;
 /// the read timeout plus the busy timeout, so a request that is being answered gets its answer.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
 
+/// The admin listener's connection cap: operators and a metrics scraper need a few.
+pub(crate) const ADMIN_MAX_CONNECTIONS: usize = 64;
+
+/// File descriptors kept for everything but the webhook port's connections: the admin
+/// listener's, the database's files and connections, outgoing deliveries and API calls,
+/// connections being refused with a 503, logs.
+const RESERVED_FDS: u64 = ADMIN_MAX_CONNECTIONS as u64 + 192;
+
+/// What the soft limit of open files is raised to when the hard limit is unlimited (Linux's
+/// default `fs.nr_open`).
+const UNLIMITED_FDS: u64 = 1 << 20;
+
+/// One listener's limits.
+#[derive(Debug, Clone, Copy)]
+struct Limits {
+    /// For log lines: `webhook` or `admin`.
+    name: &'static str,
+    max_connections: usize,
+    /// How long a connection may take to send a request's headers (also: how long an idle
+    /// connection stays open).
+    header_timeout: Duration,
+}
+
 /// Builds the router: `POST /webhooks/{source}`, a health check, JSON 404/405 for the rest.
 pub(crate) fn router(ingest: Arc<Ingest>) -> Router {
     Router::new()
@@ -58,18 +87,57 @@ async fn wrong_method(State(ingest): State<Arc<Ingest>>, Path(name): Path<String
 }
 
 /// Serves `app` on an already bound listener until `shutdown` resolves, then stops accepting
-/// and lets requests in flight finish (at most [`SHUTDOWN_GRACE`]).
+/// and lets requests in flight finish (at most [`SHUTDOWN_GRACE`]). First raises the limit
+/// of open files and fits the connection cap under it (see the module doc).
 pub(crate) async fn serve(
     listener: TcpListener,
     app: Router,
     config: &HttpConfig,
     shutdown: impl Future<Output = ()>,
 ) {
+    let fds = raise_fd_limit();
+    let max_connections = connection_cap(config.max_connections, fds);
+    if max_connections < config.max_connections {
+        log::warn!(
+            "--max-connections (http.max_connections) {} lowered to {max_connections}: this \
+             process may open {} files (raise its hard limit, e.g. systemd's LimitNOFILE=, for \
+             more)",
+            config.max_connections,
+            fds.unwrap_or_default()
+        );
+    }
+    let limits = Limits {
+        name: "webhook",
+        max_connections,
+        header_timeout: config.read_timeout,
+    };
+    accept_loop(listener, app, limits, shutdown).await;
+}
+
+/// Serves the admin router (`app`) on `listener` with the webhook port's accept loop and
+/// limits, at most [`ADMIN_MAX_CONNECTIONS`] connections, until the runtime ends.
+pub(crate) async fn serve_admin(listener: TcpListener, app: Router, config: &HttpConfig) {
+    let limits = Limits {
+        name: "admin",
+        max_connections: ADMIN_MAX_CONNECTIONS,
+        header_timeout: config.read_timeout,
+    };
+    accept_loop(listener, app, limits, std::future::pending()).await;
+}
+
+/// The accept loop of one listener: a connection over the cap gets a 503, the others the
+/// header size limit and the header read timeout.
+async fn accept_loop(
+    listener: TcpListener,
+    app: Router,
+    limits: Limits,
+    shutdown: impl Future<Output = ()>,
+) {
     let graceful = GracefulShutdown::new();
-    let slots = Arc::new(Semaphore::new(config.max_connections));
+    let slots = Arc::new(Semaphore::new(limits.max_connections));
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())
-        .header_read_timeout(config.read_timeout)
+        .header_read_timeout(limits.header_timeout)
         .max_buf_size(MAX_HEADER_BYTES);
     let service = TowerToHyperService::new(app);
     tokio::pin!(shutdown);
@@ -78,8 +146,10 @@ pub(crate) async fn serve(
             accepted = listener.accept() => match accepted {
                 Ok(conn) => conn,
                 Err(e) => {
-                    // EMFILE and friends: back off instead of spinning.
-                    log::warn!("accept failed: {e}");
+                    // EMFILE and friends: back off instead of spinning, and log within a budget.
+                    if let Some(line) = accept_failed(&ACCEPT_LOG, crate::time::unix_now(), limits.name, &e) {
+                        log::warn!("{line}");
+                    }
                     tokio::time::sleep(Duration::from_millis(50)).await;
                     continue;
                 }
@@ -87,7 +157,7 @@ pub(crate) async fn serve(
             () = &mut shutdown => break,
         };
         let Ok(slot) = slots.clone().try_acquire_owned() else {
-            tokio::spawn(refuse(stream, peer));
+            tokio::spawn(refuse(stream, peer, limits.name));
             continue;
         };
         let _ = stream.set_nodelay(true);
@@ -114,11 +184,26 @@ pub(crate) async fn serve(
 /// flood).
 static REFUSED_LOG: LogBudget = LogBudget::new();
 
+/// Lines about failed accepts (out of files), at most ten a second.
+static ACCEPT_LOG: LogBudget = LogBudget::new();
+
+/// The line to log for a failed accept on listener `name` at `now`, unless `budget` holds it
+/// back (then it is counted, and the count goes with the next line).
+fn accept_failed(
+    budget: &LogBudget,
+    now: i64,
+    name: &str,
+    error: &std::io::Error,
+) -> Option<String> {
+    let more = budget.admit(now, "accept failures")?;
+    Some(format!("{name} listener: accept failed: {error}{more}"))
+}
+
 /// Answers a connection over the cap with a 503 and closes it (lingering, so the answer
 /// arrives), without reading the request.
-async fn refuse(stream: TcpStream, peer: SocketAddr) {
+async fn refuse(stream: TcpStream, peer: SocketAddr, name: &'static str) {
     if let Some(more) = REFUSED_LOG.admit(crate::time::unix_now(), "refusals") {
-        log::warn!("connection limit reached; refusing {peer}{more}");
+        log::warn!("{name} connection limit reached; refusing {peer}{more}");
     }
     let response = Rejection::too_many_connections().to_http1();
     let mut stream = Lingering::new(stream);
@@ -127,4 +212,87 @@ async fn refuse(stream: TcpStream, peer: SocketAddr) {
         let _ = stream.shutdown().await;
     })
     .await;
+}
+
+/// Raises the soft limit of open files to the hard limit; returns the soft limit now in force
+/// (`None`: unlimited). A failure is logged, and the limit stays as it was.
+fn raise_fd_limit() -> Option<u64> {
+    use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+    let limit = getrlimit(Resource::Nofile);
+    let want = limit.maximum.unwrap_or(UNLIMITED_FDS);
+    if limit.current.is_some_and(|current| current < want) {
+        let raised = Rlimit {
+            current: Some(want),
+            maximum: limit.maximum,
+        };
+        if let Err(e) = setrlimit(Resource::Nofile, raised) {
+            log::warn!(
+                "cannot raise the limit of open files from {} to {want}: {e}",
+                limit.current.unwrap_or_default()
+            );
+        }
+    }
+    getrlimit(Resource::Nofile).current
+}
+
+/// The webhook port's connection cap: `requested`, lowered to leave [`RESERVED_FDS`] of a
+/// limit of `fds` open files (`None`: unlimited) for everything else, or half of a limit too
+/// small for that; at least 1.
+fn connection_cap(requested: usize, fds: Option<u64>) -> usize {
+    let Some(fds) = fds else {
+        return requested;
+    };
+    let room = fds.saturating_sub(RESERVED_FDS).max(fds / 2).max(1);
+    requested.min(usize::try_from(room).unwrap_or(usize::MAX))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_connection_cap_leaves_room_for_the_rest_under_the_limit_of_open_files() {
+        // The usual soft limit: 1024 connections would leave nothing for the database.
+        assert_eq!(
+            connection_cap(1024, Some(1024)),
+            1024 - RESERVED_FDS as usize
+        );
+        assert_eq!(connection_cap(1024, Some(65_536)), 1024);
+        assert_eq!(connection_cap(100, Some(1024)), 100);
+        assert_eq!(connection_cap(1024, None), 1024);
+        // A limit too small for the reserve: half of it.
+        assert_eq!(connection_cap(1024, Some(256)), 128);
+        assert_eq!(connection_cap(1024, Some(1)), 1);
+        assert_eq!(connection_cap(1024, Some(0)), 1);
+    }
+
+    #[test]
+    fn the_soft_limit_of_open_files_is_raised_to_the_hard_limit() {
+        let after = raise_fd_limit();
+        let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile);
+        assert_eq!(after, limit.current);
+        if let (Some(current), Some(maximum)) = (limit.current, limit.maximum) {
+            assert_eq!(current, maximum);
+        }
+    }
+
+    #[test]
+    fn failed_accepts_log_ten_lines_a_second_and_count_the_rest() {
+        let budget = LogBudget::new();
+        let emfile = std::io::Error::from_raw_os_error(24);
+        let lines: Vec<String> = (0..1000)
+            .filter_map(|_| accept_failed(&budget, 100, "webhook", &emfile))
+            .collect();
+        assert_eq!(lines.len(), 10);
+        assert!(
+            lines[0].starts_with("webhook listener: accept failed: "),
+            "{}",
+            lines[0]
+        );
+        let next = accept_failed(&budget, 101, "webhook", &emfile).unwrap();
+        assert!(
+            next.ends_with(" (990 earlier accept failures not logged)"),
+            "{next}"
+        );
+    }
 }

@@ -3,7 +3,8 @@
 //!
 //! Rate limits (429), Stripe's own errors (5xx) and lost connections are retried with a
 //! doubling pause; a refused key (401, 403) is not: nothing will change until someone fixes
-//! the key. No error message carries the key.
+//! the key. No error message carries the key: Stripe's messages are logged and returned with
+//! every key-like token cut short ([`redact_keys`]).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -213,13 +214,11 @@ impl StripeApi {
                     .ok()
                     .and_then(|b| serde_json::from_str::<ErrorBody>(&b).ok())
                     .and_then(|b| b.error.message)
+                    .map(|m| redact_keys(&m))
                     .unwrap_or_default();
                 Err(match status {
                     429 | 500..=599 => Retry::Again(format!("HTTP {status} {message}")),
-                    401 | 403 => Retry::No(ApiError::Refused {
-                        status,
-                        message: without_key(&message),
-                    }),
+                    401 | 403 => Retry::No(ApiError::Refused { status, message }),
                     404 => Retry::No(ApiError::NotFound(message)),
                     _ => Retry::No(ApiError::Failed(format!("HTTP {status}: {message}"))),
                 })
@@ -235,20 +234,44 @@ enum Retry {
     No(ApiError),
 }
 
-/// Stripe's message with anything that looks like a key (`sk_…`, `rk_…`) cut short.
-fn without_key(message: &str) -> String {
-    message
-        .split(' ')
-        .map(|word| {
-            let key_like = ["sk_", "rk_"].iter().any(|p| word.starts_with(p));
-            if key_like && word.chars().count() > 8 {
-                format!("{}…", word.chars().take(8).collect::<String>())
-            } else {
-                word.to_string()
+/// The prefixes of Stripe's secret, restricted and publishable keys and of signing secrets.
+const KEY_PREFIXES: [&str; 4] = ["sk_", "rk_", "pk_", "whsec_"];
+
+/// `message` with every token that looks like a key or a signing secret (`sk_…`, `rk_…`,
+/// `pk_…`, `whsec_…`), wherever it starts (`key=sk_…`, `"sk_…"`, `(rk_…)`), cut to its kind:
+/// `sk_live_…`, `whsec_…`. A token starts where the character before is not a letter or a
+/// digit, and runs over letters, digits and `_`.
+pub(crate) fn redact_keys(message: &str) -> String {
+    let is_token = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    let mut out = String::with_capacity(message.len());
+    let mut previous: Option<char> = None;
+    let mut rest = message;
+    while let Some(c) = rest.chars().next() {
+        let at_start = !previous.is_some_and(|p| p.is_ascii_alphanumeric());
+        if let Some(prefix) = KEY_PREFIXES
+            .iter()
+            .find(|p| at_start && rest.starts_with(**p))
+        {
+            let len = rest.find(|c: char| !is_token(c)).unwrap_or(rest.len());
+            let token = &rest[..len];
+            let mode = ["test_", "live_"]
+                .iter()
+                .find(|m| token[prefix.len()..].starts_with(**m))
+                .map_or(0, |m| m.len());
+            let kept = &token[..prefix.len() + mode];
+            out.push_str(kept);
+            if token.len() > kept.len() {
+                out.push('…');
             }
-        })
-        .collect::<Vec<_>>()
-        .join(" ")
+            previous = token.chars().last();
+            rest = &rest[len..];
+            continue;
+        }
+        out.push(c);
+        previous = Some(c);
+        rest = &rest[c.len_utf8()..];
+    }
+    out
 }
 
 #[cfg(test)]
@@ -279,13 +302,74 @@ mod tests {
     #[test]
     fn a_key_in_stripes_message_is_cut_short() {
         assert_eq!(
-            without_key("Invalid API Key provided: sk_test_abcdefghijklmnop"),
+            redact_keys("Invalid API Key provided: sk_test_abcdefghijklmnop"),
             "Invalid API Key provided: sk_test_…"
         );
         assert_eq!(
-            without_key("Expired key rk_live_1234567890"),
+            redact_keys("Expired key rk_live_1234567890"),
             "Expired key rk_live_…"
         );
-        assert_eq!(without_key("no key here"), "no key here");
+        assert_eq!(redact_keys("no key here"), "no key here");
+    }
+
+    #[test]
+    fn every_key_like_token_anywhere_in_a_message_is_cut_short() {
+        for (message, redacted) in [
+            ("key=sk_live_abcdef0123456789", "key=sk_live_…"),
+            (
+                "Invalid request: \"sk_test_51Habc\" (rk_live_xyz), pk_test_9, whsec_s3cr3t.",
+                "Invalid request: \"sk_test_…\" (rk_live_…), pk_test_…, whsec_….",
+            ),
+            ("sk_abcdef and whsec_", "sk_… and whsec_"),
+            ("bearer_sk_live_abc", "bearer_sk_live_…"),
+            ("é:sk_test_abc", "é:sk_test_…"),
+            // Words that only contain a prefix are left alone.
+            ("risk_score task_list", "risk_score task_list"),
+        ] {
+            assert_eq!(redact_keys(message), redacted, "{message}");
+        }
+    }
+
+    /// Answers each of `answers` to one connection on a port of its own; returns the base.
+    fn one_shot_api(answers: Vec<(u16, String)>) -> String {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        std::thread::spawn(move || {
+            for (status, body) in answers {
+                let (mut stream, _) = listener.accept().unwrap();
+                let mut request = [0u8; 4096];
+                let _ = stream.read(&mut request);
+                let _ = write!(
+                    stream,
+                    "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\n\
+                     content-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+            }
+        });
+        base
+    }
+
+    /// A 400 once returned Stripe's message in full, and a 401 `key=sk_…`.
+    #[test]
+    fn an_error_that_echoes_the_key_is_returned_without_it() {
+        let key = "sk_live_0123456789abcdefghij";
+        let echo = |text: &str| format!(r#"{{"error":{{"message":"{text}"}}}}"#);
+        let base = one_shot_api(vec![
+            (400, echo(&format!("No such parameter for key {key}"))),
+            (401, echo(&format!("Invalid API Key provided: key={key}"))),
+            (404, echo(&format!("No such subscription (key {key})"))),
+        ]);
+        let api = StripeApi::new(&base, Secret::new(key)).with_backoff(Vec::new());
+        for expected in [
+            "HTTP 400: No such parameter for key sk_live_…",
+            "HTTP 401: Invalid API Key provided: key=sk_live_…",
+            "not found at Stripe: No such subscription (key sk_live_…)",
+        ] {
+            let error = api.subscription("sub_1").unwrap_err().to_string();
+            assert!(error.contains(expected), "{error}");
+            assert!(!error.contains("0123456789"), "{error}");
+        }
     }
 }

@@ -9,7 +9,13 @@
 //! leaves whole events behind, and the next run (or the webhook, if it comes) finds them
 //! claimed. Events from the API come over TLS from Stripe with our key, so they need no
 //! webhook signature.
+//!
+//! A run ends when the API says there is no more, and also when it repeats a page (a cursor
+//! seen before: an error, the API is broken) or after [`MAX_PAGES`] pages (logged; the older
+//! events are not checked by this run): an API that always says `has_more` cannot keep a run
+//! going for ever.
 
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
@@ -27,6 +33,46 @@ use crate::store::{Outcome, Reader};
 use crate::writer::WriterHandle;
 
 use crate::stripe::api::{ApiError, StripeApi};
+
+/// Pages one run reads at most: 100,000 events, more than most accounts make in Stripe's 30
+/// days.
+pub(crate) const MAX_PAGES: usize = 1000;
+
+/// The pages of one run so far: a page whose cursor was seen before is a repeat.
+struct Pages {
+    cursors: HashSet<String>,
+    max: usize,
+}
+
+/// Whether to read the page after a cursor.
+#[derive(Debug, PartialEq, Eq)]
+enum Next {
+    Read,
+    /// The cursor was seen before: the API listed a page again.
+    Repeated,
+    /// [`Pages::max`] pages were read.
+    Enough,
+}
+
+impl Pages {
+    fn new(max: usize) -> Pages {
+        Pages {
+            cursors: HashSet::new(),
+            max,
+        }
+    }
+
+    /// A page that ends with event `cursor` and says there is more was read.
+    fn after(&mut self, cursor: &str) -> Next {
+        if !self.cursors.insert(cursor.to_string()) {
+            Next::Repeated
+        } else if self.cursors.len() >= self.max {
+            Next::Enough
+        } else {
+            Next::Read
+        }
+    }
+}
 
 /// What a run found and did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -55,7 +101,8 @@ impl Run {
     /// ledger lacks (looked up on `reader` first, so that events claimed long ago do not go
     /// through the writer again each run; the claim still decides) go through `writer`, the
     /// same claim and effects as a webhook. An `Err` stops the run (the API refused the key,
-    /// or kept failing); what was applied before stays, and a rerun picks up the rest.
+    /// kept failing, or repeated a page); what was applied before stays, and a rerun picks up
+    /// the rest.
     pub(crate) fn once(
         &self,
         source: &Source,
@@ -65,13 +112,27 @@ impl Run {
     ) -> Result<Counts, ApiError> {
         let mut counts = Counts::default();
         let mut after: Option<String> = None;
+        let mut pages = Pages::new(MAX_PAGES);
         while !stop.load(Ordering::SeqCst) {
             let page = self.api.events(self.since, after.as_deref())?;
-            counts.found += page.events.len() as u64;
             let Some(last) = page.events.last() else {
                 break;
             };
-            after = Some(event_id(last)?);
+            let cursor = event_id(last)?;
+            let next = if page.has_more {
+                pages.after(&cursor)
+            } else {
+                Next::Read
+            };
+            if next == Next::Repeated {
+                return Err(ApiError::Failed(format!(
+                    "Stripe's API listed the page ending with event {cursor} again (the cursor \
+                     did not advance, and it says there is more); stopped after {} pages",
+                    pages.cursors.len()
+                )));
+            }
+            counts.found += page.events.len() as u64;
+            after = Some(cursor);
             let mut events = Vec::with_capacity(page.events.len());
             for body in page.events {
                 match read(source, body) {
@@ -86,6 +147,15 @@ impl Run {
                 apply(source, missing, writer, &mut counts);
             }
             if !page.has_more {
+                break;
+            }
+            if next == Next::Enough {
+                log::warn!(
+                    "reconcile {}: stopped after {MAX_PAGES} pages ({} events); the older \
+                     events of the period were not checked",
+                    source.name,
+                    counts.found
+                );
                 break;
             }
         }
@@ -287,5 +357,24 @@ impl Periodic {
 impl crate::writer::Background for Periodic {
     fn stop(self: Box<Self>) {
         Periodic::stop(*self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pages_end_when_a_cursor_repeats_or_after_the_most_pages() {
+        let mut pages = Pages::new(3);
+        assert_eq!(pages.after("evt_100"), Next::Read);
+        assert_eq!(pages.after("evt_100"), Next::Repeated);
+        assert_eq!(pages.after("evt_200"), Next::Read);
+        assert_eq!(
+            pages.after("evt_100"),
+            Next::Repeated,
+            "a cycle of two pages"
+        );
+        assert_eq!(pages.after("evt_300"), Next::Enough);
     }
 }

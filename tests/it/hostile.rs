@@ -117,6 +117,130 @@ fn connections_over_the_cap_are_refused_with_503() {
     assert!(reply.is_some(), "slots are freed when connections close");
 }
 
+/// 1,100 idle connections to the admin listener once used up a 1,024-file process and
+/// webhooks timed out. The admin listener has its own cap (64): past it a request is refused
+/// at once, and the webhook port is not affected.
+#[test]
+fn idle_connections_over_the_admin_cap_are_refused_and_webhooks_still_answer() {
+    let server = Server::start(&[]);
+    let admin = server.admin.unwrap();
+    let idle: Vec<TcpStream> = (0..80)
+        .map(|_| TcpStream::connect(admin).unwrap())
+        .collect();
+    // Accepted in order: the 64 first hold the slots, the next ones are refused.
+    let (status, body) = server.admin_get("/healthz");
+    assert!(status == 503 || status == 0, "{status} {body}");
+    if status == 503 {
+        assert!(body.contains("too_many_connections"), "{body}");
+    }
+    let started = Instant::now();
+    assert_outcome(
+        &server.send(&paid("evt_admin_flood")),
+        "evt_admin_flood",
+        "processed",
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "the webhook waited {:?}",
+        started.elapsed()
+    );
+    assert_eq!(ledger_count(&server.db()), 1);
+    drop(idle);
+    let ok = wait_for(Duration::from_secs(10), || {
+        (server.admin_get("/healthz").0 == 200).then_some(())
+    });
+    assert!(ok.is_some(), "admin slots are freed when connections close");
+}
+
+/// An idle admin connection is closed after the read timeout, as on the webhook port.
+#[test]
+fn an_idle_admin_connection_is_closed_after_the_read_timeout() {
+    let server = Server::start(&["--read-timeout", "1"]);
+    let mut idle = TcpStream::connect(server.admin.unwrap()).unwrap();
+    idle.set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let mut rest = Vec::new();
+    let closed = idle.read_to_end(&mut rest);
+    assert!(closed.is_ok(), "not closed by the server: {closed:?}");
+    assert_eq!(server.admin_get("/healthz").0, 200);
+}
+
+/// Under a limit of 1,024 open files the default cap of 1,024 connections could never answer
+/// its 503 (`accept` failed first): the cap is lowered under the limit, logged, and then
+/// refuses with a 503.
+#[test]
+fn under_a_limit_of_1024_files_the_connection_cap_is_lowered_and_answers_503() {
+    if !prerequisite(
+        installed("prlimit"),
+        "HOOKLEDGER_REQUIRE_PRLIMIT",
+        "prlimit (util-linux) is not installed",
+    ) {
+        return;
+    }
+    let dir = test_dir();
+    let mut cmd = std::process::Command::new("prlimit");
+    cmd.args(["--nofile=1024:1024", "--", env!("CARGO_BIN_EXE_hookledger")]);
+    let mut child = serve_args(&mut cmd, db_arg_in(dir.path()))
+        .args(["--read-timeout", "60"])
+        .env("STRIPE_WEBHOOK_SECRET", SECRET)
+        .env("RUST_LOG", "info")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    struct Kill(std::process::Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let stderr = child.stderr.take().unwrap();
+    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let _child = Kill(child);
+    let (lines, log) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            if lines.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut stdout, &mut line).unwrap();
+    let addr: std::net::SocketAddr = line
+        .trim()
+        .strip_prefix("hookledger listening on ")
+        .unwrap_or_else(|| panic!("not started: {line:?}"))
+        .parse()
+        .unwrap();
+    let lowered = loop {
+        let line = log
+            .recv_timeout(Duration::from_secs(30))
+            .expect("no line about the cap");
+        if line.contains("lowered to") {
+            break line;
+        }
+    };
+    assert!(
+        lowered.contains("--max-connections (http.max_connections) 1024 lowered to 768"),
+        "{lowered}"
+    );
+    let held: Vec<TcpStream> = (0..768)
+        .map(|_| TcpStream::connect(addr).unwrap())
+        .collect();
+    let mut over = TcpStream::connect(addr).unwrap();
+    over.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut answer = String::new();
+    let _ = over.read_to_string(&mut answer);
+    assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+    drop(held);
+}
+
 #[test]
 fn idle_and_trickling_connections_do_not_block_normal_events() {
     let server = Server::start(&[]);

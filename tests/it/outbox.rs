@@ -417,6 +417,89 @@ fn retention_clears_old_payloads_deletes_old_claims_and_refuses_one_day() {
     assert!(err.contains("retention"), "{err}");
 }
 
+/// `u64::MAX` days ("keep for ever" to a user) once wrapped the cutoff into the future and
+/// deleted every claim; `never` says it in words. Nothing is deleted, and a resend is still a
+/// duplicate.
+#[test]
+fn retention_of_u64_max_or_never_deletes_no_claim() {
+    let server = Server::start(&[]);
+    for id in ["evt_keep_1", "evt_keep_2"] {
+        assert_outcome(&server.send(&paid(id)), id, "processed");
+    }
+    let db = server.db();
+    db.batch("UPDATE webhook_events SET received_at = received_at - 40 * 86400 WHERE event_id = 'evt_keep_1'");
+    let db_arg = server.db_arg();
+    let (code, out, err) = cli(&[
+        "prune",
+        "--db",
+        &db_arg,
+        "--retention-days",
+        "never",
+        "--payload-days",
+        "never",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("deleted 0 ledger rows (kept for ever), cleared 0 payloads (kept for ever)"),
+        "{out}"
+    );
+    let (code, out, err) = cli(&[
+        "prune",
+        "--db",
+        &db_arg,
+        "--retention-days",
+        "18446744073709551615",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains(
+            "deleted 0 ledger rows (kept for ever), cleared 1 payloads older than 30 days"
+        ),
+        "{out}"
+    );
+    assert_eq!(
+        db.strings(
+            "SELECT event_id || ':' || CASE WHEN payload IS NULL THEN 'cleared' ELSE 'kept' END
+             FROM webhook_events ORDER BY event_id"
+        ),
+        ["evt_keep_1:cleared", "evt_keep_2:kept"]
+    );
+    for id in ["evt_keep_1", "evt_keep_2"] {
+        assert_outcome(&server.send(&paid(id)), id, "duplicate");
+    }
+    let (code, _, err) = cli(&["prune", "--db", &db_arg, "--retention-days", "forever"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("never"), "{err}");
+}
+
+/// A ledger whose newest claim is 500 days old is what a clock 500 days ahead sees: ages are
+/// counted from the newest claim, so nothing the newest claim's clock would keep is pruned,
+/// and the gap is logged.
+#[test]
+fn a_clock_500_days_past_the_newest_claim_prunes_no_claim() {
+    let server = Server::start(&[]);
+    for id in ["evt_clock_1", "evt_clock_2"] {
+        assert_outcome(&server.send(&paid(id)), id, "processed");
+    }
+    let db = server.db();
+    db.batch("UPDATE webhook_events SET received_at = received_at - 500 * 86400");
+    let (code, out, err) = cli(&["prune", "--db", &server.db_arg()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("deleted 0 ledger rows"), "{out}");
+    assert!(out.contains("cleared 0 payloads"), "{out}");
+    assert!(err.contains("500 days past the newest claim"), "{err}");
+    assert_eq!(
+        db.strings(
+            "SELECT event_id || ':' || CASE WHEN payload IS NULL THEN 'cleared' ELSE 'kept' END
+             FROM webhook_events ORDER BY event_id"
+        ),
+        ["evt_clock_1:kept", "evt_clock_2:kept"]
+    );
+    for id in ["evt_clock_1", "evt_clock_2"] {
+        assert_outcome(&server.send(&paid(id)), id, "duplicate");
+    }
+}
+
 #[test]
 fn sigterm_during_a_stream_keeps_every_acknowledged_event_and_delivers_after_restart() {
     // The app is down during the stream, so everything stays pending through the shutdown.

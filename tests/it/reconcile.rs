@@ -207,6 +207,48 @@ fn reconcile_stops_on_a_refused_key() {
     assert_eq!(ledger_count(&server.db()), 210);
 }
 
+/// An API that answers the same page with `has_more: true` whatever the cursor once kept a
+/// run going for ever: the run stops at the repeat with an error, and the first page's events
+/// stay applied. `serve`'s periodic run stops the same way and the server goes on.
+#[test]
+fn reconcile_stops_when_the_api_repeats_a_page() {
+    let (fake, server) = received_all_but_40(hours_ago());
+    fake.repeat_page();
+    let mut child = reconcile_command(&fake, &server.db_arg(), &[])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    if wait_for(WAIT, || child.try_wait().unwrap()).is_none() {
+        child.kill().unwrap();
+        panic!("reconcile still runs: {} calls", fake.calls().len());
+    }
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("listed the page ending with event evt_rec_150 again"),
+        "{err}"
+    );
+    assert_eq!(fake.calls().len(), 2, "the repeat is the second call");
+    // The first page (the newest 100 events) was applied, once.
+    let first_page = (150..250).filter(|i| missed(*i)).count() as i64;
+    assert_eq!(ledger_count(&server.db()), 210 + first_page);
+
+    let periodic = serve_with_api(&fake, "reconcile = { every = \"1h\", since = \"1d\" }\n");
+    wait_for(WAIT, || {
+        periodic
+            .log()
+            .contains("again (the cursor did not advance")
+            .then_some(())
+    })
+    .unwrap_or_else(|| panic!("the periodic run did not stop: {}", periodic.log()));
+    // A fresh ledger: the whole first page was applied.
+    assert_eq!(ledger_count(&periodic.db()), 100);
+    let (_, late) = &invoices(hours_ago())[0];
+    assert_outcome(&periodic.send(late), "evt_rec_000", "processed");
+}
+
 /// Killed while it waits for the second page (after the first page's events committed), then
 /// run again: the same tables as one clean run on the same start.
 #[test]

@@ -537,6 +537,14 @@ fn a_github_delivery_resent_a_year_later_is_still_a_duplicate() {
         "UPDATE webhook_events SET received_at = received_at - 365 * 86400",
         &[],
     );
+    // A delivery of today: ages are counted from the newest claim.
+    let today = br#"{"ref":"refs/heads/today"}"#;
+    let today_headers = github_headers(GITHUB_SECRET, "d-today", "push", today);
+    assert_outcome(
+        &post(&server, "gh", today, &today_headers),
+        "d-today",
+        "processed",
+    );
     let (code, out, err) = cli(&["prune", "--db", &server.db_arg()]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("cleared 1 payloads"), "{out}");
@@ -547,10 +555,37 @@ fn a_github_delivery_resent_a_year_later_is_still_a_duplicate() {
     );
     assert_eq!(
         server.db().strings(
-            "SELECT source || '/' || event_id || '/' || CASE WHEN payload IS NULL THEN 'cleared' ELSE 'kept' END FROM webhook_events"
+            "SELECT source || '/' || event_id || '/' || CASE WHEN payload IS NULL THEN 'cleared' ELSE 'kept' END FROM webhook_events ORDER BY event_id"
         ),
-        ["gh/d-captured/cleared"]
+        ["gh/d-captured/cleared", "gh/d-today/kept"]
     );
+}
+
+/// `X-GitHub-Event` is not signed: one delivery resent with 150 made-up event types makes at
+/// most 100 `type` series (and `other`), not one per request.
+#[test]
+fn made_up_github_event_types_make_at_most_100_metric_series() {
+    let server = start();
+    let body = br#"{"ref":"refs/heads/main"}"#;
+    for i in 0..150 {
+        let headers = github_headers(GITHUB_SECRET, "d-types", &format!("made-up-{i}"), body);
+        let outcome = if i == 0 { "processed" } else { "duplicate" };
+        assert_outcome(&post(&server, "gh", body, &headers), "d-types", outcome);
+    }
+    let (status, metrics) = server.admin_get("/metrics");
+    assert_eq!(status, 200, "{metrics}");
+    let series: Vec<&str> = metrics
+        .lines()
+        .filter(|l| l.starts_with(r#"hookledger_events_total{source="gh","#))
+        .collect();
+    assert_eq!(series.len(), 101, "{series:#?}");
+    assert!(
+        series.contains(
+            &r#"hookledger_events_total{source="gh",type="other",outcome="duplicate"} 50"#
+        ),
+        "{series:#?}"
+    );
+    assert_eq!(ledger_count(&server.db()), 1);
 }
 
 #[test]

@@ -272,16 +272,21 @@ fn outbox(h: &mut String, stored: &Stored, now: i64) {
 
 fn retention(h: &mut String, admin: &Admin, stored: &Stored, now: i64) {
     let r = &admin.retention;
-    let day = 86_400;
+    let before = |days: u64| match crate::retention::window(days) {
+        Some(age) if now.saturating_sub(age) > 0 => {
+            format!("those received before {}", format_time(now - age))
+        }
+        _ => "none".to_string(),
+    };
     let _ = write!(
         h,
-        "<h2>Retention</h2><ul><li>Claims are kept {} days: those received before {} are \
-         pruned, and a resend of one is then new again.</li><li>Payloads are kept {} days: \
-         cleared for events received before {}.</li><li>Oldest claim in the ledger: {}.</li></ul>",
-        r.claim_days,
-        format_time(now - r.claim_days as i64 * day),
-        r.payload_days,
-        format_time(now - r.payload_days as i64 * day),
+        "<h2>Retention</h2><ul><li>Claims are kept {}: {} are pruned, and a resend of one is \
+         then new again.</li><li>Payloads are kept {}: {} are cleared.</li><li>Oldest claim in \
+         the ledger: {}.</li></ul>",
+        crate::retention::describe_days(r.claim_days),
+        before(r.claim_days),
+        crate::retention::describe_days(r.payload_days),
+        before(r.payload_days),
         stored
             .oldest_claim
             .map_or_else(|| "none".to_string(), format_time)
