@@ -26,7 +26,10 @@ pub(crate) fn parse_rfc3339(text: &str) -> Option<i64> {
     let num = |range| num_in(text, range);
     let (year, month, day) = (num(0..4)?, num(5..7)?, num(8..10)?);
     let (hour, minute, second) = (num(11..13)?, num(14..16)?, num(17..19)?);
-    if b[13] != b':' || b[16] != b':' || !(1..=12).contains(&month) || !(1..=31).contains(&day) {
+    if b[13] != b':' || b[16] != b':' || !(1..=12).contains(&month) {
+        return None;
+    }
+    if day < 1 || day > days_in_month(year, month) {
         return None;
     }
     if hour > 23 || minute > 59 || second > 60 {
@@ -86,6 +89,17 @@ pub(crate) fn format_rfc3339(secs: i64) -> String {
     )
 }
 
+/// The days of `month` (1 to 12) of `year`, proleptic Gregorian: February has 29 in a year
+/// divisible by 4, except centuries not divisible by 400.
+fn days_in_month(year: i64, month: i64) -> i64 {
+    match month {
+        2 if year % 4 == 0 && (year % 100 != 0 || year % 400 == 0) => 29,
+        2 => 28,
+        4 | 6 | 9 | 11 => 30,
+        _ => 31,
+    }
+}
+
 fn num_in(text: &str, range: std::ops::Range<usize>) -> Option<i64> {
     let part = text.get(range)?;
     part.bytes()
@@ -103,5 +117,30 @@ mod tests {
             assert_eq!(parse_rfc3339(&format_rfc3339(secs)), Some(secs));
         }
         assert_eq!(format_rfc3339(1_721_954_054), "2024-07-26T00:34:14Z");
+    }
+
+    #[test]
+    fn a_day_the_month_does_not_have_is_refused() {
+        assert_eq!(
+            parse_rfc3339("2024-02-29T00:00:00Z").map(format_rfc3339),
+            Some("2024-02-29T00:00:00Z".into())
+        );
+        assert_eq!(
+            parse_rfc3339("2000-02-29T12:00:00Z").map(format_rfc3339),
+            Some("2000-02-29T12:00:00Z".into())
+        );
+        for date in [
+            "2023-02-29T00:00:00Z",
+            "2026-02-31T00:00:00Z",
+            "2026-04-31T00:00:00Z",
+            "1900-02-29T00:00:00Z",
+            "2026-06-31T00:00:00+02:00",
+            "2026-01-00T00:00:00Z",
+            "2026-01-32T00:00:00Z",
+        ] {
+            assert_eq!(parse_rfc3339(date), None, "{date}");
+        }
+        assert!(parse_rfc3339("2026-01-31T00:00:00Z").is_some());
+        assert!(parse_rfc3339("2026-12-31T23:59:59Z").is_some());
     }
 }
