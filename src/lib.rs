@@ -73,9 +73,9 @@ pub mod internals {
 
     /// Stripe's signature scheme: sign, parse and verify.
     pub mod stripe {
+        pub use crate::config::DEFAULT_TOLERANCE_SECS;
         pub use crate::source::stripe::{
-            compute, envelope, parse_header, sign, verify, SignatureHeader, DEFAULT_TOLERANCE_SECS,
-            HEADER,
+            compute, envelope, parse_header, sign, verify, SignatureHeader, HEADER,
         };
     }
 

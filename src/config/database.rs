@@ -89,6 +89,18 @@ impl fmt::Debug for Database {
     }
 }
 
+/// The connection settings of a PostgreSQL `url`, checked without showing it (it may hold a
+/// password). The PostgreSQL store connects with them; validation calls it so that a bad URL
+/// stops start-up before anything is opened.
+pub(crate) fn parse_postgres(url: &str) -> anyhow::Result<tokio_postgres::Config> {
+    url.parse::<tokio_postgres::Config>().map_err(|e| {
+        anyhow::anyhow!(
+            "database: not a valid PostgreSQL URL ({}): {e}",
+            Database::Postgres(url.to_string())
+        )
+    })
+}
+
 /// `url` with its password (in the authority or a `password=` query parameter) replaced.
 fn redacted(url: &str) -> String {
     let Ok(mut parsed) = url::Url::parse(url) else {

@@ -4,14 +4,24 @@
 //! the parts borrow their section of it. `[[source]]` entries are in `source.rs`.
 
 mod database;
+mod defaults;
 mod effect;
 mod file;
 mod secret;
 mod source;
 
+pub(crate) use database::parse_postgres;
 pub use database::Database;
+pub use defaults::DEFAULT_TOLERANCE_SECS;
+pub(crate) use defaults::{
+    default_schedule, DEFAULT_ADMIN_LISTEN, DEFAULT_BATCH_MAX, DEFAULT_BODY_BUDGET,
+    DEFAULT_BUSY_TIMEOUT, DEFAULT_CLAIM_DAYS, DEFAULT_DB, DEFAULT_FORWARD_TIMEOUT, DEFAULT_LISTEN,
+    DEFAULT_MAX_BODY, DEFAULT_MAX_CONNECTIONS, DEFAULT_OUTBOX_LEASE, DEFAULT_PAYLOAD_DAYS,
+    DEFAULT_QUEUE_DEPTH, DEFAULT_READ_TIMEOUT, MIN_RETENTION_DAYS,
+};
 pub(crate) use effect::{bind_parameters, split_statements, BoundStatement};
 pub use effect::{EffectConfig, SchemaConfig};
+pub(crate) use secret::decode_standard_secret;
 pub use secret::Secret;
 pub(crate) use source::one_secret;
 pub use source::{
@@ -27,67 +37,13 @@ use std::time::Duration;
 use anyhow::bail;
 use serde::Deserialize;
 
-/// Stripe's payloads are a few KB; 1 MiB leaves room for the largest real events while a
-/// hostile sender cannot make us buffer more than that per request.
-pub(crate) const DEFAULT_MAX_BODY: usize = 1024 * 1024;
-
-/// Request bodies held in memory at once, across all requests: 32 bodies of the largest size,
-/// thousands of real Stripe events (a few KB each). Bounds memory under a flood of large
-/// bodies with forged signatures; over it a request gets a 503 before its body is read.
-pub(crate) const DEFAULT_BODY_BUDGET: usize = 32 * 1024 * 1024;
-
-/// A client that has not sent its headers or body within this time is cut off, so slow
-/// senders cannot hold connections (Stripe itself times out after ~10 s).
-pub(crate) const DEFAULT_READ_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Open connections beyond this are refused with a 503 at once. Each idle connection costs a
-/// few KB; the cap bounds memory and file descriptors under a flood.
-pub(crate) const DEFAULT_MAX_CONNECTIONS: usize = 1024;
-
-/// Where `serve` listens unless told otherwise: loopback, behind a TLS proxy.
-pub(crate) const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
-
-/// The database file unless told otherwise, in the working directory.
-pub(crate) const DEFAULT_DB: &str = "./hookledger.db";
-
-/// Default maximum jobs per transaction. Past a few hundred the batch's fsync is already
-/// amortised, and a bounded batch keeps the latency of its first job bounded.
-pub(crate) const DEFAULT_BATCH_MAX: usize = 256;
-
-/// Default queue depth: about two full batches. A deeper queue only adds latency under
-/// overload; the provider retries a 503 anyway.
-pub(crate) const DEFAULT_QUEUE_DEPTH: usize = 512;
-
-/// How long a write waits for another process's lock on the database before the request gets
-/// a 503: long enough to ride out a CLI command, short enough that the provider gets its
-/// answer long before its own timeout (Stripe: ~10 s).
-pub(crate) const DEFAULT_BUSY_TIMEOUT: Duration = crate::store::sqlite::DEFAULT_BUSY_TIMEOUT;
-
-/// Stripe's own SDKs default to 300 s; it bounds how long a captured request can be replayed.
-pub(crate) const DEFAULT_TOLERANCE_SECS: u64 = crate::source::stripe::DEFAULT_TOLERANCE_SECS;
-
 /// Credits granted per paid invoice by the `stripe-billing` handler.
 pub(crate) const DEFAULT_CREDITS_PER_INVOICE: i64 =
     crate::stripe::billing::DEFAULT_CREDITS_PER_INVOICE;
 
-/// Claims (the ledger rows, without their payloads) are kept this long. For schemes without a
-/// signed timestamp (github, shopify, hmac) the claim is the only replay protection: a
-/// captured delivery resent within this time is still a duplicate.
-pub(crate) const DEFAULT_CLAIM_DAYS: u64 = 400;
-
-/// Payloads (the stored bodies, for inspection and replay) are kept this long: Stripe lets
-/// people resend events up to 30 days old.
-pub(crate) const DEFAULT_PAYLOAD_DAYS: u64 = 30;
-
-/// Stripe retries a failed delivery for 3 days; a ledger that forgets sooner would apply a
-/// retried event twice.
-pub(crate) const MIN_RETENTION_DAYS: u64 = 3;
-
-/// Default timeout of one delivery request: an app that takes longer is treated as failed.
-pub(crate) const DEFAULT_FORWARD_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Loopback: the admin routes need no token there (nothing on them changes data).
-pub(crate) const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:9090";
+/// The outbox kind of `[forward]`'s rows ("POST this event to the app"); a `[[delivery]]`
+/// cannot take it.
+pub(crate) const FORWARD: &str = "forward";
 
 /// The fewest characters of an admin token.
 const MIN_ADMIN_TOKEN: usize = 16;
@@ -130,10 +86,6 @@ fn admin_listen<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<SocketA
     let value = String::deserialize(d)?;
     parse_admin_listen(&value).map_err(serde::de::Error::custom)
 }
-
-/// Long enough for a worker's batch of attempts against a slow app (each bounded by the
-/// forward timeout), short enough that a dead instance's rows are delivered within minutes.
-pub(crate) const DEFAULT_OUTBOX_LEASE: Duration = Duration::from_secs(300);
 
 /// Everything `serve` needs. `Debug` shows no secret.
 #[derive(Debug, Clone, Deserialize)]
@@ -224,7 +176,7 @@ pub struct ForwardConfig {
     /// The Standard Webhooks signing secret (`whsec_<base64>`).
     pub secret: Secret,
     /// Delays between attempts; after the last one a row is dead.
-    #[serde(default = "crate::outbox::default_schedule", with = "durations")]
+    #[serde(default = "default_schedule", with = "durations")]
     pub schedule: Vec<Duration>,
     #[serde(default = "default_forward_timeout", with = "duration")]
     pub timeout: Duration,
@@ -264,7 +216,7 @@ impl DeliveryConfig {
             schedule: match (&self.schedule, forward) {
                 (Some(schedule), _) => schedule.clone(),
                 (None, Some(forward)) => forward.schedule.clone(),
-                (None, None) => crate::outbox::default_schedule(),
+                (None, None) => default_schedule(),
             },
             timeout: match (self.timeout, forward) {
                 (Some(timeout), _) => timeout,
@@ -417,7 +369,7 @@ impl Config {
         }
         self.validate_admin()?;
         if let Database::Postgres(url) = &self.database {
-            crate::store::postgres::parse(url)?;
+            parse_postgres(url)?;
             // A worker leases up to 8 rows and attempts them one after the other: a lease
             // shorter than that lets another instance take a row still being attempted (a
             // second delivery, which at-least-once allows: said, not refused).
@@ -475,7 +427,7 @@ impl Config {
             forward.validate()?;
         }
         for (i, delivery) in self.deliveries.iter().enumerate() {
-            if delivery.kind.trim().is_empty() || delivery.kind == crate::outbox::FORWARD {
+            if delivery.kind.trim().is_empty() || delivery.kind == FORWARD {
                 bail!(
                     "delivery {}: kind must name the rows' kind, and `forward` is [forward]'s",
                     i + 1
@@ -823,7 +775,7 @@ mod tests {
         assert_eq!(config.sources[0].tolerance, Some(Duration::from_secs(300)));
         assert_eq!(config.retention.claim_days, DEFAULT_CLAIM_DAYS);
         let forward = config.forward.unwrap();
-        assert_eq!(forward.schedule, crate::outbox::default_schedule());
+        assert_eq!(forward.schedule, default_schedule());
         assert_eq!(forward.timeout, DEFAULT_FORWARD_TIMEOUT);
         let err = Config::from_toml("[http]\nport = 1\n", Path::new(".")).unwrap_err();
         assert!(

@@ -6,8 +6,7 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Context};
 use serde::Deserialize;
 
-use super::{check_secret, parse_secret_file};
-use crate::config::Secret;
+use super::{check_secret, decode_standard_secret, parse_secret_file, Secret};
 
 /// One sender: `POST /webhooks/{name}`.
 #[derive(Debug, Clone, Deserialize)]
@@ -234,9 +233,7 @@ impl SourceConfig {
         }
         for secret in &self.secrets {
             let checked = match self.scheme {
-                SchemeName::Standard => {
-                    crate::source::standard::SigningKey::from_secret(secret.expose()).map(drop)
-                }
+                SchemeName::Standard => decode_standard_secret(secret.expose()).map(drop),
                 _ => check_secret(secret.expose()),
             };
             checked.map_err(|why| anyhow!("source `{name}`: secrets: refused: {why}"))?;

@@ -32,7 +32,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 
-use crate::config::Database;
+use crate::config::{parse_postgres, Database};
 use crate::handler::{Handler, Prepared, Submission};
 use crate::outbox::FORWARD;
 use crate::sql::Session;
@@ -126,16 +126,6 @@ impl Handler for Unprepared {
     }
 }
 
-/// The connection settings of `url`, checked without showing it (it may hold a password).
-pub(crate) fn parse(url: &str) -> anyhow::Result<tokio_postgres::Config> {
-    url.parse::<tokio_postgres::Config>().map_err(|e| {
-        anyhow::anyhow!(
-            "database: not a valid PostgreSQL URL ({}): {e}",
-            Database::Postgres(url.to_string())
-        )
-    })
-}
-
 /// Opens a connection with hookledger's session settings.
 fn connect(
     config: &tokio_postgres::Config,
@@ -161,7 +151,7 @@ fn connect(
 impl PgStore {
     /// Connects to `url` and brings hookledger's schema up to date.
     pub(crate) fn open(url: &str, busy_timeout: Duration) -> anyhow::Result<PgStore> {
-        let config = parse(url)?;
+        let config = parse_postgres(url)?;
         let shown = Database::Postgres(url.to_string());
         let session = connect(&config, busy_timeout)
             .with_context(|| format!("cannot connect to PostgreSQL at {shown}"))?;
@@ -178,7 +168,7 @@ impl PgStore {
 
     /// A connection for reads (a CLI command's listings).
     pub(crate) fn open_read(url: &str) -> anyhow::Result<PgSession> {
-        let config = parse(url)?;
+        let config = parse_postgres(url)?;
         connect(&config, crate::config::DEFAULT_BUSY_TIMEOUT).with_context(|| {
             format!(
                 "cannot connect to PostgreSQL at {}",
