@@ -24,6 +24,7 @@ use crate::config::{
     bind_parameters, split_statements, Config, Database, EffectConfig, ForwardConfig, SourceConfig,
 };
 use crate::delivery;
+use crate::error::Error;
 use crate::handler::sql::{SqlEffect, SqlEffects};
 use crate::handler::Handler;
 use crate::http::body::BodyBudget;
@@ -98,8 +99,8 @@ impl Builder {
 
     /// Checks everything, opens (and migrates) the database and starts the writer and the
     /// background workers. Nothing listens yet.
-    pub fn build(self) -> anyhow::Result<Hookledger> {
-        Hookledger::start(self.config, self.handlers)
+    pub fn build(self) -> Result<Hookledger, Error> {
+        Hookledger::start(self.config, self.handlers).map_err(Error::from)
     }
 }
 
@@ -111,8 +112,8 @@ impl Hookledger {
 
     /// Checks `config`, opens (and migrates) the database and starts the writer and the
     /// background workers. Nothing listens yet.
-    pub fn open(config: Config) -> anyhow::Result<Hookledger> {
-        Hookledger::start(config, Vec::new())
+    pub fn open(config: Config) -> Result<Hookledger, Error> {
+        Hookledger::start(config, Vec::new()).map_err(Error::from)
     }
 
     fn start(
@@ -242,7 +243,7 @@ impl Hookledger {
         self,
         listener: TcpListener,
         shutdown: impl Future<Output = ()>,
-    ) -> anyhow::Result<()> {
+    ) -> Result<(), Error> {
         server::serve(listener, self.app.clone(), &self.config.http, shutdown).await;
         self.shutdown().await
     }
@@ -250,7 +251,7 @@ impl Hookledger {
     /// Stops the background workers and the writer once everything queued is committed. For
     /// an app that mounted [`Hookledger::router`] in its own server: call it after that server
     /// has stopped and dropped the router (the writer ends when the last route is gone).
-    pub async fn shutdown(self) -> anyhow::Result<()> {
+    pub async fn shutdown(self) -> Result<(), Error> {
         let Hookledger {
             config: _,
             app,
@@ -379,7 +380,7 @@ pub struct RunningServer {
 
 impl RunningServer {
     /// Binds `config.listen` (port 0 picks a free port) and starts serving.
-    pub fn start(config: Config) -> anyhow::Result<RunningServer> {
+    pub fn start(config: Config) -> Result<RunningServer, Error> {
         let listen = config.listen;
         let hookledger = Hookledger::open(config)?;
         let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -393,9 +394,11 @@ impl RunningServer {
         let thread = std::thread::Builder::new()
             .name("hookledger-server".into())
             .spawn(move || {
-                runtime.block_on(hookledger.serve(listener, async {
-                    let _ = stopped.await;
-                }))
+                runtime
+                    .block_on(hookledger.serve(listener, async {
+                        let _ = stopped.await;
+                    }))
+                    .map_err(anyhow::Error::from)
             })?;
         Ok(RunningServer {
             addr,
@@ -405,8 +408,8 @@ impl RunningServer {
     }
 
     /// Shuts down gracefully and waits until everything acknowledged is committed.
-    pub fn stop(mut self) -> anyhow::Result<()> {
-        self.shutdown()
+    pub fn stop(mut self) -> Result<(), Error> {
+        self.shutdown().map_err(Error::from)
     }
 
     fn shutdown(&mut self) -> anyhow::Result<()> {

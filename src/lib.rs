@@ -32,6 +32,7 @@ mod cli;
 mod config;
 mod delivery;
 mod dev;
+mod error;
 mod event;
 mod handler;
 mod http;
@@ -47,10 +48,12 @@ mod writer;
 
 pub use app::{Builder, Hookledger, RunningServer};
 pub use config::{
-    Config, Database, DeliveryConfig, EffectConfig, ForwardConfig, HmacAlgorithm, HmacConfig,
-    HmacEncoding, HttpConfig, Locator, ReconcileConfig, Refresh, RetentionConfig, SchemaConfig,
-    SchemeName, Secret, SourceConfig, StorageConfig, StripeBillingConfig, WriterConfig,
+    Config, ConfigError, Database, DeliveryConfig, EffectConfig, ForwardConfig, HmacAlgorithm,
+    HmacConfig, HmacEncoding, HttpConfig, Locator, ReconcileConfig, Refresh, RetentionConfig,
+    SchemaConfig, SchemeName, Secret, SourceConfig, StorageConfig, StripeBillingConfig,
+    WriterConfig,
 };
+pub use error::Error;
 pub use event::{Event, JsonError, ParseError};
 pub use handler::{Handler, Prepared};
 pub use source::VerifyError;

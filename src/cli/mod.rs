@@ -223,7 +223,17 @@ pub(crate) fn secret_flag(flag: &str, value: &str) -> anyhow::Result<crate::conf
         );
     }
     let reference = crate::config::Secret::new(value);
-    config::one_secret(flag, &reference, std::path::Path::new(""))
+    Ok(config::one_secret(
+        flag,
+        &reference,
+        std::path::Path::new(""),
+    )?)
+}
+
+/// A config error about `key`, whose value the flag `flag` gave, as the CLI shows it:
+/// `--retention-days (retention.claim_days): …`.
+pub(crate) fn flag_error(flag: &str, key: &str, message: &str) -> anyhow::Error {
+    anyhow::anyhow!("{flag} ({key}): {message}")
 }
 
 /// What `main` turns into an exit code.
@@ -294,6 +304,9 @@ fn replay(event_id: &str, source: Option<&str>, db: &DbArg) -> anyhow::Result<Ex
 }
 
 fn prune(retention: &config::RetentionConfig, db: &DbArg) -> anyhow::Result<Exit> {
+    // Checked here too, to name the flag.
+    config::check_retention(retention.claim_days)
+        .map_err(|e| flag_error("--retention-days", &e.key, &e.message))?;
     let pruned = admin::prune(&mut *store::open_existing(&db.db)?, retention)?;
     println!("{}", pruned.describe(retention));
     Ok(Exit::Ok)

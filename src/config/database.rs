@@ -5,6 +5,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+use super::ConfigError;
+
 /// Where the ledger lives: a SQLite file (the default, one machine) or a PostgreSQL database
 /// (several instances on one ledger). A value that starts with `postgres://` or
 /// `postgresql://` is PostgreSQL; anything else is a file path.
@@ -92,11 +94,14 @@ impl fmt::Debug for Database {
 /// The connection settings of a PostgreSQL `url`, checked without showing it (it may hold a
 /// password). The PostgreSQL store connects with them; validation calls it so that a bad URL
 /// stops start-up before anything is opened.
-pub(crate) fn parse_postgres(url: &str) -> anyhow::Result<tokio_postgres::Config> {
+pub(crate) fn parse_postgres(url: &str) -> Result<tokio_postgres::Config, ConfigError> {
     url.parse::<tokio_postgres::Config>().map_err(|e| {
-        anyhow::anyhow!(
-            "database: not a valid PostgreSQL URL ({}): {e}",
-            Database::Postgres(url.to_string())
+        ConfigError::new(
+            "database",
+            format!(
+                "not a valid PostgreSQL URL ({}): {e}",
+                Database::Postgres(url.to_string())
+            ),
         )
     })
 }
@@ -155,5 +160,11 @@ mod tests {
         assert!(shown.contains("sslmode=disable"), "{shown}");
         let bad = format!("{}", Database::parse("postgres://app:pw@[bad"));
         assert!(!bad.contains("pw"), "{bad}");
+        let err = parse_postgres("postgres://app:s3cr3t-pw@db:5432/hl?sslmode=nope").unwrap_err();
+        assert_eq!(err.key, "database");
+        assert!(
+            err.message.contains("not a valid PostgreSQL URL") && !err.message.contains("s3cr3t"),
+            "{err}"
+        );
     }
 }

@@ -3,8 +3,9 @@
 
 use std::path::PathBuf;
 
-use anyhow::bail;
 use serde::Deserialize;
+
+use super::{refuse, ConfigError};
 
 /// SQL run, in config order, for the events of `source` whose type `on` matches.
 #[derive(Debug, Clone, Deserialize)]
@@ -139,28 +140,28 @@ impl EffectConfig {
 
     /// Refuses what cannot work (the SQL itself is checked against the database later);
     /// `index` (from 1) and the source name it in errors.
-    pub(crate) fn validate(&self, index: usize, sources: &[&str]) -> anyhow::Result<()> {
+    pub(crate) fn validate(&self, index: usize, sources: &[&str]) -> Result<(), ConfigError> {
         let source = &self.source;
+        let key = |field: &str| format!("effect {index}.{field}");
         if !sources.contains(&source.as_str()) {
-            bail!(
-                "effect {index}: source `{source}` is not a [[source]] (there are: {})",
+            refuse!(
+                key("source"),
+                "`{source}` is not a [[source]] (there are: {})",
                 sources.join(", ")
             );
         }
         if self.on.is_empty() || self.on.iter().any(|p| p.trim().is_empty()) {
-            bail!(
-                "effect {index} (source `{source}`): on must name event types, `prefix.*` or `*`"
-            );
+            refuse!(key("on"), "must name event types, `prefix.*` or `*`");
         }
         if let Some(bad) = self
             .on
             .iter()
             .find(|p| p.contains('*') && !p.ends_with('*'))
         {
-            bail!("effect {index} (source `{source}`): on: `{bad}`: `*` may only end a pattern");
+            refuse!(key("on"), "`{bad}`: `*` may only end a pattern");
         }
         if split_statements(&self.sql).is_empty() {
-            bail!("effect {index} (source `{source}`): sql is empty");
+            refuse!(key("sql"), "is empty");
         }
         Ok(())
     }
@@ -300,6 +301,11 @@ mod tests {
         }
         .validate(2, &sources)
         .unwrap_err();
-        assert!(err.to_string().contains("effect 2: source `nope`"), "{err}");
+        assert_eq!(err.key, "effect 2.source");
+        assert!(
+            err.to_string()
+                .starts_with("effect 2.source: `nope` is not a [[source]]"),
+            "{err}"
+        );
     }
 }

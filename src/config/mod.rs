@@ -6,6 +6,7 @@
 mod database;
 mod defaults;
 mod effect;
+mod error;
 mod file;
 mod secret;
 mod source;
@@ -21,6 +22,8 @@ pub(crate) use defaults::{
 };
 pub(crate) use effect::{bind_parameters, split_statements, BoundStatement};
 pub use effect::{EffectConfig, SchemaConfig};
+pub use error::ConfigError;
+pub(crate) use error::{refuse, source_key};
 pub(crate) use secret::decode_standard_secret;
 pub use secret::Secret;
 pub(crate) use source::one_secret;
@@ -34,7 +37,6 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::bail;
 use serde::Deserialize;
 
 /// Credits granted per paid invoice by the `stripe-billing` handler.
@@ -51,20 +53,22 @@ const MIN_ADMIN_TOKEN: usize = 16;
 impl Config {
     /// The admin listener shows event ids and errors: on an address other than loopback it
     /// needs a token, and a token must not be guessable.
-    fn validate_admin(&self) -> anyhow::Result<()> {
+    fn validate_admin(&self) -> Result<(), ConfigError> {
         if let Some(token) = &self.admin_token {
             if token.expose().chars().count() < MIN_ADMIN_TOKEN {
-                bail!(
-                    "--admin-token (admin_token): the token is shorter than {MIN_ADMIN_TOKEN} \
-                     characters; make a random one, e.g. `openssl rand -hex 32`"
+                refuse!(
+                    "admin_token",
+                    "the token is shorter than {MIN_ADMIN_TOKEN} characters; make a random one, \
+                     e.g. `openssl rand -hex 32`"
                 );
             }
         }
         match self.admin_listen {
-            Some(at) if !at.ip().is_loopback() && self.admin_token.is_none() => bail!(
-                "--admin-listen (admin_listen) {at} is not a loopback address: set \
-                 --admin-token env:NAME (admin_token) too, since /metrics and /status show event \
-                 ids and errors to whoever reaches them, or listen on 127.0.0.1"
+            Some(at) if !at.ip().is_loopback() && self.admin_token.is_none() => refuse!(
+                "admin_listen",
+                "{at} is not a loopback address: set an admin_token too (env:NAME or file:PATH), \
+                 since /metrics and /status show event ids and errors to whoever reaches them, \
+                 or listen on 127.0.0.1"
             ),
             _ => Ok(()),
         }
@@ -200,14 +204,18 @@ pub struct DeliveryConfig {
 
 impl DeliveryConfig {
     /// As a [`ForwardConfig`], the `[forward]` one filling what is not set; errors name the
-    /// delivery.
-    pub(crate) fn target(&self, forward: Option<&ForwardConfig>) -> anyhow::Result<ForwardConfig> {
-        let kind = &self.kind;
+    /// delivery's keys.
+    pub(crate) fn target(
+        &self,
+        forward: Option<&ForwardConfig>,
+    ) -> Result<ForwardConfig, ConfigError> {
+        let at = format!("delivery `{}`", self.kind);
         let secret = match (&self.secret, forward) {
             (Some(secret), _) => secret.clone(),
             (None, Some(forward)) => forward.secret.clone(),
-            (None, None) => bail!(
-                "delivery `{kind}`: secret is missing, and there is no [forward] secret to share"
+            (None, None) => refuse!(
+                format!("{at}.secret"),
+                "missing, and there is no [forward] secret to share"
             ),
         };
         let target = ForwardConfig {
@@ -224,15 +232,7 @@ impl DeliveryConfig {
                 (None, None) => DEFAULT_FORWARD_TIMEOUT,
             },
         };
-        target.validate().map_err(|e| {
-            // The checks are [forward]'s; name this delivery's keys instead.
-            let text = e
-                .to_string()
-                .replace("--forward-to (forward.url)", "url")
-                .replace("--forward-schedule (forward.schedule)", "schedule")
-                .replace("--forward-timeout (forward.timeout)", "timeout");
-            anyhow::anyhow!("delivery `{kind}`: {text}")
-        })?;
+        target.check(&at)?;
         Ok(target)
     }
 }
@@ -336,36 +336,48 @@ impl Config {
         self.sources.iter_mut().find(|s| s.name == name)
     }
 
-    /// Refuses settings that cannot work, with a message that says what to change.
-    pub fn validate(&self) -> anyhow::Result<()> {
+    /// Refuses settings that cannot work, naming the key, with a message that says what to
+    /// change.
+    pub fn validate(&self) -> Result<(), ConfigError> {
         if self.sources.is_empty() {
-            bail!(
-                "no source to receive from: set STRIPE_WEBHOOK_SECRET=whsec_... (comma-separated \
-                 during rotation) or pass --stripe-secret / --stripe-secret-file for Stripe, or \
-                 --config hookledger.toml with [[source]] entries"
+            refuse!(
+                "source",
+                "none to receive from: add a [[source]] with its name, scheme and secrets"
+            );
+        }
+        // The listener's limits first: a source's default limit is the listener's.
+        if self.http.max_body == 0 {
+            refuse!("http.max_body", "must be at least 1 byte");
+        }
+        if self.http.body_budget < self.http.max_body {
+            refuse!(
+                "http.body_budget",
+                "{} must be at least http.max_body ({}), or no body of the largest size could \
+                 ever be read",
+                self.http.body_budget,
+                self.http.max_body
             );
         }
         for (i, source) in self.sources.iter().enumerate() {
             source.validate()?;
             let max_body = source.max_body(self.http.max_body);
             if max_body == 0 || max_body > self.http.body_budget {
-                bail!(
-                    "source `{}`: max_body ({max_body}) must be at least 1 and at most \
-                     http.body_budget (--max-body-in-flight: {})",
-                    source.name,
+                refuse!(
+                    source_key(&source.name, "max_body"),
+                    "{max_body} must be at least 1 and at most http.body_budget ({})",
                     self.http.body_budget
                 );
             }
             if self.sources[..i].iter().any(|s| s.name == source.name) {
-                bail!("source `{}`: name: two sources have this name", source.name);
+                refuse!(
+                    source_key(&source.name, "name"),
+                    "two sources have this name"
+                );
             }
         }
         let names: Vec<&str> = self.sources.iter().map(|s| s.name.as_str()).collect();
         for (i, effect) in self.effects.iter().enumerate() {
             effect.validate(i + 1, &names)?;
-        }
-        if self.http.max_body == 0 {
-            bail!("--max-body (http.max_body) must be at least 1 byte");
         }
         self.validate_admin()?;
         if let Database::Postgres(url) = &self.database {
@@ -382,9 +394,9 @@ impl Config {
                 .unwrap_or_default();
             if self.storage.outbox_lease < slowest * 8 {
                 log::warn!(
-                    "--outbox-lease (storage.outbox_lease, {} s) is shorter than 8 delivery \
-                     timeouts ({} s: 8 × {} s), the rows one worker attempts in turn: another \
-                     instance may deliver a row again while it is being attempted",
+                    "storage.outbox_lease ({} s) is shorter than 8 delivery timeouts ({} s: \
+                     8 × {} s), the rows one worker attempts in turn: another instance may \
+                     deliver a row again while it is being attempted",
                     self.storage.outbox_lease.as_secs(),
                     (slowest * 8).as_secs(),
                     slowest.as_secs()
@@ -395,48 +407,41 @@ impl Config {
         // no longer than that.
         let lease = self.storage.outbox_lease;
         if lease < Duration::from_secs(1) || lease > Duration::from_secs(86_400) {
-            bail!("--outbox-lease (storage.outbox_lease) must be between 1 s and 1 day");
+            refuse!("storage.outbox_lease", "must be between 1 s and 1 day");
         }
-        if self.http.body_budget < self.http.max_body {
-            bail!(
-                "--max-body-in-flight (http.body_budget: {}) must be at least --max-body \
-                 (http.max_body: {}), or no body of the largest size could ever be read",
-                self.http.body_budget,
-                self.http.max_body
-            );
-        }
-        if self.writer.batch_max == 0
-            || self.writer.queue_depth == 0
-            || self.http.max_connections == 0
-        {
-            bail!(
-                "--batch-max, --queue-depth and --max-connections (writer.batch_max, \
-                 writer.queue_depth, http.max_connections) must be at least 1"
-            );
+        for (key, value) in [
+            ("writer.batch_max", self.writer.batch_max),
+            ("writer.queue_depth", self.writer.queue_depth),
+            ("http.max_connections", self.http.max_connections),
+        ] {
+            if value == 0 {
+                refuse!(key, "must be at least 1");
+            }
         }
         check_retention(self.retention.claim_days)?;
         if self.retention.payload_days > self.retention.claim_days {
-            bail!(
-                "retention.payload_days ({}) cannot be more than retention.claim_days ({}): a \
-                 payload is kept only with its claim",
+            refuse!(
+                "retention.payload_days",
+                "{} cannot be more than retention.claim_days ({}): a payload is kept only with \
+                 its claim",
                 self.retention.payload_days,
                 self.retention.claim_days
             );
         }
         if let Some(forward) = &self.forward {
-            forward.validate()?;
+            forward.check("forward")?;
         }
         for (i, delivery) in self.deliveries.iter().enumerate() {
             if delivery.kind.trim().is_empty() || delivery.kind == FORWARD {
-                bail!(
-                    "delivery {}: kind must name the rows' kind, and `forward` is [forward]'s",
-                    i + 1
+                refuse!(
+                    format!("delivery {}.kind", i + 1),
+                    "must name the rows' kind, and `{FORWARD}` is [forward]'s"
                 );
             }
             if self.deliveries[..i].iter().any(|d| d.kind == delivery.kind) {
-                bail!(
-                    "delivery `{}`: two deliveries have this kind",
-                    delivery.kind
+                refuse!(
+                    format!("delivery `{}`.kind", delivery.kind),
+                    "two deliveries have this kind"
                 );
             }
             delivery.target(self.forward.as_ref())?;
@@ -453,30 +458,34 @@ pub(crate) const MAX_FORWARD_TIMEOUT: Duration = Duration::from_secs(3600);
 
 impl ForwardConfig {
     /// Refuses a target that cannot be delivered to and settings that are typos, naming the
-    /// flag and the config file's key. The secret is checked where it is decoded ([`crate::delivery::Target`]).
-    fn validate(&self) -> anyhow::Result<()> {
+    /// keys under `at` (`forward`, or a ``delivery `kind` ``). The secret is checked where the
+    /// signer decodes it.
+    fn check(&self, at: &str) -> Result<(), ConfigError> {
+        let key = |field: &str| format!("{at}.{field}");
         // The URL itself is not repeated: it may hold credentials.
         let url = url::Url::parse(&self.url)
-            .map_err(|e| anyhow::anyhow!("--forward-to (forward.url) is not a URL: {e}"))?;
+            .map_err(|e| ConfigError::new(key("url"), format!("not a URL ({e})")))?;
         if !matches!(url.scheme(), "http" | "https") || !url.has_host() {
-            bail!(
-                "--forward-to (forward.url) must be an http:// or https:// URL with a host (the \
-                 app's webhook endpoint), not `{}://…`",
+            refuse!(
+                key("url"),
+                "must be an http:// or https:// URL with a host (the app's webhook endpoint), \
+                 not `{}://…`",
                 url.scheme()
             );
         }
         if self.schedule.is_empty() {
-            bail!("--forward-schedule (forward.schedule) needs at least one delay");
+            refuse!(key("schedule"), "needs at least one delay");
         }
         if let Some(long) = self.schedule.iter().find(|d| **d > MAX_FORWARD_DELAY) {
-            bail!(
-                "--forward-schedule (forward.schedule): a delay of {long:?} is longer than the \
-                 most allowed, 30 days"
+            refuse!(
+                key("schedule"),
+                "a delay of {long:?} is longer than the most allowed, 30 days"
             );
         }
         if self.timeout.is_zero() || self.timeout > MAX_FORWARD_TIMEOUT {
-            bail!(
-                "--forward-timeout (forward.timeout) must be more than 0 and at most 1h, not {:?}",
+            refuse!(
+                key("timeout"),
+                "must be more than 0 and at most 1h, not {:?}",
                 self.timeout
             );
         }
@@ -484,20 +493,21 @@ impl ForwardConfig {
     }
 }
 
-/// A retention shorter than the provider's retry window would let a retry apply twice.
-pub(crate) fn check_retention(days: u64) -> anyhow::Result<()> {
+/// A retention shorter than the providers' retry window would let a retry apply twice.
+pub(crate) fn check_retention(days: u64) -> Result<(), ConfigError> {
     if days < MIN_RETENTION_DAYS {
-        bail!(
-            "retention (--retention-days, retention.claim_days) of {days} day(s) is shorter than Stripe's retry window of \
-             {MIN_RETENTION_DAYS} days: a retried event would be applied twice. Use at least \
-             {MIN_RETENTION_DAYS} (default {DEFAULT_CLAIM_DAYS})."
+        refuse!(
+            "retention.claim_days",
+            "{days} day(s) is shorter than the providers' retry window of {MIN_RETENTION_DAYS} \
+             days: a retried event would be applied twice. Use at least {MIN_RETENTION_DAYS} \
+             (default {DEFAULT_CLAIM_DAYS})."
         );
     }
     Ok(())
 }
 
-/// Fewest characters a signing secret may have after its `whsec_` prefix. Stripe's have 32;
-/// fewer than 10 is a placeholder (`a`, `test`, `changeme`), and one captured request is enough
+/// Fewest characters a signing secret may have after its `whsec_` prefix. Real ones have 32 or
+/// more; fewer than 10 is a placeholder (`a`, `test`, `changeme`), and one captured request is enough
 /// to guess it offline.
 pub(crate) const MIN_SECRET_CHARS: usize = 10;
 
@@ -515,7 +525,7 @@ pub(crate) fn check_secret(secret: &str) -> Result<(), String> {
     let chars = key.chars().count();
     if chars < MIN_SECRET_CHARS {
         return Err(format!(
-            "it has {chars} characters after `whsec_`; a real one has 32, and fewer than \
+            "it has {chars} characters after `whsec_`; a real one has 32 or more, and fewer than \
              {MIN_SECRET_CHARS} is a placeholder that one captured request is enough to guess \
              (copy the whole secret from the provider's dashboard)"
         ));
@@ -534,7 +544,7 @@ pub(crate) fn parse_secret_file(text: &str) -> Vec<Secret> {
         .collect()
 }
 
-/// Splits a comma-separated secret list (as in `STRIPE_WEBHOOK_SECRET=whsec_a,whsec_b`).
+/// Splits a comma-separated secret list (as in `SECRET=whsec_a,whsec_b`).
 pub(crate) fn parse_secret_list(list: &str) -> Vec<Secret> {
     let list = list.strip_prefix('\u{feff}').unwrap_or(list);
     list.split(',')
@@ -743,8 +753,15 @@ mod tests {
             own.target(Some(&forward)).unwrap().timeout,
             Duration::from_secs(9)
         );
-        let err = delivery.target(None).unwrap_err().to_string();
-        assert!(err.contains("secret is missing"), "{err}");
+        let err = delivery.target(None).unwrap_err();
+        assert_eq!(err.key, "delivery `send_receipt`.secret");
+        assert!(err.message.starts_with("missing"), "{err}");
+        let ftp = DeliveryConfig {
+            url: "ftp://127.0.0.1/receipts".into(),
+            ..delivery.clone()
+        };
+        let err = ftp.target(Some(&forward)).unwrap_err();
+        assert_eq!(err.key, "delivery `send_receipt`.url", "{err}");
     }
 
     #[test]
@@ -778,9 +795,6 @@ mod tests {
         assert_eq!(forward.schedule, default_schedule());
         assert_eq!(forward.timeout, DEFAULT_FORWARD_TIMEOUT);
         let err = Config::from_toml("[http]\nport = 1\n", Path::new(".")).unwrap_err();
-        assert!(
-            format!("{err:#}").contains("unknown field `port`"),
-            "{err:#}"
-        );
+        assert!(err.to_string().contains("unknown field `port`"), "{err}");
     }
 }

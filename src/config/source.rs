@@ -3,10 +3,12 @@
 use std::path::Path;
 use std::time::Duration;
 
-use anyhow::{anyhow, bail, Context};
 use serde::Deserialize;
 
-use super::{check_secret, decode_standard_secret, parse_secret_file, Secret};
+use super::{
+    check_secret, decode_standard_secret, parse_secret_file, refuse, source_key, ConfigError,
+    Secret,
+};
 
 /// One sender: `POST /webhooks/{name}`.
 #[derive(Debug, Clone, Deserialize)]
@@ -200,35 +202,37 @@ impl SourceConfig {
 
     /// Replaces each `env:NAME` and `file:PATH` secret with what it names (`file:` paths
     /// relative to `folder`).
-    pub(crate) fn resolve_secrets(&mut self, folder: &Path) -> anyhow::Result<()> {
-        let key = format!("source `{}`: secrets", self.name);
-        self.secrets = resolve_secrets(&key, &self.secrets, folder)?;
+    pub(crate) fn resolve_secrets(&mut self, folder: &Path) -> Result<(), ConfigError> {
+        self.secrets = resolve_secrets(&source_key(&self.name, "secrets"), &self.secrets, folder)?;
         if let Some(api_key) = &self.api_key {
-            let key = format!("source `{}`: api_key", self.name);
+            let key = source_key(&self.name, "api_key");
             self.api_key = Some(one_secret(&key, api_key, folder)?);
         }
         Ok(())
     }
 
     /// Refuses what cannot work, naming the source and the key.
-    pub(crate) fn validate(&self) -> anyhow::Result<()> {
+    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
         let name = &self.name;
+        let key = |field: &str| source_key(name, field);
         let valid_name = !name.is_empty()
             && name.len() <= 64
             && name
                 .bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
         if !valid_name {
-            bail!(
-                "source `{name}`: name must be 1 to 64 letters, digits, `-` or `_` (it is the \
-                 path of POST /webhooks/<name>)"
+            refuse!(
+                key("name"),
+                "must be 1 to 64 letters, digits, `-` or `_` (it is the path of \
+                 POST /webhooks/<name>)"
             );
         }
         let scheme = self.scheme.as_str();
         if self.secrets.is_empty() {
-            bail!(
-                "source `{name}`: secrets is empty; add secrets = [\"env:YOUR_VARIABLE\"] with \
-                 the signing secret from the provider's dashboard"
+            refuse!(
+                key("secrets"),
+                "is empty; add secrets = [\"env:YOUR_VARIABLE\"] with the signing secret from \
+                 the provider's dashboard"
             );
         }
         for secret in &self.secrets {
@@ -236,59 +240,64 @@ impl SourceConfig {
                 SchemeName::Standard => decode_standard_secret(secret.expose()).map(drop),
                 _ => check_secret(secret.expose()),
             };
-            checked.map_err(|why| anyhow!("source `{name}`: secrets: refused: {why}"))?;
+            checked.map_err(|why| ConfigError::new(key("secrets"), format!("refused: {why}")))?;
         }
         if self.tolerance.is_some() && !self.scheme.signs_time() {
-            bail!(
-                "source `{name}`: tolerance does not apply: scheme {scheme} signs no timestamp \
-                 (the ledger is its only replay protection; see retention.claim_days)"
+            refuse!(
+                key("tolerance"),
+                "does not apply: scheme {scheme} signs no timestamp (the ledger is its only \
+                 replay protection; see retention.claim_days)"
             );
         }
         for handler in &self.handlers {
             if !HANDLERS.contains(&handler.as_str()) {
-                bail!(
-                    "source `{name}`: handlers: unknown handler `{handler}` (built in: {})",
+                refuse!(
+                    key("handlers"),
+                    "unknown handler `{handler}` (built in: {})",
                     HANDLERS.join(", ")
                 );
             }
             if handler == "stripe-billing" && self.scheme != SchemeName::Stripe {
-                bail!(
-                    "source `{name}`: handlers: `stripe-billing` needs scheme stripe, not {scheme}"
+                refuse!(
+                    key("handlers"),
+                    "`stripe-billing` needs scheme stripe, not {scheme}"
                 );
             }
         }
         if self.scheme == SchemeName::Hmac {
             let Some(hmac) = &self.hmac else {
-                bail!(
-                    "source `{name}`: hmac is missing: scheme hmac needs \
+                refuse!(
+                    key("hmac"),
+                    "missing: scheme hmac needs \
                      hmac = {{ header = \"X-Signature\", algorithm = \"sha256\", encoding = \"hex\" }}"
                 );
             };
-            check_header_name(name, "hmac.header", &hmac.header)?;
-            for (key, locator) in [("id", &self.id), ("type", &self.kind)] {
+            check_header_name(&key("hmac.header"), &hmac.header)?;
+            for (field, locator) in [("id", &self.id), ("type", &self.kind)] {
                 match locator {
-                    None => bail!(
-                        "source `{name}`: {key} is missing: scheme hmac needs {key} = \
-                         {{ header = \"X-...\" }} or {{ json = \"/field\" }}"
+                    None => refuse!(
+                        key(field),
+                        "missing: scheme hmac needs {field} = {{ header = \"X-...\" }} or \
+                         {{ json = \"/field\" }}"
                     ),
                     Some(Locator::Header(header)) => {
-                        check_header_name(name, &format!("{key}.header"), header)?
+                        check_header_name(&key(&format!("{field}.header")), header)?
                     }
-                    Some(Locator::Json(pointer)) if !pointer.starts_with('/') => bail!(
-                        "source `{name}`: {key}.json must be a JSON pointer such as \"/id\", \
-                         not `{pointer}`"
+                    Some(Locator::Json(pointer)) if !pointer.starts_with('/') => refuse!(
+                        key(&format!("{field}.json")),
+                        "must be a JSON pointer such as \"/id\", not `{pointer}`"
                     ),
                     Some(Locator::Json(_)) => {}
                 }
             }
         } else {
-            for (key, set) in [
+            for (field, set) in [
                 ("hmac", self.hmac.is_some()),
                 ("id", self.id.is_some()),
                 ("type", self.kind.is_some()),
             ] {
                 if set {
-                    bail!("source `{name}`: {key} applies to scheme hmac only, not {scheme}");
+                    refuse!(key(field), "applies to scheme hmac only, not {scheme}");
                 }
             }
         }
@@ -299,18 +308,19 @@ impl SourceConfig {
 impl SourceConfig {
     /// The Stripe API settings: stripe sources only; reconcile needs a key and at most 30
     /// days; `refresh = "always"` needs a key and stripe-billing.
-    fn validate_api(&self) -> anyhow::Result<()> {
-        let name = &self.name;
+    fn validate_api(&self) -> Result<(), ConfigError> {
+        let key = |field: &str| source_key(&self.name, field);
         if self.scheme != SchemeName::Stripe {
-            for (key, set) in [
+            for (field, set) in [
                 ("api_key", self.api_key.is_some()),
                 ("api_base", self.api_base.is_some()),
                 ("reconcile", self.reconcile.is_some()),
                 ("refresh", self.refresh != Refresh::default()),
             ] {
                 if set {
-                    bail!(
-                        "source `{name}`: {key} applies to scheme stripe only, not {}",
+                    refuse!(
+                        key(field),
+                        "applies to scheme stripe only, not {}",
                         self.scheme.as_str()
                     );
                 }
@@ -319,54 +329,59 @@ impl SourceConfig {
         }
         if let Some(base) = &self.api_base {
             let url = url::Url::parse(base)
-                .map_err(|e| anyhow!("source `{name}`: api_base is not a URL: {e}"))?;
+                .map_err(|e| ConfigError::new(key("api_base"), format!("not a URL ({e})")))?;
             if !matches!(url.scheme(), "http" | "https") || !url.has_host() {
-                bail!("source `{name}`: api_base must be an http:// or https:// URL with a host");
+                refuse!(
+                    key("api_base"),
+                    "must be an http:// or https:// URL with a host"
+                );
             }
         }
-        if let Some(key) = &self.api_key {
-            if key.expose().trim().is_empty() {
-                bail!("source `{name}`: api_key is empty");
+        if let Some(api_key) = &self.api_key {
+            if api_key.expose().trim().is_empty() {
+                refuse!(key("api_key"), "is empty");
             }
         }
         if let Some(r) = &self.reconcile {
             if self.api_key.is_none() {
-                bail!(
-                    "source `{name}`: reconcile needs api_key (api_key = \"env:STRIPE_API_KEY\")"
+                refuse!(
+                    key("reconcile"),
+                    "needs api_key (api_key = \"env:STRIPE_API_KEY\")"
                 );
             }
             if r.every < Duration::from_secs(1) {
-                bail!("source `{name}`: reconcile.every must be at least 1s");
+                refuse!(key("reconcile.every"), "must be at least 1s");
             }
             if r.since.is_zero() || r.since > MAX_RECONCILE_SINCE {
-                bail!(
-                    "source `{name}`: reconcile.since must be more than 0 and at most 30d \
-                     (Stripe keeps events for 30 days)"
+                refuse!(
+                    key("reconcile.since"),
+                    "must be more than 0 and at most 30d (Stripe keeps events for 30 days)"
                 );
             }
         }
         if self.refresh == Refresh::Always && !self.refreshes() {
-            bail!(
-                "source `{name}`: refresh = \"always\" needs api_key and the stripe-billing \
-                 handler (it fetches subscriptions for stripe-billing's snapshot)"
+            refuse!(
+                key("refresh"),
+                "\"always\" needs api_key and the stripe-billing handler (it fetches \
+                 subscriptions for stripe-billing's snapshot)"
             );
         }
         Ok(())
     }
 }
 
-fn check_header_name(source: &str, key: &str, header: &str) -> anyhow::Result<()> {
+fn check_header_name(key: &str, header: &str) -> Result<(), ConfigError> {
     if axum::http::HeaderName::from_bytes(header.as_bytes()).is_err() {
-        bail!("source `{source}`: {key}: `{header}` is not a valid header name");
+        refuse!(key, "`{header}` is not a valid header name");
     }
     Ok(())
 }
 
 /// `secret` resolved as by [`resolve_secrets`], which must give exactly one.
-pub(crate) fn one_secret(key: &str, secret: &Secret, folder: &Path) -> anyhow::Result<Secret> {
+pub(crate) fn one_secret(key: &str, secret: &Secret, folder: &Path) -> Result<Secret, ConfigError> {
     let [one] = resolve_secrets(key, std::slice::from_ref(secret), folder)?
         .try_into()
-        .map_err(|_| anyhow!("{key}: the file must hold exactly one secret"))?;
+        .map_err(|_| ConfigError::new(key, "the file must hold exactly one secret"))?;
     Ok(one)
 }
 
@@ -376,21 +391,23 @@ pub(crate) fn resolve_secrets(
     key: &str,
     secrets: &[Secret],
     folder: &Path,
-) -> anyhow::Result<Vec<Secret>> {
+) -> Result<Vec<Secret>, ConfigError> {
     let mut resolved = Vec::with_capacity(secrets.len());
     for secret in secrets {
         let text = secret.expose();
         if let Some(var) = text.strip_prefix("env:") {
-            let value = std::env::var(var)
-                .map_err(|_| anyhow!("{key}: environment variable {var} is not set"))?;
+            let value = std::env::var(var).map_err(|_| {
+                ConfigError::new(key, format!("environment variable {var} is not set"))
+            })?;
             resolved.push(Secret::new(value.trim()));
         } else if let Some(path) = text.strip_prefix("file:") {
             let path = folder.join(path);
-            let content = std::fs::read_to_string(&path)
-                .with_context(|| format!("{key}: cannot read {}", path.display()))?;
+            let content = std::fs::read_to_string(&path).map_err(|e| {
+                ConfigError::new(key, format!("cannot read {}: {e}", path.display()))
+            })?;
             let secrets = parse_secret_file(&content);
             if secrets.is_empty() {
-                bail!("{key}: {} holds no secret", path.display());
+                refuse!(key, "{} holds no secret", path.display());
             }
             resolved.extend(secrets);
         } else {
