@@ -138,6 +138,7 @@ impl Hookledger {
         handlers: Vec<(String, Arc<dyn Handler>)>,
     ) -> anyhow::Result<Hookledger> {
         config.validate()?;
+        crate::stripe::settings::check(&config)?;
         for (source, handler) in &handlers {
             if !config.sources.iter().any(|s| s.name == *source) {
                 anyhow::bail!(

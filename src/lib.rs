@@ -48,10 +48,9 @@ mod writer;
 
 pub use app::{Builder, Hookledger, RunningServer};
 pub use config::{
-    Config, ConfigError, Database, DeliveryConfig, EffectConfig, ForwardConfig, HmacAlgorithm,
-    HmacConfig, HmacEncoding, HttpConfig, Locator, ReconcileConfig, Refresh, RetentionConfig,
-    SchemaConfig, SchemeName, Secret, SourceConfig, StorageConfig, StripeBillingConfig,
-    WriterConfig,
+    Config, ConfigError, Database, DeliveryConfig, EffectConfig, ForwardConfig, HandlerSettings,
+    HmacAlgorithm, HmacConfig, HmacEncoding, HttpConfig, Locator, ReconcileConfig, Refresh,
+    RetentionConfig, SchemaConfig, SchemeName, Secret, SourceConfig, StorageConfig, WriterConfig,
 };
 pub use error::Error;
 pub use event::{Event, JsonError, ParseError};

@@ -299,10 +299,9 @@ impl ServeArgs {
         set(&mut config.storage.outbox_lease, self.outbox_lease);
         set(&mut config.writer.batch_max, self.batch_max);
         set(&mut config.writer.queue_depth, self.queue_depth);
-        set(
-            &mut config.stripe_billing.credits_per_invoice,
-            self.credits_per_invoice,
-        );
+        if let Some(credits) = self.credits_per_invoice {
+            config.stripe_billing.set("credits_per_invoice", credits)?;
+        }
         set(&mut config.retention.claim_days, self.retention_days);
         set(&mut config.retention.payload_days, self.payload_days);
         if self.retention_days.is_some() && self.payload_days.is_none() {

@@ -71,7 +71,7 @@ impl Config {
 
 /// `message` with every double-quoted value (serde quotes the value of a wrong type, which may
 /// be a secret) replaced by `"…"`. Keys and variants are quoted with backticks and stay.
-fn without_values(message: &str) -> String {
+pub(super) fn without_values(message: &str) -> String {
     let mut out = String::with_capacity(message.len());
     let mut parts = message.split('"');
     out.push_str(parts.next().unwrap_or_default());
@@ -266,51 +266,5 @@ secrets = ["file:gh.secret", "env:HOOKLEDGER_TEST_UNSET_VARIABLE_1"]
                 && !err.to_string().contains("short-token"),
             "{err}"
         );
-    }
-
-    #[test]
-    fn stripe_api_settings_that_cannot_work_are_refused_naming_the_key() {
-        let stripe = "[[source]]\nname = \"stripe\"\nscheme = \"stripe\"\n\
-                      secrets = [\"whsec_test_secret_0123\"]\nhandlers = [\"stripe-billing\"]\n";
-        let key = "api_key = \"sk_test_literal_key_0123\"\n";
-        for (extra, expected) in [
-            (
-                "reconcile = { every = \"1h\", since = \"3d\" }\n".to_string(),
-                "source `stripe`.reconcile: needs api_key",
-            ),
-            (
-                format!("{key}reconcile = {{ every = \"1h\", since = \"31d\" }}\n"),
-                "source `stripe`.reconcile.since: must be more than 0 and at most 30d",
-            ),
-            (
-                format!("{key}reconcile = {{ every = \"0s\", since = \"3d\" }}\n"),
-                "source `stripe`.reconcile.every: must be at least 1s",
-            ),
-            (
-                format!("{key}api_base = \"ftp://example.com\"\n"),
-                "source `stripe`.api_base: must be an http:// or https:// URL",
-            ),
-            (
-                "refresh = \"always\"\n".to_string(),
-                "source `stripe`.refresh: \"always\" needs api_key and the stripe-billing",
-            ),
-        ] {
-            let config = Config::from_toml(&format!("{stripe}{extra}"), Path::new(".")).unwrap();
-            let err = config.validate().unwrap_err().to_string();
-            assert!(err.contains(expected), "{extra}: {err}");
-        }
-        let github = "[[source]]\nname = \"gh\"\nscheme = \"github\"\n\
-                      secrets = [\"gh_literal_secret_123\"]\n";
-        let config = Config::from_toml(&format!("{github}{key}"), Path::new(".")).unwrap();
-        let err = config.validate().unwrap_err().to_string();
-        assert!(
-            err.contains("source `gh`.api_key: applies to scheme stripe only, not github"),
-            "{err}"
-        );
-        let fine = format!("{stripe}{key}reconcile = {{ every = \"1h\", since = \"30d\" }}\n");
-        Config::from_toml(&fine, Path::new("."))
-            .unwrap()
-            .validate()
-            .unwrap();
     }
 }

@@ -8,6 +8,7 @@ mod defaults;
 mod effect;
 mod error;
 mod file;
+mod handler;
 mod secret;
 mod source;
 
@@ -24,6 +25,7 @@ pub(crate) use effect::{bind_parameters, split_statements, BoundStatement};
 pub use effect::{EffectConfig, SchemaConfig};
 pub use error::ConfigError;
 pub(crate) use error::{refuse, source_key};
+pub use handler::HandlerSettings;
 pub(crate) use secret::decode_standard_secret;
 pub use secret::Secret;
 pub(crate) use source::one_secret;
@@ -31,17 +33,12 @@ pub use source::{
     HmacAlgorithm, HmacConfig, HmacEncoding, Locator, ReconcileConfig, Refresh, SchemeName,
     SourceConfig,
 };
-pub(crate) use source::{MAX_RECONCILE_SINCE, STRIPE_API_BASE};
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::Deserialize;
-
-/// Credits granted per paid invoice by the `stripe-billing` handler.
-pub(crate) const DEFAULT_CREDITS_PER_INVOICE: i64 =
-    crate::stripe::billing::DEFAULT_CREDITS_PER_INVOICE;
 
 /// The outbox kind of `[forward]`'s rows ("POST this event to the app"); a `[[delivery]]`
 /// cannot take it.
@@ -113,8 +110,9 @@ pub struct Config {
     /// `[[source]]`: who sends webhooks, each at `POST /webhooks/{name}`.
     #[serde(rename = "source")]
     pub sources: Vec<SourceConfig>,
-    /// Settings of the `stripe-billing` handler.
-    pub stripe_billing: StripeBillingConfig,
+    /// `[stripe_billing]`: the settings of the built-in `stripe-billing` handler, which
+    /// decodes them itself.
+    pub stripe_billing: HandlerSettings,
     /// `[[effect]]`: the app's SQL, run for matching events inside the claim's transaction.
     #[serde(rename = "effect")]
     pub effects: Vec<EffectConfig>,
@@ -162,14 +160,6 @@ pub struct WriterConfig {
     pub batch_max: usize,
     /// Events waiting for the writer beyond this get a 503.
     pub queue_depth: usize,
-}
-
-/// The `stripe-billing` handler.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct StripeBillingConfig {
-    /// Credits granted per paid invoice (a $0 invoice grants none).
-    pub credits_per_invoice: i64,
 }
 
 /// Where and how to forward processed events to the app.
@@ -278,14 +268,6 @@ impl Default for WriterConfig {
     }
 }
 
-impl Default for StripeBillingConfig {
-    fn default() -> Self {
-        StripeBillingConfig {
-            credits_per_invoice: DEFAULT_CREDITS_PER_INVOICE,
-        }
-    }
-}
-
 impl Default for RetentionConfig {
     fn default() -> Self {
         RetentionConfig {
@@ -310,7 +292,7 @@ impl Default for Config {
             storage: StorageConfig::default(),
             writer: WriterConfig::default(),
             sources: Vec::new(),
-            stripe_billing: StripeBillingConfig::default(),
+            stripe_billing: HandlerSettings::default(),
             effects: Vec::new(),
             schema: SchemaConfig::default(),
             forward: None,

@@ -21,8 +21,8 @@ pub struct SourceConfig {
     /// discouraged, the secret itself; once loaded, the secrets themselves.
     #[serde(default)]
     pub secrets: Vec<Secret>,
-    /// How far a signed timestamp may be from now (`stripe` and `standard` only; `0s` turns
-    /// the check off). Default: 5 minutes.
+    /// How far a signed timestamp may be from now (schemes that sign one: `stripe` and
+    /// `standard`; `0s` turns the check off). Default: 5 minutes.
     #[serde(default, with = "super::tolerance")]
     pub tolerance: Option<Duration>,
     /// Built-in handlers run for its events inside the claim's transaction, in order.
@@ -41,31 +41,26 @@ pub struct SourceConfig {
     /// Scheme `hmac` only: where the event type is.
     #[serde(default, rename = "type")]
     pub kind: Option<Locator>,
-    /// Scheme `stripe` only: the secret API key of `reconcile` and of the fresh-state refresh
-    /// (in a config file `env:NAME` or `file:PATH`). A restricted key that may read Events
-    /// and Subscriptions is enough.
+    /// The provider's API: the secret key of `reconcile` and of the fresh-state refresh (in a
+    /// config file `env:NAME` or `file:PATH`), for schemes whose provider hookledger has an
+    /// API client for. A key that may only read is enough.
     #[serde(default)]
     pub api_key: Option<Secret>,
-    /// Scheme `stripe` only: where Stripe's API is. Default: [`STRIPE_API_BASE`].
+    /// The provider's API: where it is. Default: the provider's own.
     #[serde(default)]
     pub api_base: Option<String>,
-    /// Scheme `stripe` only: `serve` reconciles with the API every `every`, looking back
-    /// `since` (`reconcile = { every = "1h", since = "3d" }`).
+    /// The provider's API: `serve` reconciles the ledger with the events the API lists every
+    /// `every`, looking back `since` (`reconcile = { every = "1h", since = "3d" }`).
     #[serde(default)]
     pub reconcile: Option<ReconcileConfig>,
-    /// Scheme `stripe` with `stripe-billing` and an `api_key`: when the current subscription
-    /// is fetched from the API after commit. Default: on ties.
+    /// The provider's API, with an `api_key` and a handler that keeps a snapshot of an
+    /// object: when the object's current state is fetched after commit. Default: on ties.
     #[serde(default)]
     pub refresh: Refresh,
 }
 
-/// Stripe's API.
-pub(crate) const STRIPE_API_BASE: &str = "https://api.stripe.com";
-
-/// Stripe keeps events for 30 days: a reconcile cannot look further back.
-pub(crate) const MAX_RECONCILE_SINCE: Duration = Duration::from_secs(30 * 86_400);
-
-/// `reconcile = { every = "1h", since = "3d" }` of a stripe source.
+/// `reconcile = { every = "1h", since = "3d" }` of a source: how often the ledger is
+/// reconciled with the events the provider's API lists, and how far back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ReconcileConfig {
@@ -75,8 +70,8 @@ pub struct ReconcileConfig {
     pub since: Duration,
 }
 
-/// When stripe-billing fetches a subscription from the API after commit and stores Stripe's
-/// answer as the newest snapshot.
+/// When a handler that keeps a snapshot of an object (a subscription) fetches the object from
+/// the provider's API after commit and stores the answer as the newest snapshot.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Refresh {
@@ -161,9 +156,6 @@ pub enum Locator {
 /// GitHub caps a webhook payload at 25 MB.
 pub(crate) const GITHUB_MAX_BODY: usize = 25 * 1024 * 1024;
 
-/// The handlers hookledger has built in.
-pub(crate) const HANDLERS: &[&str] = &["stripe-billing"];
-
 impl SourceConfig {
     /// The quick start's source: `stripe` with the `stripe-billing` handler.
     pub fn stripe(secrets: Vec<Secret>) -> SourceConfig {
@@ -182,14 +174,6 @@ impl SourceConfig {
             reconcile: None,
             refresh: Refresh::default(),
         }
-    }
-
-    /// Whether subscription events may queue a fetch of the current subscription: a stripe
-    /// source with stripe-billing and an API key, and `refresh` not off.
-    pub(crate) fn refreshes(&self) -> bool {
-        self.api_key.is_some()
-            && self.refresh != Refresh::Off
-            && self.handlers.iter().any(|h| h == "stripe-billing")
     }
 
     /// The largest body this source accepts, given the listener's default.
@@ -249,21 +233,6 @@ impl SourceConfig {
                  replay protection; see retention.claim_days)"
             );
         }
-        for handler in &self.handlers {
-            if !HANDLERS.contains(&handler.as_str()) {
-                refuse!(
-                    key("handlers"),
-                    "unknown handler `{handler}` (built in: {})",
-                    HANDLERS.join(", ")
-                );
-            }
-            if handler == "stripe-billing" && self.scheme != SchemeName::Stripe {
-                refuse!(
-                    key("handlers"),
-                    "`stripe-billing` needs scheme stripe, not {scheme}"
-                );
-            }
-        }
         if self.scheme == SchemeName::Hmac {
             let Some(hmac) = &self.hmac else {
                 refuse!(
@@ -306,27 +275,11 @@ impl SourceConfig {
 }
 
 impl SourceConfig {
-    /// The Stripe API settings: stripe sources only; reconcile needs a key and at most 30
-    /// days; `refresh = "always"` needs a key and stripe-billing.
+    /// The provider's API settings, as far as they do not depend on the provider: a URL, a
+    /// key, a reconcile with a key and bounds. (Which schemes have an API, and how far back
+    /// it lists events, are the provider wing's rules, checked at start-up.)
     fn validate_api(&self) -> Result<(), ConfigError> {
         let key = |field: &str| source_key(&self.name, field);
-        if self.scheme != SchemeName::Stripe {
-            for (field, set) in [
-                ("api_key", self.api_key.is_some()),
-                ("api_base", self.api_base.is_some()),
-                ("reconcile", self.reconcile.is_some()),
-                ("refresh", self.refresh != Refresh::default()),
-            ] {
-                if set {
-                    refuse!(
-                        key(field),
-                        "applies to scheme stripe only, not {}",
-                        self.scheme.as_str()
-                    );
-                }
-            }
-            return Ok(());
-        }
         if let Some(base) = &self.api_base {
             let url = url::Url::parse(base)
                 .map_err(|e| ConfigError::new(key("api_base"), format!("not a URL ({e})")))?;
@@ -344,27 +297,14 @@ impl SourceConfig {
         }
         if let Some(r) = &self.reconcile {
             if self.api_key.is_none() {
-                refuse!(
-                    key("reconcile"),
-                    "needs api_key (api_key = \"env:STRIPE_API_KEY\")"
-                );
+                refuse!(key("reconcile"), "needs api_key (api_key = \"env:NAME\")");
             }
             if r.every < Duration::from_secs(1) {
                 refuse!(key("reconcile.every"), "must be at least 1s");
             }
-            if r.since.is_zero() || r.since > MAX_RECONCILE_SINCE {
-                refuse!(
-                    key("reconcile.since"),
-                    "must be more than 0 and at most 30d (Stripe keeps events for 30 days)"
-                );
+            if r.since.is_zero() {
+                refuse!(key("reconcile.since"), "must be more than 0");
             }
-        }
-        if self.refresh == Refresh::Always && !self.refreshes() {
-            refuse!(
-                key("refresh"),
-                "\"always\" needs api_key and the stripe-billing handler (it fetches \
-                 subscriptions for stripe-billing's snapshot)"
-            );
         }
         Ok(())
     }

@@ -14,19 +14,20 @@ pub(crate) mod sql;
 use std::any::Any;
 use std::sync::Arc;
 
-use crate::config::StripeBillingConfig;
+use crate::config::HandlerSettings;
 use crate::event::{Event, ParseError};
 use crate::sql::{StoreError, Tx};
 
 /// The built-in handler called `name` (as a source's `handlers` names it).
 pub(crate) fn by_name(
     name: &str,
-    billing: &StripeBillingConfig,
+    billing: &HandlerSettings,
     refresh: Option<crate::config::Refresh>,
 ) -> anyhow::Result<Arc<dyn Handler>> {
     match name {
         "stripe-billing" => Ok(Arc::new(crate::stripe::billing::StripeBilling {
-            credits_per_invoice: billing.credits_per_invoice,
+            credits_per_invoice: crate::stripe::billing::BillingSettings::of(billing)?
+                .credits_per_invoice,
             refresh,
         })),
         other => anyhow::bail!("unknown handler `{other}`"),

@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use axum::http::HeaderMap;
 
-use crate::config::{SchemeName, SourceConfig, StripeBillingConfig};
+use crate::config::{HandlerSettings, SchemeName, SourceConfig};
 use crate::event::{Event, ParseError};
 use crate::handler::{self, Handler, Submission};
 
@@ -81,7 +81,7 @@ impl Source {
     /// Builds the source `config` describes (validated), with its handlers.
     pub(crate) fn from_config(
         config: &SourceConfig,
-        billing: &StripeBillingConfig,
+        billing: &HandlerSettings,
         forward: bool,
         default_max_body: usize,
     ) -> anyhow::Result<Source> {

@@ -5,9 +5,12 @@
 //!   form on PostgreSQL, and the refresh of a subscription on ties;
 //! - `api.rs`: the client of Stripe's API (events, subscriptions);
 //! - `reconcile.rs`: the events Stripe has that the ledger lacks, recovered through the API;
-//! - `samples.rs`: real-shaped Stripe events, for the demo, the tests and the bench.
+//! - `samples.rs`: real-shaped Stripe events, for the demo, the tests and the bench;
+//! - `settings.rs`: the defaults of Stripe's API and the rules the Stripe settings of a source
+//!   follow (the config names no provider), checked at start-up.
 
 pub(crate) mod api;
 pub(crate) mod billing;
 pub(crate) mod reconcile;
 pub(crate) mod samples;
+pub(crate) mod settings;

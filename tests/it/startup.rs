@@ -355,6 +355,16 @@ handlers = ["stripe-billing"]
             format!("{good}\n[[source]]\nname = \"gh\"\nscheme = \"github\"\nsecrets = [\"github_secret_1\"]\ntolerance = \"5m\"\n"),
             vec!["source `gh`.tolerance: does not apply"],
         ),
+        (
+            "stripe-billing on github",
+            format!("{good}\n[[source]]\nname = \"gh\"\nscheme = \"github\"\nsecrets = [\"github_secret_1\"]\nhandlers = [\"stripe-billing\"]\n"),
+            vec!["source `gh`.handlers: `stripe-billing` needs scheme stripe, not github"],
+        ),
+        (
+            "billing settings the handler cannot read",
+            format!("{good}\n[stripe_billing]\ncredit_per_invoice = 5\n"),
+            vec!["stripe_billing: unknown field `credit_per_invoice`"],
+        ),
     ] {
         let path = write(dir.path(), "hookledger.toml", &text);
         let err = refused(&["--config", &path], &env);
