@@ -154,12 +154,12 @@ impl ServeArgs {
             })?,
             None => Config::default(),
         };
-        let flags = self.from_flags();
+        let flags = self.keys_set();
         Ok((self.overlay(config, file.is_some())?, flags))
     }
 
     /// The config keys the given flags set.
-    fn from_flags(&self) -> FromFlags {
+    fn keys_set(&self) -> FromFlags {
         let stripe = |field: &str| config::source_key("stripe", field);
         let stripe_secret = if self.stripe_secret_file.is_some() {
             "--stripe-secret-file"
@@ -689,7 +689,7 @@ mod tests {
     /// The message `serve` stops with for `args`, or `None` when the config is valid.
     fn refusal(args: &[&str], file: Option<&str>) -> Option<String> {
         let args = parsed(args);
-        let flags = args.from_flags();
+        let flags = args.keys_set();
         let config = match file {
             Some(text) => Config::parse(text, Path::new(".")).unwrap(),
             None => Config::default(),

@@ -13,6 +13,7 @@ use super::ConfigError;
 ///
 /// `Display` and `Debug` never show a PostgreSQL password.
 #[derive(Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Database {
     /// A SQLite database file, created on first start.
     Sqlite(PathBuf),

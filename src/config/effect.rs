@@ -10,6 +10,7 @@ use super::{refuse, ConfigError};
 /// SQL run, in config order, for the events of `source` whose type `on` matches.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct EffectConfig {
     pub source: String,
     /// Exact types, `prefix.*` patterns, or `*`; one string or a list.
@@ -24,6 +25,7 @@ pub struct EffectConfig {
 /// The app's own schema.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
 pub struct SchemaConfig {
     /// A folder of `*.sql` files, applied once each in name order at start-up (relative to
     /// the config file).
@@ -128,6 +130,20 @@ pub(crate) fn bind_parameters(sql: &str) -> Result<BoundStatement, String> {
 }
 
 impl EffectConfig {
+    /// SQL `sql` run for the events of `source` whose type matches one of `on` (exact types,
+    /// `prefix.*` or `*`).
+    pub fn new(
+        source: impl Into<String>,
+        on: impl IntoIterator<Item = impl Into<String>>,
+        sql: impl Into<String>,
+    ) -> EffectConfig {
+        EffectConfig {
+            source: source.into(),
+            on: on.into_iter().map(Into::into).collect(),
+            sql: sql.into(),
+        }
+    }
+
     /// Whether events of type `kind` run this effect.
     pub(crate) fn matches(&self, kind: &str) -> bool {
         self.on

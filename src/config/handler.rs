@@ -12,6 +12,7 @@ use super::ConfigError;
 /// start-up checks that it can.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(transparent)]
+#[non_exhaustive]
 pub struct HandlerSettings(toml::Table);
 
 impl HandlerSettings {

@@ -91,6 +91,7 @@ fn admin_listen<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<SocketA
 /// Everything `serve` needs. `Debug` shows no secret.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
 pub struct Config {
     /// Where `serve` listens (port 0 picks a free port).
     pub listen: SocketAddr,
@@ -129,6 +130,7 @@ pub struct Config {
 /// The webhook listener and its limits.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
 pub struct HttpConfig {
     pub max_body: usize,
     /// Bytes of request bodies held in memory at once (at least `max_body`).
@@ -141,6 +143,7 @@ pub struct HttpConfig {
 /// The database.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
 pub struct StorageConfig {
     /// SQLite: how long to wait for another process's write lock. PostgreSQL: how long to wait
     /// for a row lock (`lock_timeout`) and for a connection. Then the answer is a 503.
@@ -155,6 +158,7 @@ pub struct StorageConfig {
 /// The writer's batches and queue.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
 pub struct WriterConfig {
     /// Most events per transaction (1 = one fsync per event).
     pub batch_max: usize,
@@ -165,6 +169,7 @@ pub struct WriterConfig {
 /// Where and how to forward processed events to the app.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct ForwardConfig {
     pub url: String,
     /// The Standard Webhooks signing secret (`whsec_<base64>`).
@@ -180,6 +185,7 @@ pub struct ForwardConfig {
 /// (signed, retried, dead-lettered), to their own URL.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct DeliveryConfig {
     pub kind: String,
     pub url: String,
@@ -192,7 +198,61 @@ pub struct DeliveryConfig {
     pub timeout: Option<Duration>,
 }
 
+impl ForwardConfig {
+    /// Forwarding to the app at `url`, signed with `secret` (`whsec_<base64>`), on the
+    /// default schedule and timeout.
+    pub fn new(url: impl Into<String>, secret: Secret) -> ForwardConfig {
+        ForwardConfig {
+            url: url.into(),
+            secret,
+            schedule: default_schedule(),
+            timeout: DEFAULT_FORWARD_TIMEOUT,
+        }
+    }
+
+    /// With these delays between attempts; after the last one a row is dead.
+    pub fn with_schedule(mut self, schedule: Vec<Duration>) -> Self {
+        self.schedule = schedule;
+        self
+    }
+
+    /// With this timeout of one delivery request.
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+}
+
 impl DeliveryConfig {
+    /// Delivery of the outbox rows of `kind` to `url`; what is not set is `[forward]`'s.
+    pub fn new(kind: impl Into<String>, url: impl Into<String>) -> DeliveryConfig {
+        DeliveryConfig {
+            kind: kind.into(),
+            url: url.into(),
+            secret: None,
+            schedule: None,
+            timeout: None,
+        }
+    }
+
+    /// Signed with `secret` rather than the `[forward]` one.
+    pub fn with_secret(mut self, secret: Secret) -> Self {
+        self.secret = Some(secret);
+        self
+    }
+
+    /// With these delays between attempts rather than `[forward]`'s.
+    pub fn with_schedule(mut self, schedule: Vec<Duration>) -> Self {
+        self.schedule = Some(schedule);
+        self
+    }
+
+    /// With this timeout of one request rather than `[forward]`'s.
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+
     /// As a [`ForwardConfig`], the `[forward]` one filling what is not set; errors name the
     /// delivery's keys.
     pub(crate) fn target(
@@ -230,6 +290,7 @@ impl DeliveryConfig {
 /// What the ledger remembers.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
 pub struct RetentionConfig {
     /// Days the ledger remembers events: their claims, so a resend is still a duplicate (at
     /// least [`MIN_RETENTION_DAYS`]).
@@ -311,6 +372,30 @@ impl Config {
             sources: vec![SourceConfig::stripe(stripe_secrets)],
             ..Config::default()
         }
+    }
+
+    /// With the source `source` after the others.
+    pub fn with_source(mut self, source: SourceConfig) -> Self {
+        self.sources.push(source);
+        self
+    }
+
+    /// Forwarding every processed event as `forward` says.
+    pub fn with_forward(mut self, forward: ForwardConfig) -> Self {
+        self.forward = Some(forward);
+        self
+    }
+
+    /// With the delivery `delivery` after the others.
+    pub fn with_delivery(mut self, delivery: DeliveryConfig) -> Self {
+        self.deliveries.push(delivery);
+        self
+    }
+
+    /// With the effect `effect` after the others.
+    pub fn with_effect(mut self, effect: EffectConfig) -> Self {
+        self.effects.push(effect);
+        self
     }
 
     /// The source named `name`, if any.
@@ -709,28 +794,19 @@ mod tests {
 
     #[test]
     fn a_delivery_takes_what_it_does_not_set_from_forward() {
-        let forward = ForwardConfig {
-            url: "http://127.0.0.1:1/forward".into(),
-            secret: Secret::new("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"),
-            schedule: vec![Duration::from_secs(7)],
-            timeout: Duration::from_secs(3),
-        };
-        let delivery = DeliveryConfig {
-            kind: "send_receipt".into(),
-            url: "http://127.0.0.1:1/receipts".into(),
-            secret: None,
-            schedule: None,
-            timeout: None,
-        };
+        let forward = ForwardConfig::new(
+            "http://127.0.0.1:1/forward",
+            Secret::new("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"),
+        )
+        .with_schedule(vec![Duration::from_secs(7)])
+        .with_timeout(Duration::from_secs(3));
+        let delivery = DeliveryConfig::new("send_receipt", "http://127.0.0.1:1/receipts");
         let target = delivery.target(Some(&forward)).unwrap();
         assert_eq!(target.url, "http://127.0.0.1:1/receipts");
         assert_eq!(target.secret, forward.secret);
         assert_eq!(target.schedule, forward.schedule);
         assert_eq!(target.timeout, forward.timeout);
-        let own = DeliveryConfig {
-            timeout: Some(Duration::from_secs(9)),
-            ..delivery.clone()
-        };
+        let own = delivery.clone().with_timeout(Duration::from_secs(9));
         assert_eq!(
             own.target(Some(&forward)).unwrap().timeout,
             Duration::from_secs(9)

@@ -9,6 +9,7 @@ use base64::Engine;
 /// reach a log line through a `{:?}` of a config struct.
 #[derive(Clone, PartialEq, Eq, serde::Deserialize)]
 #[serde(transparent)]
+#[non_exhaustive]
 pub struct Secret(String);
 
 impl Secret {

@@ -13,6 +13,7 @@ use super::{
 /// One sender: `POST /webhooks/{name}`.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct SourceConfig {
     /// The path segment of its URL and the first half of its events' ledger key.
     pub name: String,
@@ -63,6 +64,7 @@ pub struct SourceConfig {
 /// reconciled with the events the provider's API lists, and how far back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct ReconcileConfig {
     #[serde(with = "super::duration")]
     pub every: Duration,
@@ -74,6 +76,7 @@ pub struct ReconcileConfig {
 /// the provider's API after commit and stores the answer as the newest snapshot.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
+#[non_exhaustive]
 pub enum Refresh {
     /// When a subscription event ties with the stored one (same `created` and rank): the
     /// first would win, but which is current is unknown.
@@ -88,12 +91,20 @@ pub enum Refresh {
 /// The signature schemes hookledger verifies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
+#[non_exhaustive]
 pub enum SchemeName {
     Stripe,
     Standard,
     Github,
     Shopify,
     Hmac,
+}
+
+impl ReconcileConfig {
+    /// Every `every`, looking back `since`.
+    pub fn new(every: Duration, since: Duration) -> ReconcileConfig {
+        ReconcileConfig { every, since }
+    }
 }
 
 impl SchemeName {
@@ -116,6 +127,7 @@ impl SchemeName {
 /// A plain HMAC over the body, as in-house senders make it.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct HmacConfig {
     /// The request header that carries the signature.
     pub header: String,
@@ -130,6 +142,7 @@ pub struct HmacConfig {
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
+#[non_exhaustive]
 pub enum HmacAlgorithm {
     #[default]
     Sha256,
@@ -138,6 +151,7 @@ pub enum HmacAlgorithm {
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
+#[non_exhaustive]
 pub enum HmacEncoding {
     #[default]
     Hex,
@@ -148,23 +162,54 @@ pub enum HmacEncoding {
 /// into the body).
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase", deny_unknown_fields)]
+#[non_exhaustive]
 pub enum Locator {
     Header(String),
     Json(String),
+}
+
+impl HmacConfig {
+    /// The signature in header `header`: HMAC-SHA256 in hex, with no prefix.
+    pub fn new(header: impl Into<String>) -> HmacConfig {
+        HmacConfig {
+            header: header.into(),
+            algorithm: HmacAlgorithm::default(),
+            encoding: HmacEncoding::default(),
+            prefix: String::new(),
+        }
+    }
+
+    pub fn with_algorithm(mut self, algorithm: HmacAlgorithm) -> Self {
+        self.algorithm = algorithm;
+        self
+    }
+
+    pub fn with_encoding(mut self, encoding: HmacEncoding) -> Self {
+        self.encoding = encoding;
+        self
+    }
+
+    /// With `prefix` before the encoded signature in the header (`sha256=`).
+    pub fn with_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
 }
 
 /// GitHub caps a webhook payload at 25 MB.
 pub(crate) const GITHUB_MAX_BODY: usize = 25 * 1024 * 1024;
 
 impl SourceConfig {
-    /// The quick start's source: `stripe` with the `stripe-billing` handler.
-    pub fn stripe(secrets: Vec<Secret>) -> SourceConfig {
+    /// The sender `name` (`POST /webhooks/{name}`), verified by `scheme` with `secrets` (any
+    /// one may match, for rotation), with no handler and every default. Scheme hmac needs
+    /// more: see [`SourceConfig::hmac`].
+    pub fn new(name: impl Into<String>, scheme: SchemeName, secrets: Vec<Secret>) -> SourceConfig {
         SourceConfig {
-            name: "stripe".into(),
-            scheme: SchemeName::Stripe,
+            name: name.into(),
+            scheme,
             secrets,
             tolerance: None,
-            handlers: vec!["stripe-billing".into()],
+            handlers: Vec::new(),
             max_body: None,
             hmac: None,
             id: None,
@@ -174,6 +219,70 @@ impl SourceConfig {
             reconcile: None,
             refresh: Refresh::default(),
         }
+    }
+
+    /// A sender of scheme hmac: its signature made as `hmac` says, its event id and type
+    /// where `id` and `kind` say.
+    pub fn hmac(
+        name: impl Into<String>,
+        secrets: Vec<Secret>,
+        hmac: HmacConfig,
+        id: Locator,
+        kind: Locator,
+    ) -> SourceConfig {
+        SourceConfig {
+            hmac: Some(hmac),
+            id: Some(id),
+            kind: Some(kind),
+            ..SourceConfig::new(name, SchemeName::Hmac, secrets)
+        }
+    }
+
+    /// The quick start's source: `stripe` with the `stripe-billing` handler.
+    pub fn stripe(secrets: Vec<Secret>) -> SourceConfig {
+        SourceConfig::new("stripe", SchemeName::Stripe, secrets).with_handler("stripe-billing")
+    }
+
+    /// With the built-in handler `handler` run after those before it.
+    pub fn with_handler(mut self, handler: impl Into<String>) -> Self {
+        self.handlers.push(handler.into());
+        self
+    }
+
+    /// With this tolerance of a signed timestamp (zero turns the check off).
+    pub fn with_tolerance(mut self, tolerance: Duration) -> Self {
+        self.tolerance = Some(tolerance);
+        self
+    }
+
+    /// With this largest body, in bytes.
+    pub fn with_max_body(mut self, max_body: usize) -> Self {
+        self.max_body = Some(max_body);
+        self
+    }
+
+    /// With the secret key of the provider's API.
+    pub fn with_api_key(mut self, api_key: Secret) -> Self {
+        self.api_key = Some(api_key);
+        self
+    }
+
+    /// With the provider's API at `api_base`.
+    pub fn with_api_base(mut self, api_base: impl Into<String>) -> Self {
+        self.api_base = Some(api_base.into());
+        self
+    }
+
+    /// Reconciled with the provider's API as `reconcile` says.
+    pub fn with_reconcile(mut self, reconcile: ReconcileConfig) -> Self {
+        self.reconcile = Some(reconcile);
+        self
+    }
+
+    /// Refreshing snapshots from the provider's API as `refresh` says.
+    pub fn with_refresh(mut self, refresh: Refresh) -> Self {
+        self.refresh = refresh;
+        self
     }
 
     /// The largest body this source accepts, given the listener's default.
