@@ -1,7 +1,14 @@
-//! One configuration: every setting of `serve`, its default (each with its reason) and its
-//! validation. It deserializes (serde) with every field optional, from a TOML file
-//! ([`Config::load`], `file.rs`); the CLI's flags are an overlay on it (`cli/serve.rs`), and
-//! the parts borrow their section of it. `[[source]]` entries are in `source.rs`.
+//! One configuration: every setting of `serve`, its default (each with its reason,
+//! `defaults.rs`) and its validation, whose errors name the config file's key
+//! ([`ConfigError`]). It deserializes (serde) with every field optional, from a TOML file
+//! (`file.rs`; [`Config::load`] reads it); the CLI's flags are an overlay on it
+//! (`cli/serve.rs`), and the parts borrow their section of it. `[[source]]` entries are in
+//! `source.rs`.
+//!
+//! A leaf of the crate: it imports nothing of it, and names no provider. The parts that
+//! share a default import it from here; a built-in handler's settings are a
+//! [`HandlerSettings`] the handler decodes; what a provider wing requires of the settings
+//! (which schemes have an API, how far back it reaches) is checked by that wing at start-up.
 
 mod database;
 mod defaults;
@@ -72,7 +79,7 @@ impl Config {
     }
 }
 
-/// `--admin-listen` / `admin_listen`: an address, or `off`.
+/// `admin_listen` (and the flag that sets it): an address, or `off`.
 pub(crate) fn parse_admin_listen(value: &str) -> Result<Option<SocketAddr>, String> {
     if value.eq_ignore_ascii_case("off") {
         return Ok(None);
@@ -119,7 +126,7 @@ pub struct Config {
     pub effects: Vec<EffectConfig>,
     /// The app's own migrations, applied at start-up.
     pub schema: SchemaConfig,
-    /// Delivery of every processed event to the app; `None` without `--forward-to`.
+    /// Delivery of every processed event to the app; `None`: none.
     pub forward: Option<ForwardConfig>,
     /// `[[delivery]]`: where the outbox rows of each kind that effects queue are POSTed.
     #[serde(rename = "delivery")]

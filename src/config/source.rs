@@ -29,7 +29,7 @@ pub struct SourceConfig {
     /// Built-in handlers run for its events inside the claim's transaction, in order.
     #[serde(default)]
     pub handlers: Vec<String>,
-    /// Largest body in bytes. Default: `http.max_body` (`--max-body`, 1 MiB), and 25 MiB for
+    /// Largest body in bytes. Default: `http.max_body` (1 MiB), and 25 MiB for
     /// scheme github (GitHub's own cap on a payload).
     #[serde(default)]
     pub max_body: Option<usize>,
