@@ -5,8 +5,7 @@
 
 use std::path::Path;
 
-use super::source::one_secret;
-use super::{Config, ConfigError, Database};
+use super::{one_secret, Config, ConfigError, Database};
 
 impl Config {
     /// Parses a config file's `text` and reads its secrets, relative paths against `folder`.
