@@ -75,7 +75,8 @@ async fn main() -> anyhow::Result<()> {
         })
         .await?;
     // The server and its routes are gone: let hookledger commit what is queued and stop.
-    hookledger.shutdown().await
+    hookledger.shutdown().await?;
+    Ok(())
 }
 
 /// The app's page over its table: `type count` lines.

@@ -25,6 +25,7 @@ use crate::config::{
     bind_parameters, split_statements, Config, Database, EffectConfig, ForwardConfig, SourceConfig,
 };
 use crate::delivery;
+use crate::error::Error;
 use crate::handler::sql::{SqlEffect, SqlEffects};
 use crate::handler::Handler;
 use crate::http::body::BodyBudget;
@@ -118,8 +119,8 @@ impl Builder {
 
     /// Checks everything, opens (and migrates) the database and starts the writer and the
     /// background workers. Nothing listens yet.
-    pub fn build(self) -> anyhow::Result<Hookledger> {
-        Hookledger::start(self.config, self.handlers, Access::Serve)
+    pub fn build(self) -> Result<Hookledger, Error> {
+        Hookledger::start(self.config, self.handlers, Access::Serve).map_err(Error::from)
     }
 }
 
@@ -131,8 +132,8 @@ impl Hookledger {
 
     /// Checks `config`, opens (and migrates) the database and starts the writer and the
     /// background workers. Nothing listens yet.
-    pub fn open(config: Config) -> anyhow::Result<Hookledger> {
-        Hookledger::start(config, Vec::new(), Access::Serve)
+    pub fn open(config: Config) -> Result<Hookledger, Error> {
+        Hookledger::start(config, Vec::new(), Access::Serve).map_err(Error::from)
     }
 
     /// Opens `config`'s existing database for one command next to a running `serve`: the
@@ -172,6 +173,7 @@ impl Hookledger {
         if access == Access::Serve {
             config.validate()?;
         }
+        crate::stripe::settings::check(&config)?;
         for (source, handler) in &handlers {
             if !config.sources.iter().any(|s| s.name == *source) {
                 anyhow::bail!(
@@ -299,7 +301,7 @@ impl Hookledger {
         self,
         listener: TcpListener,
         shutdown: impl Future<Output = ()>,
-    ) -> anyhow::Result<()> {
+    ) -> Result<(), Error> {
         server::serve(listener, self.app.clone(), &self.config.http, shutdown).await;
         self.shutdown().await
     }
@@ -307,7 +309,7 @@ impl Hookledger {
     /// Stops the background workers and the writer once everything queued is committed. For
     /// an app that mounted [`Hookledger::router`] in its own server: call it after that server
     /// has stopped and dropped the router (the writer ends when the last route is gone).
-    pub async fn shutdown(self) -> anyhow::Result<()> {
+    pub async fn shutdown(self) -> Result<(), Error> {
         tokio::task::spawn_blocking(move || self.close())
             .await
             .context("waiting for the writer")?;
@@ -364,8 +366,9 @@ fn builtin_handler(
     source: &SourceConfig,
 ) -> anyhow::Result<Arc<dyn Handler>> {
     match name {
-        "stripe-billing" => Ok(Arc::new(stripe::billing::StripeBilling {
-            credits_per_invoice: config.stripe_billing.credits_per_invoice,
+        stripe::settings::BILLING => Ok(Arc::new(stripe::billing::StripeBilling {
+            credits_per_invoice: stripe::billing::BillingSettings::of(&config.stripe_billing)?
+                .credits_per_invoice,
             refresh: source.refreshes().then_some(source.refresh),
         })),
         other => anyhow::bail!("unknown handler `{other}`"),
@@ -449,7 +452,7 @@ pub struct RunningServer {
 
 impl RunningServer {
     /// Binds `config.listen` (port 0 picks a free port) and starts serving.
-    pub fn start(config: Config) -> anyhow::Result<RunningServer> {
+    pub fn start(config: Config) -> Result<RunningServer, Error> {
         let listen = config.listen;
         let hookledger = Hookledger::open(config)?;
         let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -463,9 +466,11 @@ impl RunningServer {
         let thread = std::thread::Builder::new()
             .name("hookledger-server".into())
             .spawn(move || {
-                runtime.block_on(hookledger.serve(listener, async {
-                    let _ = stopped.await;
-                }))
+                runtime
+                    .block_on(hookledger.serve(listener, async {
+                        let _ = stopped.await;
+                    }))
+                    .map_err(anyhow::Error::from)
             })?;
         Ok(RunningServer {
             addr,
@@ -475,8 +480,8 @@ impl RunningServer {
     }
 
     /// Shuts down gracefully and waits until everything acknowledged is committed.
-    pub fn stop(mut self) -> anyhow::Result<()> {
-        self.shutdown()
+    pub fn stop(mut self) -> Result<(), Error> {
+        self.shutdown().map_err(Error::from)
     }
 
     fn shutdown(&mut self) -> anyhow::Result<()> {

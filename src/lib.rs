@@ -41,6 +41,7 @@ mod cli;
 mod config;
 mod delivery;
 mod dev;
+mod error;
 mod event;
 mod handler;
 mod http;
@@ -56,10 +57,11 @@ mod writer;
 
 pub use app::{Builder, Hookledger, RunningServer};
 pub use config::{
-    Config, Database, DeliveryConfig, EffectConfig, ForwardConfig, HmacAlgorithm, HmacConfig,
-    HmacEncoding, HttpConfig, Locator, ReconcileConfig, Refresh, RetentionConfig, SchemaConfig,
-    SchemeName, Secret, SourceConfig, StorageConfig, StripeBillingConfig, WriterConfig,
+    Config, ConfigError, Database, DeliveryConfig, EffectConfig, ForwardConfig, HandlerSettings,
+    HmacAlgorithm, HmacConfig, HmacEncoding, HttpConfig, Locator, ReconcileConfig, Refresh,
+    RetentionConfig, SchemaConfig, SchemeName, Secret, SourceConfig, StorageConfig, WriterConfig,
 };
+pub use error::Error;
 pub use event::{Event, JsonError, ParseError};
 pub use handler::{Handler, Prepared};
 pub use source::VerifyError;
@@ -82,9 +84,9 @@ pub mod internals {
 
     /// Stripe's signature scheme: sign, parse and verify.
     pub mod stripe {
+        pub use crate::config::DEFAULT_TOLERANCE_SECS;
         pub use crate::source::stripe::{
-            compute, envelope, parse_header, sign, verify, SignatureHeader, DEFAULT_TOLERANCE_SECS,
-            HEADER,
+            compute, envelope, parse_header, sign, verify, SignatureHeader, HEADER,
         };
     }
 

@@ -10,8 +10,9 @@ use std::time::Duration;
 
 use crate::sql::{StoreError, Tx};
 
-/// Outbox kind for "POST this event to the app".
-pub(crate) const FORWARD: &str = "forward";
+/// The outbox kind of "POST this event to the app", and the default retry schedule: the
+/// config's, which checks deliveries against them.
+pub(crate) use crate::config::{default_schedule, FORWARD};
 
 /// A pending row, as the worker reads it.
 #[derive(Debug, Clone)]
@@ -86,20 +87,6 @@ impl Attempt {
     }
 }
 
-/// The default schedule: quick retries for blips, then hourly doubling for outages, then
-/// every 8 h until 3 days after the first attempt (as long as Stripe itself retries).
-pub(crate) fn default_schedule() -> Vec<Duration> {
-    let mut schedule: Vec<Duration> = [5, 30, 120, 600, 1800, 3600, 7200, 14_400, 28_800]
-        .into_iter()
-        .map(Duration::from_secs)
-        .collect();
-    let three_days = Duration::from_secs(3 * 86_400);
-    while schedule.iter().sum::<Duration>() + Duration::from_secs(28_800) <= three_days {
-        schedule.push(Duration::from_secs(28_800));
-    }
-    schedule
-}
-
 /// An app's `Retry-After` can push a retry later than the schedule, but not past this.
 pub(crate) const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
 
@@ -122,19 +109,6 @@ pub(crate) fn next_delay(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn default_schedule_spans_three_days() {
-        let s = default_schedule();
-        assert_eq!(s[0], Duration::from_secs(5));
-        assert_eq!(s[8], Duration::from_secs(8 * 3600));
-        let total: Duration = s.iter().sum();
-        assert!(total <= Duration::from_secs(3 * 86_400), "{total:?}");
-        assert!(
-            total > Duration::from_secs(3 * 86_400 - 8 * 3600),
-            "{total:?}"
-        );
-    }
 
     #[test]
     fn delays_follow_the_schedule_with_jitter_and_bounded_retry_after() {

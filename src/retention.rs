@@ -28,7 +28,7 @@ use std::sync::mpsc::{self, RecvTimeoutError, SyncSender};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crate::config::RetentionConfig;
+use crate::config::{RetentionConfig, NEVER};
 use crate::sql::{Session, StoreError};
 use crate::store::retention::BATCH_ROWS;
 use crate::store::{Reader, Write};
@@ -41,9 +41,6 @@ pub(crate) const DONE_OUTBOX_KEEP: Duration = Duration::from_secs(7 * 86_400);
 /// is nothing, and most runs find nothing to delete.
 pub(crate) const INTERVAL: Duration = Duration::from_secs(3600);
 
-/// `never` as a number of days: kept for ever.
-pub(crate) const NEVER: u64 = u64::MAX;
-
 /// A clock more than this past the newest claim is logged: it may be wrong.
 const FAR_PAST_NEWEST: i64 = 30 * 86_400;
 
@@ -52,42 +49,6 @@ const FAR_PAST_NEWEST: i64 = 30 * 86_400;
 pub(crate) fn window(days: u64) -> Option<i64> {
     days.checked_mul(86_400)
         .and_then(|secs| i64::try_from(secs).ok())
-}
-
-/// `--retention-days` / `--payload-days`: a number of days, or `never`.
-pub(crate) fn parse_days(text: &str) -> Result<u64, String> {
-    match text.trim() {
-        "never" => Ok(NEVER),
-        days => days
-            .parse()
-            .map_err(|_| format!("`{days}` is neither a number of days nor `never`")),
-    }
-}
-
-/// `claim_days` / `payload_days` in a config file: an integer, or `"never"`.
-pub(crate) fn deserialize_days<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
-    #[derive(serde::Deserialize)]
-    #[serde(untagged)]
-    enum Days {
-        Number(u64),
-        Text(String),
-    }
-    match <Days as serde::Deserialize>::deserialize(d)? {
-        Days::Number(days) => Ok(days),
-        Days::Text(text) if text == "never" => Ok(NEVER),
-        Days::Text(text) => Err(serde::de::Error::custom(format!(
-            "`{text}` is neither a number of days nor \"never\""
-        ))),
-    }
-}
-
-/// `400 days`, or `ever` for [`NEVER`]: "kept 400 days", "kept for ever".
-pub(crate) fn describe_days(days: u64) -> String {
-    if days == NEVER {
-        "for ever".to_string()
-    } else {
-        format!("{days} days")
-    }
 }
 
 /// When the newest claim in the ledger was received (Unix seconds).
@@ -247,6 +208,7 @@ impl crate::writer::Background for Retention {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::{describe_days, parse_days};
     use crate::store::sqlite::SqliteStore;
     use crate::store::Store;
 

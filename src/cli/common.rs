@@ -16,7 +16,17 @@ pub(crate) fn secret_flag(flag: &str, value: &str) -> anyhow::Result<crate::conf
         );
     }
     let reference = crate::config::Secret::new(value);
-    crate::config::one_secret(flag, &reference, std::path::Path::new(""))
+    Ok(crate::config::one_secret(
+        flag,
+        &reference,
+        std::path::Path::new(""),
+    )?)
+}
+
+/// A config error about `key`, whose value the flag `flag` gave, as the CLI shows it:
+/// `--retention-days (retention.claim_days): …`.
+pub(crate) fn flag_error(flag: &str, key: &str, message: &str) -> anyhow::Error {
+    anyhow::anyhow!("{flag} ({key}): {message}")
 }
 
 /// What `main` turns into an exit code.

@@ -76,11 +76,11 @@ pub enum Command {
     Prune {
         /// Days the ledger remembers events (their claims), or `never`.
         #[arg(long, alias = "claim-days", default_value_t = config::DEFAULT_CLAIM_DAYS,
-              value_parser = crate::retention::parse_days)]
+              value_parser = crate::config::parse_days)]
         retention_days: u64,
         /// Days events keep their payloads (at most the claim age), or `never`.
         #[arg(long, default_value_t = config::DEFAULT_PAYLOAD_DAYS,
-              value_parser = crate::retention::parse_days)]
+              value_parser = crate::config::parse_days)]
         payload_days: u64,
         #[command(flatten)]
         db: DbArg,
@@ -233,6 +233,9 @@ fn replay(event_id: &str, source: Option<&str>, db: &DbArg) -> anyhow::Result<Ex
 }
 
 fn prune(retention: &config::RetentionConfig, db: &DbArg) -> anyhow::Result<Exit> {
+    // Checked here too, to name the flag.
+    config::check_retention(retention.claim_days)
+        .map_err(|e| common::flag_error("--retention-days", &e.key, &e.message))?;
     let store::Stores {
         mut writer, reader, ..
     } = store::open(&db.db, &Default::default(), store::Access::Command)?;

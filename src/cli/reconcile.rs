@@ -11,6 +11,7 @@ use crate::app::Hookledger;
 use crate::config::{self, Config, Database, SchemeName, Secret, SourceConfig};
 use crate::stripe::api::StripeApi;
 use crate::stripe::reconcile::{Counts, Run};
+use crate::stripe::settings::{MAX_RECONCILE_SINCE, STRIPE_API_BASE};
 
 use super::common::Exit;
 
@@ -64,9 +65,9 @@ pub(crate) fn run(args: ReconcileArgs) -> anyhow::Result<Exit> {
         config.database = db;
     }
     if let Some(credits) = args.credits_per_invoice {
-        config.stripe_billing.credits_per_invoice = credits;
+        config.stripe_billing.set("credits_per_invoice", credits)?;
     }
-    if args.since.is_zero() || args.since > config::MAX_RECONCILE_SINCE {
+    if args.since.is_zero() || args.since > MAX_RECONCILE_SINCE {
         bail!("--since must be more than 0 and at most 30d (Stripe keeps events for 30 days)");
     }
     let Some(source_config) = config.sources.iter().find(|s| s.name == args.source) else {
@@ -116,7 +117,7 @@ fn api(args: &ReconcileArgs, source: &SourceConfig) -> anyhow::Result<StripeApi>
         .api_base
         .as_deref()
         .or(source.api_base.as_deref())
-        .unwrap_or(config::STRIPE_API_BASE);
+        .unwrap_or(STRIPE_API_BASE);
     Ok(StripeApi::new(base, key))
 }
 

@@ -11,6 +11,7 @@ use clap::Args;
 use crate::app::Hookledger;
 use crate::config::Secret;
 use crate::config::{self, Config, Database, ForwardConfig, SchemeName, SourceConfig};
+use crate::error::Error;
 
 use super::common::{from_environment, Exit};
 
@@ -107,11 +108,11 @@ pub struct ServeArgs {
     forward_timeout: Option<Duration>,
     /// Days the ledger remembers events (their claims), at least 3, Stripe's retry window, or
     /// `never`. [default: 400]
-    #[arg(long, alias = "claim-days", value_parser = crate::retention::parse_days)]
+    #[arg(long, alias = "claim-days", value_parser = crate::config::parse_days)]
     retention_days: Option<u64>,
     /// Days the ledger keeps events' payloads (then cleared; the claim stays), or `never`.
     /// [default: 30]
-    #[arg(long, value_parser = crate::retention::parse_days)]
+    #[arg(long, value_parser = crate::config::parse_days)]
     payload_days: Option<u64>,
 }
 
@@ -122,15 +123,159 @@ fn set<T>(field: &mut T, flag: Option<T>) {
     }
 }
 
+/// The config keys that given flags set, each with the flag (or its environment variable)
+/// that set it: an error about one of those keys names the flag too.
+#[derive(Debug, Default)]
+struct FromFlags(Vec<(String, &'static str)>);
+
+impl FromFlags {
+    /// `err` as `serve` shows it: a config error about a key that a flag set names the flag
+    /// first, `--forward-to (forward.url): not a URL (…)`; any other error is as it is.
+    fn explain(&self, err: Error) -> anyhow::Error {
+        if let Error::Config { key, message } = &err {
+            if let Some((_, flag)) = self.0.iter().find(|(k, _)| k == key) {
+                return super::common::flag_error(flag, key, message);
+            }
+        }
+        err.into()
+    }
+}
+
 impl ServeArgs {
-    /// The config: the file's (or the defaults), with each given flag over it.
-    fn config(self) -> anyhow::Result<Config> {
+    /// The config: the file's (or the defaults), with each given flag over it; and which
+    /// keys the flags set.
+    fn config(self) -> anyhow::Result<(Config, FromFlags)> {
         let file = self.config.clone();
         let config = match &file {
-            Some(path) => Config::load(path)?,
+            Some(path) => Config::load(path).map_err(|e| match e {
+                Error::Config { .. } => {
+                    anyhow::Error::from(e).context(format!("config file {}", path.display()))
+                }
+                other => other.into(),
+            })?,
             None => Config::default(),
         };
-        self.overlay(config, file.is_some())
+        let flags = self.keys_set();
+        Ok((self.overlay(config, file.is_some())?, flags))
+    }
+
+    /// The config keys the given flags set.
+    fn keys_set(&self) -> FromFlags {
+        let stripe = |field: &str| config::source_key("stripe", field);
+        let stripe_secret = if self.stripe_secret_file.is_some() {
+            "--stripe-secret-file"
+        } else if from_environment(&self.stripe_secret, "STRIPE_WEBHOOK_SECRET") {
+            "STRIPE_WEBHOOK_SECRET"
+        } else {
+            "--stripe-secret"
+        };
+        let given = [
+            ("listen".into(), "--listen", self.listen.is_some()),
+            (
+                "admin_listen".into(),
+                "--admin-listen",
+                self.admin_listen.is_some(),
+            ),
+            (
+                "admin_token".into(),
+                "--admin-token",
+                self.admin_token.is_some(),
+            ),
+            ("database".into(), "--db", self.db.is_some()),
+            (
+                "http.max_body".into(),
+                "--max-body",
+                self.max_body.is_some(),
+            ),
+            (
+                "http.body_budget".into(),
+                "--max-body-in-flight",
+                self.max_body_in_flight.is_some(),
+            ),
+            (
+                "http.read_timeout".into(),
+                "--read-timeout",
+                self.read_timeout.is_some(),
+            ),
+            (
+                "http.max_connections".into(),
+                "--max-connections",
+                self.max_connections.is_some(),
+            ),
+            (
+                "storage.busy_timeout".into(),
+                "--busy-timeout-ms",
+                self.busy_timeout_ms.is_some(),
+            ),
+            (
+                "storage.outbox_lease".into(),
+                "--outbox-lease",
+                self.outbox_lease.is_some(),
+            ),
+            (
+                "writer.batch_max".into(),
+                "--batch-max",
+                self.batch_max.is_some(),
+            ),
+            (
+                "writer.queue_depth".into(),
+                "--queue-depth",
+                self.queue_depth.is_some(),
+            ),
+            (
+                "stripe_billing".into(),
+                "--credits-per-invoice",
+                self.credits_per_invoice.is_some(),
+            ),
+            (
+                "retention.claim_days".into(),
+                "--retention-days",
+                self.retention_days.is_some(),
+            ),
+            (
+                "retention.payload_days".into(),
+                "--payload-days",
+                self.payload_days.is_some(),
+            ),
+            (
+                "forward.url".into(),
+                "--forward-to",
+                self.forward_to.is_some(),
+            ),
+            (
+                "forward.schedule".into(),
+                "--forward-schedule",
+                !self.forward_schedule.is_empty(),
+            ),
+            (
+                "forward.timeout".into(),
+                "--forward-timeout",
+                self.forward_timeout.is_some(),
+            ),
+            (
+                stripe("secrets"),
+                stripe_secret,
+                self.stripe_secret.is_some() || self.stripe_secret_file.is_some(),
+            ),
+            (stripe("tolerance"), "--tolerance", self.tolerance.is_some()),
+            (
+                stripe("api_key"),
+                "--stripe-api-key",
+                self.stripe_api_key.is_some(),
+            ),
+            (
+                stripe("api_base"),
+                "--stripe-api-base",
+                self.stripe_api_base.is_some(),
+            ),
+        ];
+        FromFlags(
+            given
+                .into_iter()
+                .filter(|(_, _, given)| *given)
+                .map(|(key, flag, _)| (key, flag))
+                .collect(),
+        )
     }
 
     /// The given flags over `config`.
@@ -155,10 +300,9 @@ impl ServeArgs {
         set(&mut config.storage.outbox_lease, self.outbox_lease);
         set(&mut config.writer.batch_max, self.batch_max);
         set(&mut config.writer.queue_depth, self.queue_depth);
-        set(
-            &mut config.stripe_billing.credits_per_invoice,
-            self.credits_per_invoice,
-        );
+        if let Some(credits) = self.credits_per_invoice {
+            config.stripe_billing.set("credits_per_invoice", credits)?;
+        }
         set(&mut config.retention.claim_days, self.retention_days);
         set(&mut config.retention.payload_days, self.payload_days);
         if self.retention_days.is_some() && self.payload_days.is_none() {
@@ -345,7 +489,14 @@ fn admin_listen(value: &str) -> Result<AdminListen, String> {
 
 /// Runs `serve`: the flags over the defaults, then open, listen and serve until a signal.
 pub(super) fn run(args: ServeArgs) -> anyhow::Result<Exit> {
-    let config = args.config()?;
+    let (config, flags) = args.config()?;
+    if config.sources.is_empty() {
+        bail!(
+            "no source to receive from: set STRIPE_WEBHOOK_SECRET=whsec_... (comma-separated \
+             during rotation) or pass --stripe-secret / --stripe-secret-file for Stripe, or \
+             --config hookledger.toml with [[source]] entries"
+        );
+    }
     for source in &config.sources {
         if source.tolerance == Some(Duration::ZERO) {
             log::warn!(
@@ -356,7 +507,7 @@ pub(super) fn run(args: ServeArgs) -> anyhow::Result<Exit> {
         }
     }
 
-    let hookledger = Hookledger::open(config.clone())?;
+    let hookledger = Hookledger::open(config.clone()).map_err(|e| flags.explain(e))?;
     let hookledger_admin = hookledger.admin_router();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -397,7 +548,8 @@ pub(super) fn run(args: ServeArgs) -> anyhow::Result<Exit> {
                 crate::http::server::serve_admin(admin, hookledger_admin, &http).await;
             });
         }
-        hookledger.serve(listener, shutdown).await
+        hookledger.serve(listener, shutdown).await?;
+        anyhow::Ok(())
     })?;
     Ok(Exit::Ok)
 }
@@ -518,6 +670,80 @@ mod tests {
         assert_eq!(config.sources.len(), 1);
         assert_eq!(config.sources[0].handlers, ["stripe-billing"]);
         assert_eq!(config.sources[0].tolerance, Some(Duration::ZERO));
+    }
+
+    /// `serve` with `args`, through clap as from the command line.
+    fn parsed(args: &[&str]) -> ServeArgs {
+        #[derive(clap::Parser)]
+        struct Serve {
+            #[command(flatten)]
+            args: ServeArgs,
+        }
+        <Serve as clap::Parser>::try_parse_from(
+            std::iter::once("serve").chain(args.iter().copied()),
+        )
+        .unwrap()
+        .args
+    }
+
+    /// The message `serve` stops with for `args`, or `None` when the config is valid.
+    fn refusal(args: &[&str], file: Option<&str>) -> Option<String> {
+        let args = parsed(args);
+        let flags = args.keys_set();
+        let config = match file {
+            Some(text) => Config::parse(text, Path::new(".")).unwrap(),
+            None => Config::default(),
+        };
+        let config = args.overlay(config, file.is_some()).unwrap();
+        let err = config.validate().err()?;
+        Some(flags.explain(Error::from(err)).to_string())
+    }
+
+    #[test]
+    fn an_error_about_a_key_a_flag_set_names_the_flag() {
+        let secret = ["--stripe-secret", "whsec_from_the_flag_0"];
+        let err = refusal(
+            &[
+                &secret[..],
+                &["--max-body", "4096", "--max-body-in-flight", "1024"],
+            ]
+            .concat(),
+            None,
+        );
+        assert_eq!(
+            err.as_deref(),
+            Some(
+                "--max-body-in-flight (http.body_budget): 1024 must be at least http.max_body \
+                 (4096), or no body of the largest size could ever be read"
+            )
+        );
+        let err = refusal(
+            &[
+                &secret[..],
+                &["--forward-to", "ftp://app/hooks"],
+                &["--forward-secret", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"],
+            ]
+            .concat(),
+            None,
+        )
+        .unwrap();
+        assert!(
+            err.starts_with("--forward-to (forward.url): must be an http:// or https:// URL"),
+            "{err}"
+        );
+        // The same setting from the config file: the key alone.
+        let file = "[http]\nmax_body = 4096\nbody_budget = 1024\n[[source]]\nname = \"gh\"\n\
+                    scheme = \"github\"\nsecrets = [\"gh_literal_secret_123\"]\n";
+        let err = refusal(&[], Some(file)).unwrap();
+        assert!(
+            err.starts_with("http.body_budget: 1024 must be at least http.max_body (4096)"),
+            "{err}"
+        );
+        // A flag names only its own key: here the file's value is at fault.
+        let err = refusal(&["--max-body", "4096"], Some(file)).unwrap();
+        assert!(err.starts_with("http.body_budget: 1024"), "{err}");
+        let err = refusal(&[&secret[..], &["--tolerance", "5"]].concat(), None);
+        assert_eq!(err, None);
     }
 
     #[test]

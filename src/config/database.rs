@@ -5,12 +5,15 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+use super::ConfigError;
+
 /// Where the ledger lives: a SQLite file (the default, one machine) or a PostgreSQL database
 /// (several instances on one ledger). A value that starts with `postgres://` or
 /// `postgresql://` is PostgreSQL; anything else is a file path.
 ///
 /// `Display` and `Debug` never show a PostgreSQL password.
 #[derive(Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Database {
     /// A SQLite database file, created on first start.
     Sqlite(PathBuf),
@@ -89,6 +92,21 @@ impl fmt::Debug for Database {
     }
 }
 
+/// The connection settings of a PostgreSQL `url`, checked without showing it (it may hold a
+/// password). The PostgreSQL store connects with them; validation calls it so that a bad URL
+/// stops start-up before anything is opened.
+pub(crate) fn parse_postgres(url: &str) -> Result<tokio_postgres::Config, ConfigError> {
+    url.parse::<tokio_postgres::Config>().map_err(|e| {
+        ConfigError::new(
+            "database",
+            format!(
+                "not a valid PostgreSQL URL ({}): {e}",
+                Database::Postgres(url.to_string())
+            ),
+        )
+    })
+}
+
 /// `url` with its password (in the authority or a `password=` query parameter) replaced.
 fn redacted(url: &str) -> String {
     let Ok(mut parsed) = url::Url::parse(url) else {
@@ -143,5 +161,11 @@ mod tests {
         assert!(shown.contains("sslmode=disable"), "{shown}");
         let bad = format!("{}", Database::parse("postgres://app:pw@[bad"));
         assert!(!bad.contains("pw"), "{bad}");
+        let err = parse_postgres("postgres://app:s3cr3t-pw@db:5432/hl?sslmode=nope").unwrap_err();
+        assert_eq!(err.key, "database");
+        assert!(
+            err.message.contains("not a valid PostgreSQL URL") && !err.message.contains("s3cr3t"),
+            "{err}"
+        );
     }
 }

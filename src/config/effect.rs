@@ -3,12 +3,14 @@
 
 use std::path::PathBuf;
 
-use anyhow::bail;
 use serde::Deserialize;
+
+use super::{refuse, ConfigError};
 
 /// SQL run, in config order, for the events of `source` whose type `on` matches.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct EffectConfig {
     pub source: String,
     /// Exact types, `prefix.*` patterns, or `*`; one string or a list.
@@ -23,6 +25,7 @@ pub struct EffectConfig {
 /// The app's own schema.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
 pub struct SchemaConfig {
     /// A folder of `*.sql` files, applied once each in name order at start-up (relative to
     /// the config file).
@@ -127,6 +130,20 @@ pub(crate) fn bind_parameters(sql: &str) -> Result<BoundStatement, String> {
 }
 
 impl EffectConfig {
+    /// SQL `sql` run for the events of `source` whose type matches one of `on` (exact types,
+    /// `prefix.*` or `*`).
+    pub fn new(
+        source: impl Into<String>,
+        on: impl IntoIterator<Item = impl Into<String>>,
+        sql: impl Into<String>,
+    ) -> EffectConfig {
+        EffectConfig {
+            source: source.into(),
+            on: on.into_iter().map(Into::into).collect(),
+            sql: sql.into(),
+        }
+    }
+
     /// Whether events of type `kind` run this effect.
     pub(crate) fn matches(&self, kind: &str) -> bool {
         self.on
@@ -139,28 +156,28 @@ impl EffectConfig {
 
     /// Refuses what cannot work (the SQL itself is checked against the database later);
     /// `index` (from 1) and the source name it in errors.
-    pub(crate) fn validate(&self, index: usize, sources: &[&str]) -> anyhow::Result<()> {
+    pub(crate) fn validate(&self, index: usize, sources: &[&str]) -> Result<(), ConfigError> {
         let source = &self.source;
+        let key = |field: &str| format!("effect {index}.{field}");
         if !sources.contains(&source.as_str()) {
-            bail!(
-                "effect {index}: source `{source}` is not a [[source]] (there are: {})",
+            refuse!(
+                key("source"),
+                "`{source}` is not a [[source]] (there are: {})",
                 sources.join(", ")
             );
         }
         if self.on.is_empty() || self.on.iter().any(|p| p.trim().is_empty()) {
-            bail!(
-                "effect {index} (source `{source}`): on must name event types, `prefix.*` or `*`"
-            );
+            refuse!(key("on"), "must name event types, `prefix.*` or `*`");
         }
         if let Some(bad) = self
             .on
             .iter()
             .find(|p| p.contains('*') && !p.ends_with('*'))
         {
-            bail!("effect {index} (source `{source}`): on: `{bad}`: `*` may only end a pattern");
+            refuse!(key("on"), "`{bad}`: `*` may only end a pattern");
         }
         if split_statements(&self.sql).is_empty() {
-            bail!("effect {index} (source `{source}`): sql is empty");
+            refuse!(key("sql"), "is empty");
         }
         Ok(())
     }
@@ -300,6 +317,11 @@ mod tests {
         }
         .validate(2, &sources)
         .unwrap_err();
-        assert!(err.to_string().contains("effect 2: source `nope`"), "{err}");
+        assert_eq!(err.key, "effect 2.source");
+        assert!(
+            err.to_string()
+                .starts_with("effect 2.source: `nope` is not a [[source]]"),
+            "{err}"
+        );
     }
 }

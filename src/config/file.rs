@@ -1,62 +1,44 @@
 //! The config file: TOML, read once at start-up. Relative paths in it (`database`, `file:`
 //! secrets) are relative to its folder; `env:` and `file:` secrets are read here, so what
-//! comes out holds the secrets themselves.
+//! comes out holds the secrets themselves. (Reading the file itself is `Config::load`'s, at
+//! the library's boundary: config does no I/O of its own but the secrets'.)
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use anyhow::{anyhow, Context};
-
-use super::source::one_secret;
-use super::{Config, Database};
+use super::{one_secret, Config, ConfigError, Database};
 
 impl Config {
-    /// Reads and checks the config file at `path`, its secrets read. Errors name the file,
-    /// the line, the source and the key where they can.
-    pub fn load(path: &Path) -> anyhow::Result<Config> {
-        let (mut config, folder) = Config::read(path)?;
-        config
-            .resolve_secrets(&folder)
-            .with_context(|| format!("config file {}", path.display()))?;
-        Ok(config)
-    }
-
-    /// Reads the config file at `path` with its secrets still as written (`env:`, `file:`),
-    /// and the folder they are relative to.
-    pub(crate) fn read(path: &Path) -> anyhow::Result<(Config, PathBuf)> {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("cannot read config file {}", path.display()))?;
-        let folder = path.parent().unwrap_or(Path::new(".")).to_path_buf();
-        let config = Config::parse(&text, &folder)
-            .with_context(|| format!("config file {}", path.display()))?;
-        Ok((config, folder))
-    }
-
     /// Parses a config file's `text` and reads its secrets, relative paths against `folder`.
     #[cfg(test)]
-    pub(crate) fn from_toml(text: &str, folder: &Path) -> anyhow::Result<Config> {
+    pub(crate) fn from_toml(text: &str, folder: &Path) -> Result<Config, ConfigError> {
         let mut config = Config::parse(text, folder)?;
         config.resolve_secrets(folder)?;
         Ok(config)
     }
 
-    /// Parses `text`, resolving relative paths against `folder`; secrets stay as written.
-    fn parse(text: &str, folder: &Path) -> anyhow::Result<Config> {
+    /// Parses a config file's `text`, resolving relative paths against `folder` (the file's);
+    /// secrets stay as written (`env:`, `file:`) until [`Config::resolve_secrets`]. An error
+    /// names the table (``source `gh` ``, `http`) and the line.
+    pub(crate) fn parse(text: &str, folder: &Path) -> Result<Config, ConfigError> {
         let mut config: Config = toml::from_str(text).map_err(|e| {
             // The parser's own text quotes the offending line, which may hold a literal
             // secret: the message alone, with where it is.
-            let (source, place) = match e.span() {
+            let (key, place) = match e.span() {
                 Some(span) => {
                     let before = &text[..span.start.min(text.len())];
                     let line = before.matches('\n').count() + 1;
                     let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
-                    let source = source_around(text, span.start)
-                        .map(|name| format!("source `{name}`: "))
-                        .unwrap_or_default();
-                    (source, format!("line {line}, column {column}: "))
+                    (
+                        table_around(text, span.start),
+                        format!("line {line}, column {column}: "),
+                    )
                 }
                 None => (String::new(), String::new()),
             };
-            anyhow!("{source}{place}{}", without_values(e.message().trim_end()))
+            ConfigError::new(
+                key,
+                format!("{place}{}", without_values(e.message().trim_end())),
+            )
         })?;
         if let Database::Sqlite(path) = &mut config.database {
             if path.is_relative() {
@@ -71,8 +53,8 @@ impl Config {
         Ok(config)
     }
 
-    /// Reads every `env:` and `file:` secret.
-    fn resolve_secrets(&mut self, folder: &Path) -> anyhow::Result<()> {
+    /// Reads every `env:` and `file:` secret (`file:` paths relative to `folder`).
+    pub(crate) fn resolve_secrets(&mut self, folder: &Path) -> Result<(), ConfigError> {
         for source in &mut self.sources {
             source.resolve_secrets(folder)?;
         }
@@ -88,7 +70,7 @@ impl Config {
 
 /// `message` with every double-quoted value (serde quotes the value of a wrong type, which may
 /// be a secret) replaced by `"…"`. Keys and variants are quoted with backticks and stay.
-fn without_values(message: &str) -> String {
+pub(super) fn without_values(message: &str) -> String {
     let mut out = String::with_capacity(message.len());
     let mut parts = message.split('"');
     out.push_str(parts.next().unwrap_or_default());
@@ -101,25 +83,55 @@ fn without_values(message: &str) -> String {
     out
 }
 
-/// The `name` of the `[[source]]` table that contains byte `offset` of `text`, if any.
-fn source_around(text: &str, offset: usize) -> Option<String> {
+/// The table that contains byte `offset` of `text`, as a key: ``source `gh` `` (a
+/// `[[source]]`, by its name), ``delivery `kind` ``, `effect 2` (by its place), `http` (a
+/// `[table]`), or empty (the top level).
+fn table_around(text: &str, offset: usize) -> String {
     let before = &text[..offset.min(text.len())];
-    let start = before.rfind("[[source]]")?;
-    // Another table header between the source and the offset ends the source.
-    let after_header = start + "[[source]]".len();
-    if before[after_header..]
-        .lines()
-        .any(|l| l.trim_start().starts_with('['))
-    {
-        return None;
+    // The last header before `offset`: its name, whether it is `[[…]]`, where it starts and
+    // where its table's lines start.
+    let mut header = None;
+    let mut at = 0;
+    for line in before.split_inclusive('\n') {
+        let start = at;
+        at += line.len();
+        let line = line.trim();
+        if let Some(inside) = line.strip_prefix('[') {
+            let array = inside.starts_with('[');
+            let name = inside
+                .trim_start_matches('[')
+                .split(']')
+                .next()
+                .unwrap_or("");
+            header = Some((name.trim(), array, start, at));
+        }
     }
-    let block_end = text[after_header..]
-        .find("\n[")
-        .map_or(text.len(), |i| after_header + i);
-    text[start..block_end].lines().find_map(|line| {
-        let (key, value) = line.split_once('=')?;
-        (key.trim() == "name").then(|| value.trim().trim_matches('"').to_string())
-    })
+    let Some((name, array, start, body)) = header else {
+        return String::new();
+    };
+    if !array {
+        return name.to_string();
+    }
+    let block = &text[body..];
+    let block = &block[..block.find("\n[").unwrap_or(block.len())];
+    let field = |wanted: &str| {
+        block.lines().find_map(|line| {
+            let (key, value) = line.split_once('=')?;
+            (key.trim() == wanted).then(|| value.trim().trim_matches('"').to_string())
+        })
+    };
+    let named = match name {
+        "source" => field("name"),
+        "delivery" => field("kind"),
+        _ => None,
+    };
+    match named {
+        Some(named) => format!("{name} `{named}`"),
+        None => {
+            let place = text[..start].matches(&format!("[[{name}]]")).count() + 1;
+            format!("{name} {place}")
+        }
+    }
 }
 
 #[cfg(test)]
@@ -141,10 +153,33 @@ secret = ["oops"]
     #[test]
     fn a_parse_error_names_the_source_the_key_and_the_line() {
         let err = Config::from_toml(TWO_SOURCES, Path::new(".")).unwrap_err();
-        let text = format!("{err:#}");
-        assert!(text.contains("source `gh`"), "{text}");
-        assert!(text.contains("unknown field `secret`"), "{text}");
-        assert!(text.contains("line 10"), "{text}");
+        assert_eq!(err.key, "source `gh`");
+        assert!(
+            err.message
+                .starts_with("line 10, column 1: unknown field `secret`"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_parse_error_elsewhere_names_its_table() {
+        for (text, key) in [
+            ("[http]\nport = 1\n", "http"),
+            ("listen = \"127.0.0.1:1\"\nlisten_on = 2\n", ""),
+            (
+                "[[delivery]]\nkind = \"receipt\"\nurl = \"http://a/\"\ntimeout = 5\n",
+                "delivery `receipt`",
+            ),
+            (
+                "[[effect]]\nsource = \"a\"\non = \"*\"\nsql = \"SELECT 1\"\n\n\
+                 [[effect]]\nsource = \"a\"\non = \"*\"\nsql = 1\n",
+                "effect 2",
+            ),
+        ] {
+            let err = Config::from_toml(text, Path::new(".")).unwrap_err();
+            assert_eq!(err.key, key, "{text}: {err}");
+            assert!(err.message.starts_with("line "), "{text}: {err}");
+        }
     }
 
     #[test]
@@ -181,11 +216,10 @@ scheme = "github"
 secrets = ["file:gh.secret", "env:HOOKLEDGER_TEST_UNSET_VARIABLE_1"]
 "#;
         let err = Config::from_toml(text, dir.path()).unwrap_err();
-        assert!(
-            format!("{err:#}").contains(
-                "source `gh`: secrets: environment variable HOOKLEDGER_TEST_UNSET_VARIABLE_1 is not set"
-            ),
-            "{err:#}"
+        assert_eq!(err.key, "source `gh`.secrets");
+        assert_eq!(
+            err.message,
+            "environment variable HOOKLEDGER_TEST_UNSET_VARIABLE_1 is not set"
         );
         let text = text.replace(", \"env:HOOKLEDGER_TEST_UNSET_VARIABLE_1\"", "");
         let config = Config::from_toml(&text, dir.path()).unwrap();
@@ -196,8 +230,9 @@ secrets = ["file:gh.secret", "env:HOOKLEDGER_TEST_UNSET_VARIABLE_1"]
         let missing = text.replace("gh.secret", "nope.secret");
         let err = Config::from_toml(&missing, dir.path()).unwrap_err();
         assert!(
-            format!("{err:#}").contains("source `gh`: secrets: cannot read"),
-            "{err:#}"
+            err.to_string()
+                .starts_with("source `gh`.secrets: cannot read"),
+            "{err}"
         );
     }
 
@@ -215,68 +250,20 @@ secrets = ["file:gh.secret", "env:HOOKLEDGER_TEST_UNSET_VARIABLE_1"]
         config.validate().unwrap();
         let unset = text.replace("file:admin.token", "env:HOOKLEDGER_TEST_UNSET_VARIABLE_2");
         let err = Config::from_toml(&unset, dir.path()).unwrap_err();
-        assert!(
-            format!("{err:#}").contains(
-                "admin_token: environment variable HOOKLEDGER_TEST_UNSET_VARIABLE_2 is not set"
-            ),
-            "{err:#}"
+        assert_eq!(
+            err.to_string(),
+            "admin_token: environment variable HOOKLEDGER_TEST_UNSET_VARIABLE_2 is not set"
         );
         std::fs::write(dir.path().join("admin.token"), "short-token\n").unwrap();
         let err = Config::from_toml(text, dir.path())
             .unwrap()
             .validate()
             .unwrap_err();
+        assert_eq!(err.key, "admin_token");
         assert!(
-            err.to_string()
-                .contains("(admin_token): the token is shorter than 16")
+            err.message.starts_with("the token is shorter than 16")
                 && !err.to_string().contains("short-token"),
             "{err}"
         );
-    }
-
-    #[test]
-    fn stripe_api_settings_that_cannot_work_are_refused_naming_the_key() {
-        let stripe = "[[source]]\nname = \"stripe\"\nscheme = \"stripe\"\n\
-                      secrets = [\"whsec_test_secret_0123\"]\nhandlers = [\"stripe-billing\"]\n";
-        let key = "api_key = \"sk_test_literal_key_0123\"\n";
-        for (extra, expected) in [
-            (
-                "reconcile = { every = \"1h\", since = \"3d\" }\n".to_string(),
-                "source `stripe`: reconcile needs api_key",
-            ),
-            (
-                format!("{key}reconcile = {{ every = \"1h\", since = \"31d\" }}\n"),
-                "source `stripe`: reconcile.since must be more than 0 and at most 30d",
-            ),
-            (
-                format!("{key}reconcile = {{ every = \"0s\", since = \"3d\" }}\n"),
-                "source `stripe`: reconcile.every must be at least 1s",
-            ),
-            (
-                format!("{key}api_base = \"ftp://example.com\"\n"),
-                "source `stripe`: api_base must be an http:// or https:// URL",
-            ),
-            (
-                "refresh = \"always\"\n".to_string(),
-                "source `stripe`: refresh = \"always\" needs api_key and the stripe-billing",
-            ),
-        ] {
-            let config = Config::from_toml(&format!("{stripe}{extra}"), Path::new(".")).unwrap();
-            let err = config.validate().unwrap_err().to_string();
-            assert!(err.contains(expected), "{extra}: {err}");
-        }
-        let github = "[[source]]\nname = \"gh\"\nscheme = \"github\"\n\
-                      secrets = [\"gh_literal_secret_123\"]\n";
-        let config = Config::from_toml(&format!("{github}{key}"), Path::new(".")).unwrap();
-        let err = config.validate().unwrap_err().to_string();
-        assert!(
-            err.contains("source `gh`: api_key applies to scheme stripe only, not github"),
-            "{err}"
-        );
-        let fine = format!("{stripe}{key}reconcile = {{ every = \"1h\", since = \"30d\" }}\n");
-        Config::from_toml(&fine, Path::new("."))
-            .unwrap()
-            .validate()
-            .unwrap();
     }
 }

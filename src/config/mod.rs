@@ -1,93 +1,57 @@
-//! One configuration: every setting of `serve`, its default (each with its reason) and its
-//! validation. It deserializes (serde) with every field optional, from a TOML file
-//! ([`Config::load`], `file.rs`); the CLI's flags are an overlay on it (`cli/serve.rs`), and
-//! the parts borrow their section of it. `[[source]]` entries are in `source.rs`.
+//! One configuration: every setting of `serve`, its default (each with its reason,
+//! `defaults.rs`) and its validation, whose errors name the config file's key
+//! ([`ConfigError`]). It deserializes (serde) with every field optional, from a TOML file
+//! (`file.rs`; [`Config::load`] reads it); the CLI's flags are an overlay on it
+//! (`cli/serve.rs`), and the parts borrow their section of it. `[[source]]` entries are in
+//! `source.rs`.
+//!
+//! A leaf of the crate: it imports nothing of it, and names no provider. The parts that
+//! share a default import it from here; a built-in handler's settings are a
+//! [`HandlerSettings`] the handler decodes; what a provider wing requires of the settings
+//! (which schemes have an API, how far back it reaches) is checked by that wing at start-up.
 
 mod database;
+mod days;
+mod defaults;
 mod effect;
+mod error;
 mod file;
+mod handler;
 mod secret;
 mod source;
 
+pub(crate) use database::parse_postgres;
 pub use database::Database;
+pub(crate) use days::{describe_days, parse_days, NEVER};
+pub use defaults::DEFAULT_TOLERANCE_SECS;
+pub(crate) use defaults::{
+    default_schedule, DEFAULT_ADMIN_LISTEN, DEFAULT_BATCH_MAX, DEFAULT_BODY_BUDGET,
+    DEFAULT_BUSY_TIMEOUT, DEFAULT_CLAIM_DAYS, DEFAULT_DB, DEFAULT_FORWARD_TIMEOUT, DEFAULT_LISTEN,
+    DEFAULT_MAX_BODY, DEFAULT_MAX_CONNECTIONS, DEFAULT_OUTBOX_LEASE, DEFAULT_PAYLOAD_DAYS,
+    DEFAULT_QUEUE_DEPTH, DEFAULT_READ_TIMEOUT, MIN_RETENTION_DAYS,
+};
 pub(crate) use effect::{bind_parameters, split_statements, BoundStatement};
 pub use effect::{EffectConfig, SchemaConfig};
+pub use error::ConfigError;
+pub(crate) use error::{refuse, source_key};
+pub use handler::HandlerSettings;
+pub(crate) use secret::decode_standard_secret;
 pub use secret::Secret;
 pub(crate) use source::one_secret;
 pub use source::{
     HmacAlgorithm, HmacConfig, HmacEncoding, Locator, ReconcileConfig, Refresh, SchemeName,
     SourceConfig,
 };
-pub(crate) use source::{MAX_RECONCILE_SINCE, STRIPE_API_BASE};
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::bail;
 use serde::Deserialize;
 
-/// Stripe's payloads are a few KB; 1 MiB leaves room for the largest real events while a
-/// hostile sender cannot make us buffer more than that per request.
-pub(crate) const DEFAULT_MAX_BODY: usize = 1024 * 1024;
-
-/// Request bodies held in memory at once, across all requests: 32 bodies of the largest size,
-/// thousands of real Stripe events (a few KB each). Bounds memory under a flood of large
-/// bodies with forged signatures; over it a request gets a 503 before its body is read.
-pub(crate) const DEFAULT_BODY_BUDGET: usize = 32 * 1024 * 1024;
-
-/// A client that has not sent its headers or body within this time is cut off, so slow
-/// senders cannot hold connections (Stripe itself times out after ~10 s).
-pub(crate) const DEFAULT_READ_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Open connections beyond this are refused with a 503 at once. Each idle connection costs a
-/// few KB; the cap bounds memory and file descriptors under a flood.
-pub(crate) const DEFAULT_MAX_CONNECTIONS: usize = 1024;
-
-/// Where `serve` listens unless told otherwise: loopback, behind a TLS proxy.
-pub(crate) const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
-
-/// The database file unless told otherwise, in the working directory.
-pub(crate) const DEFAULT_DB: &str = "./hookledger.db";
-
-/// Default maximum jobs per transaction. Past a few hundred the batch's fsync is already
-/// amortised, and a bounded batch keeps the latency of its first job bounded.
-pub(crate) const DEFAULT_BATCH_MAX: usize = 256;
-
-/// Default queue depth: about two full batches. A deeper queue only adds latency under
-/// overload; the provider retries a 503 anyway.
-pub(crate) const DEFAULT_QUEUE_DEPTH: usize = 512;
-
-/// How long a write waits for another process's lock on the database before the request gets
-/// a 503: long enough to ride out a CLI command, short enough that the provider gets its
-/// answer long before its own timeout (Stripe: ~10 s).
-pub(crate) const DEFAULT_BUSY_TIMEOUT: Duration = crate::store::sqlite::DEFAULT_BUSY_TIMEOUT;
-
-/// Stripe's own SDKs default to 300 s; it bounds how long a captured request can be replayed.
-pub(crate) const DEFAULT_TOLERANCE_SECS: u64 = crate::source::stripe::DEFAULT_TOLERANCE_SECS;
-
-/// Credits granted per paid invoice by the `stripe-billing` handler.
-pub(crate) const DEFAULT_CREDITS_PER_INVOICE: i64 =
-    crate::stripe::billing::DEFAULT_CREDITS_PER_INVOICE;
-
-/// Claims (the ledger rows, without their payloads) are kept this long. For schemes without a
-/// signed timestamp (github, shopify, hmac) the claim is the only replay protection: a
-/// captured delivery resent within this time is still a duplicate.
-pub(crate) const DEFAULT_CLAIM_DAYS: u64 = 400;
-
-/// Payloads (the stored bodies, for inspection and replay) are kept this long: Stripe lets
-/// people resend events up to 30 days old.
-pub(crate) const DEFAULT_PAYLOAD_DAYS: u64 = 30;
-
-/// Stripe retries a failed delivery for 3 days; a ledger that forgets sooner would apply a
-/// retried event twice.
-pub(crate) const MIN_RETENTION_DAYS: u64 = 3;
-
-/// Default timeout of one delivery request: an app that takes longer is treated as failed.
-pub(crate) const DEFAULT_FORWARD_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Loopback: the admin routes need no token there (nothing on them changes data).
-pub(crate) const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:9090";
+/// The outbox kind of `[forward]`'s rows ("POST this event to the app"); a `[[delivery]]`
+/// cannot take it.
+pub(crate) const FORWARD: &str = "forward";
 
 /// The fewest characters of an admin token.
 const MIN_ADMIN_TOKEN: usize = 16;
@@ -95,27 +59,29 @@ const MIN_ADMIN_TOKEN: usize = 16;
 impl Config {
     /// The admin listener shows event ids and errors: on an address other than loopback it
     /// needs a token, and a token must not be guessable.
-    fn validate_admin(&self) -> anyhow::Result<()> {
+    fn validate_admin(&self) -> Result<(), ConfigError> {
         if let Some(token) = &self.admin_token {
             if token.expose().chars().count() < MIN_ADMIN_TOKEN {
-                bail!(
-                    "--admin-token (admin_token): the token is shorter than {MIN_ADMIN_TOKEN} \
-                     characters; make a random one, e.g. `openssl rand -hex 32`"
+                refuse!(
+                    "admin_token",
+                    "the token is shorter than {MIN_ADMIN_TOKEN} characters; make a random one, \
+                     e.g. `openssl rand -hex 32`"
                 );
             }
         }
         match self.admin_listen {
-            Some(at) if !at.ip().is_loopback() && self.admin_token.is_none() => bail!(
-                "--admin-listen (admin_listen) {at} is not a loopback address: set \
-                 --admin-token env:NAME (admin_token) too, since /metrics and /status show event \
-                 ids and errors to whoever reaches them, or listen on 127.0.0.1"
+            Some(at) if !at.ip().is_loopback() && self.admin_token.is_none() => refuse!(
+                "admin_listen",
+                "{at} is not a loopback address: set an admin_token too (env:NAME or file:PATH), \
+                 since /metrics and /status show event ids and errors to whoever reaches them, \
+                 or listen on 127.0.0.1"
             ),
             _ => Ok(()),
         }
     }
 }
 
-/// `--admin-listen` / `admin_listen`: an address, or `off`.
+/// `admin_listen` (and the flag that sets it): an address, or `off`.
 pub(crate) fn parse_admin_listen(value: &str) -> Result<Option<SocketAddr>, String> {
     if value.eq_ignore_ascii_case("off") {
         return Ok(None);
@@ -131,13 +97,10 @@ fn admin_listen<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<SocketA
     parse_admin_listen(&value).map_err(serde::de::Error::custom)
 }
 
-/// Long enough for a worker's batch of attempts against a slow app (each bounded by the
-/// forward timeout), short enough that a dead instance's rows are delivered within minutes.
-pub(crate) const DEFAULT_OUTBOX_LEASE: Duration = Duration::from_secs(300);
-
 /// Everything `serve` needs. `Debug` shows no secret.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
 pub struct Config {
     /// Where `serve` listens (port 0 picks a free port).
     pub listen: SocketAddr,
@@ -157,14 +120,15 @@ pub struct Config {
     /// `[[source]]`: who sends webhooks, each at `POST /webhooks/{name}`.
     #[serde(rename = "source")]
     pub sources: Vec<SourceConfig>,
-    /// Settings of the `stripe-billing` handler.
-    pub stripe_billing: StripeBillingConfig,
+    /// `[stripe_billing]`: the settings of the built-in `stripe-billing` handler, which
+    /// decodes them itself.
+    pub stripe_billing: HandlerSettings,
     /// `[[effect]]`: the app's SQL, run for matching events inside the claim's transaction.
     #[serde(rename = "effect")]
     pub effects: Vec<EffectConfig>,
     /// The app's own migrations, applied at start-up.
     pub schema: SchemaConfig,
-    /// Delivery of every processed event to the app; `None` without `--forward-to`.
+    /// Delivery of every processed event to the app; `None`: none.
     pub forward: Option<ForwardConfig>,
     /// `[[delivery]]`: where the outbox rows of each kind that effects queue are POSTed.
     #[serde(rename = "delivery")]
@@ -175,6 +139,7 @@ pub struct Config {
 /// The webhook listener and its limits.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
 pub struct HttpConfig {
     pub max_body: usize,
     /// Bytes of request bodies held in memory at once (at least `max_body`).
@@ -187,6 +152,7 @@ pub struct HttpConfig {
 /// The database.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
 pub struct StorageConfig {
     /// SQLite: how long to wait for another process's write lock. PostgreSQL: how long to wait
     /// for a row lock (`lock_timeout`) and for a connection. Then the answer is a 503.
@@ -201,6 +167,7 @@ pub struct StorageConfig {
 /// The writer's batches and queue.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
 pub struct WriterConfig {
     /// Most events per transaction (1 = one fsync per event).
     pub batch_max: usize,
@@ -208,23 +175,16 @@ pub struct WriterConfig {
     pub queue_depth: usize,
 }
 
-/// The `stripe-billing` handler.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct StripeBillingConfig {
-    /// Credits granted per paid invoice (a $0 invoice grants none).
-    pub credits_per_invoice: i64,
-}
-
 /// Where and how to forward processed events to the app.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct ForwardConfig {
     pub url: String,
     /// The Standard Webhooks signing secret (`whsec_<base64>`).
     pub secret: Secret,
     /// Delays between attempts; after the last one a row is dead.
-    #[serde(default = "crate::outbox::default_schedule", with = "durations")]
+    #[serde(default = "default_schedule", with = "durations")]
     pub schedule: Vec<Duration>,
     #[serde(default = "default_forward_timeout", with = "duration")]
     pub timeout: Duration,
@@ -234,6 +194,7 @@ pub struct ForwardConfig {
 /// (signed, retried, dead-lettered), to their own URL.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct DeliveryConfig {
     pub kind: String,
     pub url: String,
@@ -246,16 +207,74 @@ pub struct DeliveryConfig {
     pub timeout: Option<Duration>,
 }
 
+impl ForwardConfig {
+    /// Forwarding to the app at `url`, signed with `secret` (`whsec_<base64>`), on the
+    /// default schedule and timeout.
+    pub fn new(url: impl Into<String>, secret: Secret) -> ForwardConfig {
+        ForwardConfig {
+            url: url.into(),
+            secret,
+            schedule: default_schedule(),
+            timeout: DEFAULT_FORWARD_TIMEOUT,
+        }
+    }
+
+    /// With these delays between attempts; after the last one a row is dead.
+    pub fn with_schedule(mut self, schedule: Vec<Duration>) -> Self {
+        self.schedule = schedule;
+        self
+    }
+
+    /// With this timeout of one delivery request.
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+}
+
 impl DeliveryConfig {
+    /// Delivery of the outbox rows of `kind` to `url`; what is not set is `[forward]`'s.
+    pub fn new(kind: impl Into<String>, url: impl Into<String>) -> DeliveryConfig {
+        DeliveryConfig {
+            kind: kind.into(),
+            url: url.into(),
+            secret: None,
+            schedule: None,
+            timeout: None,
+        }
+    }
+
+    /// Signed with `secret` rather than the `[forward]` one.
+    pub fn with_secret(mut self, secret: Secret) -> Self {
+        self.secret = Some(secret);
+        self
+    }
+
+    /// With these delays between attempts rather than `[forward]`'s.
+    pub fn with_schedule(mut self, schedule: Vec<Duration>) -> Self {
+        self.schedule = Some(schedule);
+        self
+    }
+
+    /// With this timeout of one request rather than `[forward]`'s.
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+
     /// As a [`ForwardConfig`], the `[forward]` one filling what is not set; errors name the
-    /// delivery.
-    pub(crate) fn target(&self, forward: Option<&ForwardConfig>) -> anyhow::Result<ForwardConfig> {
-        let kind = &self.kind;
+    /// delivery's keys.
+    pub(crate) fn target(
+        &self,
+        forward: Option<&ForwardConfig>,
+    ) -> Result<ForwardConfig, ConfigError> {
+        let at = format!("delivery `{}`", self.kind);
         let secret = match (&self.secret, forward) {
             (Some(secret), _) => secret.clone(),
             (None, Some(forward)) => forward.secret.clone(),
-            (None, None) => bail!(
-                "delivery `{kind}`: secret is missing, and there is no [forward] secret to share"
+            (None, None) => refuse!(
+                format!("{at}.secret"),
+                "missing, and there is no [forward] secret to share"
             ),
         };
         let target = ForwardConfig {
@@ -264,7 +283,7 @@ impl DeliveryConfig {
             schedule: match (&self.schedule, forward) {
                 (Some(schedule), _) => schedule.clone(),
                 (None, Some(forward)) => forward.schedule.clone(),
-                (None, None) => crate::outbox::default_schedule(),
+                (None, None) => default_schedule(),
             },
             timeout: match (self.timeout, forward) {
                 (Some(timeout), _) => timeout,
@@ -272,15 +291,7 @@ impl DeliveryConfig {
                 (None, None) => DEFAULT_FORWARD_TIMEOUT,
             },
         };
-        target.validate().map_err(|e| {
-            // The checks are [forward]'s; name this delivery's keys instead.
-            let text = e
-                .to_string()
-                .replace("--forward-to (forward.url)", "url")
-                .replace("--forward-schedule (forward.schedule)", "schedule")
-                .replace("--forward-timeout (forward.timeout)", "timeout");
-            anyhow::anyhow!("delivery `{kind}`: {text}")
-        })?;
+        target.check(&at)?;
         Ok(target)
     }
 }
@@ -288,14 +299,15 @@ impl DeliveryConfig {
 /// What the ledger remembers.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
 pub struct RetentionConfig {
     /// Days the ledger remembers events: their claims, so a resend is still a duplicate (at
     /// least [`MIN_RETENTION_DAYS`]). `"never"` in a file (`u64::MAX`): kept for ever.
-    #[serde(deserialize_with = "crate::retention::deserialize_days")]
+    #[serde(deserialize_with = "days::deserialize_days")]
     pub claim_days: u64,
     /// Days the ledger keeps events' payloads (at most `claim_days`); then the payload is
     /// cleared and the claim stays. `"never"` in a file (`u64::MAX`): kept for ever.
-    #[serde(deserialize_with = "crate::retention::deserialize_days")]
+    #[serde(deserialize_with = "days::deserialize_days")]
     pub payload_days: u64,
 }
 
@@ -328,14 +340,6 @@ impl Default for WriterConfig {
     }
 }
 
-impl Default for StripeBillingConfig {
-    fn default() -> Self {
-        StripeBillingConfig {
-            credits_per_invoice: DEFAULT_CREDITS_PER_INVOICE,
-        }
-    }
-}
-
 impl Default for RetentionConfig {
     fn default() -> Self {
         RetentionConfig {
@@ -360,7 +364,7 @@ impl Default for Config {
             storage: StorageConfig::default(),
             writer: WriterConfig::default(),
             sources: Vec::new(),
-            stripe_billing: StripeBillingConfig::default(),
+            stripe_billing: HandlerSettings::default(),
             effects: Vec::new(),
             schema: SchemaConfig::default(),
             forward: None,
@@ -381,45 +385,81 @@ impl Config {
         }
     }
 
+    /// With the source `source` after the others.
+    pub fn with_source(mut self, source: SourceConfig) -> Self {
+        self.sources.push(source);
+        self
+    }
+
+    /// Forwarding every processed event as `forward` says.
+    pub fn with_forward(mut self, forward: ForwardConfig) -> Self {
+        self.forward = Some(forward);
+        self
+    }
+
+    /// With the delivery `delivery` after the others.
+    pub fn with_delivery(mut self, delivery: DeliveryConfig) -> Self {
+        self.deliveries.push(delivery);
+        self
+    }
+
+    /// With the effect `effect` after the others.
+    pub fn with_effect(mut self, effect: EffectConfig) -> Self {
+        self.effects.push(effect);
+        self
+    }
+
     /// The source named `name`, if any.
     pub fn source_mut(&mut self, name: &str) -> Option<&mut SourceConfig> {
         self.sources.iter_mut().find(|s| s.name == name)
     }
 
-    /// Refuses settings that cannot work, with a message that says what to change.
-    pub fn validate(&self) -> anyhow::Result<()> {
+    /// Refuses settings that cannot work, naming the key, with a message that says what to
+    /// change.
+    pub fn validate(&self) -> Result<(), ConfigError> {
         if self.sources.is_empty() {
-            bail!(
-                "no source to receive from: set STRIPE_WEBHOOK_SECRET=whsec_... (comma-separated \
-                 during rotation) or pass --stripe-secret / --stripe-secret-file for Stripe, or \
-                 --config hookledger.toml with [[source]] entries"
+            refuse!(
+                "source",
+                "none to receive from: add a [[source]] with its name, scheme and secrets"
+            );
+        }
+        // The listener's limits first: a source's default limit is the listener's.
+        if self.http.max_body == 0 {
+            refuse!("http.max_body", "must be at least 1 byte");
+        }
+        if self.http.body_budget < self.http.max_body {
+            refuse!(
+                "http.body_budget",
+                "{} must be at least http.max_body ({}), or no body of the largest size could \
+                 ever be read",
+                self.http.body_budget,
+                self.http.max_body
             );
         }
         for (i, source) in self.sources.iter().enumerate() {
             source.validate()?;
             let max_body = source.max_body(self.http.max_body);
             if max_body == 0 || max_body > self.http.body_budget {
-                bail!(
-                    "source `{}`: max_body ({max_body}) must be at least 1 and at most \
-                     http.body_budget (--max-body-in-flight: {})",
-                    source.name,
+                refuse!(
+                    source_key(&source.name, "max_body"),
+                    "{max_body} must be at least 1 and at most http.body_budget ({})",
                     self.http.body_budget
                 );
             }
             if self.sources[..i].iter().any(|s| s.name == source.name) {
-                bail!("source `{}`: name: two sources have this name", source.name);
+                refuse!(
+                    source_key(&source.name, "name"),
+                    "two sources have this name"
+                );
             }
         }
         let names: Vec<&str> = self.sources.iter().map(|s| s.name.as_str()).collect();
         for (i, effect) in self.effects.iter().enumerate() {
             effect.validate(i + 1, &names)?;
         }
-        if self.http.max_body == 0 {
-            bail!("--max-body (http.max_body) must be at least 1 byte");
-        }
         self.validate_admin()?;
         if let Database::Postgres(url) = &self.database {
-            crate::store::postgres::parse(url)?;
+            parse_postgres(url)?;
             // A worker leases up to 8 rows and attempts them one after the other: a lease
             // shorter than that lets another instance take a row still being attempted (a
             // second delivery, which at-least-once allows: said, not refused).
@@ -432,9 +472,9 @@ impl Config {
                 .unwrap_or_default();
             if self.storage.outbox_lease < slowest * 8 {
                 log::warn!(
-                    "--outbox-lease (storage.outbox_lease, {} s) is shorter than 8 delivery \
-                     timeouts ({} s: 8 × {} s), the rows one worker attempts in turn: another \
-                     instance may deliver a row again while it is being attempted",
+                    "storage.outbox_lease ({} s) is shorter than 8 delivery timeouts ({} s: \
+                     8 × {} s), the rows one worker attempts in turn: another instance may \
+                     deliver a row again while it is being attempted",
                     self.storage.outbox_lease.as_secs(),
                     (slowest * 8).as_secs(),
                     slowest.as_secs()
@@ -445,48 +485,41 @@ impl Config {
         // no longer than that.
         let lease = self.storage.outbox_lease;
         if lease < Duration::from_secs(1) || lease > Duration::from_secs(86_400) {
-            bail!("--outbox-lease (storage.outbox_lease) must be between 1 s and 1 day");
+            refuse!("storage.outbox_lease", "must be between 1 s and 1 day");
         }
-        if self.http.body_budget < self.http.max_body {
-            bail!(
-                "--max-body-in-flight (http.body_budget: {}) must be at least --max-body \
-                 (http.max_body: {}), or no body of the largest size could ever be read",
-                self.http.body_budget,
-                self.http.max_body
-            );
-        }
-        if self.writer.batch_max == 0
-            || self.writer.queue_depth == 0
-            || self.http.max_connections == 0
-        {
-            bail!(
-                "--batch-max, --queue-depth and --max-connections (writer.batch_max, \
-                 writer.queue_depth, http.max_connections) must be at least 1"
-            );
+        for (key, value) in [
+            ("writer.batch_max", self.writer.batch_max),
+            ("writer.queue_depth", self.writer.queue_depth),
+            ("http.max_connections", self.http.max_connections),
+        ] {
+            if value == 0 {
+                refuse!(key, "must be at least 1");
+            }
         }
         check_retention(self.retention.claim_days)?;
         if self.retention.payload_days > self.retention.claim_days {
-            bail!(
-                "retention.payload_days ({}) cannot be more than retention.claim_days ({}): a \
-                 payload is kept only with its claim",
+            refuse!(
+                "retention.payload_days",
+                "{} cannot be more than retention.claim_days ({}): a payload is kept only with \
+                 its claim",
                 self.retention.payload_days,
                 self.retention.claim_days
             );
         }
         if let Some(forward) = &self.forward {
-            forward.validate()?;
+            forward.check("forward")?;
         }
         for (i, delivery) in self.deliveries.iter().enumerate() {
-            if delivery.kind.trim().is_empty() || delivery.kind == crate::outbox::FORWARD {
-                bail!(
-                    "delivery {}: kind must name the rows' kind, and `forward` is [forward]'s",
-                    i + 1
+            if delivery.kind.trim().is_empty() || delivery.kind == FORWARD {
+                refuse!(
+                    format!("delivery {}.kind", i + 1),
+                    "must name the rows' kind, and `{FORWARD}` is [forward]'s"
                 );
             }
             if self.deliveries[..i].iter().any(|d| d.kind == delivery.kind) {
-                bail!(
-                    "delivery `{}`: two deliveries have this kind",
-                    delivery.kind
+                refuse!(
+                    format!("delivery `{}`.kind", delivery.kind),
+                    "two deliveries have this kind"
                 );
             }
             delivery.target(self.forward.as_ref())?;
@@ -503,30 +536,34 @@ pub(crate) const MAX_FORWARD_TIMEOUT: Duration = Duration::from_secs(3600);
 
 impl ForwardConfig {
     /// Refuses a target that cannot be delivered to and settings that are typos, naming the
-    /// flag and the config file's key. The secret is checked where it is decoded ([`crate::delivery::Target`]).
-    fn validate(&self) -> anyhow::Result<()> {
+    /// keys under `at` (`forward`, or a ``delivery `kind` ``). The secret is checked where the
+    /// signer decodes it.
+    fn check(&self, at: &str) -> Result<(), ConfigError> {
+        let key = |field: &str| format!("{at}.{field}");
         // The URL itself is not repeated: it may hold credentials.
         let url = url::Url::parse(&self.url)
-            .map_err(|e| anyhow::anyhow!("--forward-to (forward.url) is not a URL: {e}"))?;
+            .map_err(|e| ConfigError::new(key("url"), format!("not a URL ({e})")))?;
         if !matches!(url.scheme(), "http" | "https") || !url.has_host() {
-            bail!(
-                "--forward-to (forward.url) must be an http:// or https:// URL with a host (the \
-                 app's webhook endpoint), not `{}://…`",
+            refuse!(
+                key("url"),
+                "must be an http:// or https:// URL with a host (the app's webhook endpoint), \
+                 not `{}://…`",
                 url.scheme()
             );
         }
         if self.schedule.is_empty() {
-            bail!("--forward-schedule (forward.schedule) needs at least one delay");
+            refuse!(key("schedule"), "needs at least one delay");
         }
         if let Some(long) = self.schedule.iter().find(|d| **d > MAX_FORWARD_DELAY) {
-            bail!(
-                "--forward-schedule (forward.schedule): a delay of {long:?} is longer than the \
-                 most allowed, 30 days"
+            refuse!(
+                key("schedule"),
+                "a delay of {long:?} is longer than the most allowed, 30 days"
             );
         }
         if self.timeout.is_zero() || self.timeout > MAX_FORWARD_TIMEOUT {
-            bail!(
-                "--forward-timeout (forward.timeout) must be more than 0 and at most 1h, not {:?}",
+            refuse!(
+                key("timeout"),
+                "must be more than 0 and at most 1h, not {:?}",
                 self.timeout
             );
         }
@@ -534,20 +571,21 @@ impl ForwardConfig {
     }
 }
 
-/// A retention shorter than the provider's retry window would let a retry apply twice.
-pub(crate) fn check_retention(days: u64) -> anyhow::Result<()> {
+/// A retention shorter than the providers' retry window would let a retry apply twice.
+pub(crate) fn check_retention(days: u64) -> Result<(), ConfigError> {
     if days < MIN_RETENTION_DAYS {
-        bail!(
-            "retention (--retention-days, retention.claim_days) of {days} day(s) is shorter than Stripe's retry window of \
-             {MIN_RETENTION_DAYS} days: a retried event would be applied twice. Use at least \
-             {MIN_RETENTION_DAYS} (default {DEFAULT_CLAIM_DAYS})."
+        refuse!(
+            "retention.claim_days",
+            "{days} day(s) is shorter than the providers' retry window of {MIN_RETENTION_DAYS} \
+             days: a retried event would be applied twice. Use at least {MIN_RETENTION_DAYS} \
+             (default {DEFAULT_CLAIM_DAYS})."
         );
     }
     Ok(())
 }
 
-/// Fewest characters a signing secret may have after its `whsec_` prefix. Stripe's have 32;
-/// fewer than 10 is a placeholder (`a`, `test`, `changeme`), and one captured request is enough
+/// Fewest characters a signing secret may have after its `whsec_` prefix. Real ones have 32 or
+/// more; fewer than 10 is a placeholder (`a`, `test`, `changeme`), and one captured request is enough
 /// to guess it offline.
 pub(crate) const MIN_SECRET_CHARS: usize = 10;
 
@@ -565,7 +603,7 @@ pub(crate) fn check_secret(secret: &str) -> Result<(), String> {
     let chars = key.chars().count();
     if chars < MIN_SECRET_CHARS {
         return Err(format!(
-            "it has {chars} characters after `whsec_`; a real one has 32, and fewer than \
+            "it has {chars} characters after `whsec_`; a real one has 32 or more, and fewer than \
              {MIN_SECRET_CHARS} is a placeholder that one captured request is enough to guess \
              (copy the whole secret from the provider's dashboard)"
         ));
@@ -584,7 +622,7 @@ pub(crate) fn parse_secret_file(text: &str) -> Vec<Secret> {
         .collect()
 }
 
-/// Splits a comma-separated secret list (as in `STRIPE_WEBHOOK_SECRET=whsec_a,whsec_b`).
+/// Splits a comma-separated secret list (as in `SECRET=whsec_a,whsec_b`).
 pub(crate) fn parse_secret_list(list: &str) -> Vec<Secret> {
     let list = list.strip_prefix('\u{feff}').unwrap_or(list);
     list.split(',')
@@ -767,34 +805,32 @@ mod tests {
 
     #[test]
     fn a_delivery_takes_what_it_does_not_set_from_forward() {
-        let forward = ForwardConfig {
-            url: "http://127.0.0.1:1/forward".into(),
-            secret: Secret::new("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"),
-            schedule: vec![Duration::from_secs(7)],
-            timeout: Duration::from_secs(3),
-        };
-        let delivery = DeliveryConfig {
-            kind: "send_receipt".into(),
-            url: "http://127.0.0.1:1/receipts".into(),
-            secret: None,
-            schedule: None,
-            timeout: None,
-        };
+        let forward = ForwardConfig::new(
+            "http://127.0.0.1:1/forward",
+            Secret::new("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"),
+        )
+        .with_schedule(vec![Duration::from_secs(7)])
+        .with_timeout(Duration::from_secs(3));
+        let delivery = DeliveryConfig::new("send_receipt", "http://127.0.0.1:1/receipts");
         let target = delivery.target(Some(&forward)).unwrap();
         assert_eq!(target.url, "http://127.0.0.1:1/receipts");
         assert_eq!(target.secret, forward.secret);
         assert_eq!(target.schedule, forward.schedule);
         assert_eq!(target.timeout, forward.timeout);
-        let own = DeliveryConfig {
-            timeout: Some(Duration::from_secs(9)),
-            ..delivery.clone()
-        };
+        let own = delivery.clone().with_timeout(Duration::from_secs(9));
         assert_eq!(
             own.target(Some(&forward)).unwrap().timeout,
             Duration::from_secs(9)
         );
-        let err = delivery.target(None).unwrap_err().to_string();
-        assert!(err.contains("secret is missing"), "{err}");
+        let err = delivery.target(None).unwrap_err();
+        assert_eq!(err.key, "delivery `send_receipt`.secret");
+        assert!(err.message.starts_with("missing"), "{err}");
+        let ftp = DeliveryConfig {
+            url: "ftp://127.0.0.1/receipts".into(),
+            ..delivery.clone()
+        };
+        let err = ftp.target(Some(&forward)).unwrap_err();
+        assert_eq!(err.key, "delivery `send_receipt`.url", "{err}");
     }
 
     #[test]
@@ -825,12 +861,9 @@ mod tests {
         assert_eq!(config.sources[0].tolerance, Some(Duration::from_secs(300)));
         assert_eq!(config.retention.claim_days, DEFAULT_CLAIM_DAYS);
         let forward = config.forward.unwrap();
-        assert_eq!(forward.schedule, crate::outbox::default_schedule());
+        assert_eq!(forward.schedule, default_schedule());
         assert_eq!(forward.timeout, DEFAULT_FORWARD_TIMEOUT);
         let err = Config::from_toml("[http]\nport = 1\n", Path::new(".")).unwrap_err();
-        assert!(
-            format!("{err:#}").contains("unknown field `port`"),
-            "{err:#}"
-        );
+        assert!(err.to_string().contains("unknown field `port`"), "{err}");
     }
 }

@@ -15,6 +15,7 @@ use axum::http::HeaderMap;
 use serde::Deserialize;
 
 use super::{check_timestamp, header, Envelope, Scheme, VerifyError, MAX_SIGNATURES};
+use crate::config::decode_standard_secret;
 use crate::event::{check_id, ParseError};
 
 pub(crate) const ID_HEADER: &str = "webhook-id";
@@ -152,16 +153,7 @@ impl std::fmt::Debug for SigningKey {
 impl SigningKey {
     /// Accepts `whsec_<base64>` (and, like the official libraries, bare base64).
     pub fn from_secret(secret: &str) -> Result<Self, String> {
-        let encoded = secret.strip_prefix("whsec_").unwrap_or(secret);
-        let key = BASE64.decode(encoded).map_err(|_| {
-            "the forwarding secret must be whsec_ followed by standard base64 \
-             (generate one with: hookledger gen-secret)"
-                .to_string()
-        })?;
-        if key.len() < 16 {
-            return Err("the forwarding secret must decode to at least 16 bytes".into());
-        }
-        Ok(SigningKey(key))
+        decode_standard_secret(secret).map(SigningKey)
     }
 
     /// A fresh random key in `whsec_<base64>` form, from the operating system's CSPRNG.

@@ -17,9 +17,6 @@ use crate::event::{check_id, ParseError};
 
 pub const HEADER: &str = "Stripe-Signature";
 
-/// Stripe's own SDKs default to 300 s; it bounds how long a captured request can be replayed.
-pub const DEFAULT_TOLERANCE_SECS: u64 = 300;
-
 /// The `stripe` scheme: its secrets (any one may match, for rotation) and the tolerance of the
 /// signed timestamp in seconds (0 turns the check off).
 pub(crate) struct Stripe {

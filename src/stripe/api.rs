@@ -108,7 +108,7 @@ impl StripeApi {
         let base = source
             .api_base
             .as_deref()
-            .unwrap_or(crate::config::STRIPE_API_BASE);
+            .unwrap_or(super::settings::STRIPE_API_BASE);
         Some(StripeApi::new(base, source.api_key.clone()?))
     }
 

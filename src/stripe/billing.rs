@@ -17,7 +17,7 @@
 
 use serde::Deserialize;
 
-use crate::config::Refresh;
+use crate::config::{ConfigError, HandlerSettings, Refresh};
 use crate::event::{check_id, Event, JsonError, ParseError};
 use crate::handler::{Handler, Prepared};
 use crate::sql::Dialect;
@@ -28,6 +28,32 @@ use crate::time::unix_now;
 
 /// Credits granted per paid invoice unless configured otherwise.
 pub(crate) const DEFAULT_CREDITS_PER_INVOICE: i64 = 100;
+
+/// The config file's table of the handler's settings.
+pub(crate) const SETTINGS: &str = "stripe_billing";
+
+/// The handler's settings: `[stripe_billing]` of the config file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub(crate) struct BillingSettings {
+    /// Credits granted per paid invoice (a $0 invoice grants none).
+    pub(crate) credits_per_invoice: i64,
+}
+
+impl Default for BillingSettings {
+    fn default() -> Self {
+        BillingSettings {
+            credits_per_invoice: DEFAULT_CREDITS_PER_INVOICE,
+        }
+    }
+}
+
+impl BillingSettings {
+    /// The settings the config holds for the handler; errors name the table.
+    pub(crate) fn of(settings: &HandlerSettings) -> Result<BillingSettings, ConfigError> {
+        settings.decode(SETTINGS)
+    }
+}
 
 /// The handler, with the credits it grants per paid invoice.
 pub(crate) struct StripeBilling {

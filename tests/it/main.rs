@@ -6,6 +6,7 @@
 mod util;
 
 mod admin;
+mod api;
 mod billing;
 mod browser;
 mod crash;

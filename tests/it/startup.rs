@@ -143,7 +143,7 @@ fn forwarding_settings_that_cannot_work_stop_start_up_naming_the_flag() {
     for (args, expected) in [
         (
             &["--forward-to", "not a url"][..],
-            "--forward-to (forward.url) is not a URL",
+            "--forward-to (forward.url): not a URL",
         ),
         (
             &["--forward-to", "ftp://example.com/hooks"],
@@ -333,7 +333,7 @@ handlers = ["stripe-billing"]
         (
             "hmac without hmac",
             format!("{good}\n[[source]]\nname = \"acme\"\nscheme = \"hmac\"\nsecrets = [\"acme_secret_1234\"]\nid = {{ header = \"X-Id\" }}\ntype = {{ json = \"/t\" }}\n"),
-            vec!["source `acme`", "hmac is missing"],
+            vec!["source `acme`.hmac: missing"],
         ),
         (
             "hmac without header",
@@ -348,12 +348,22 @@ handlers = ["stripe-billing"]
         (
             "max_body over the budget",
             format!("{good}\n[[source]]\nname = \"gh\"\nscheme = \"github\"\nsecrets = [\"github_secret_1\"]\nmax_body = 99999999999\n"),
-            vec!["source `gh`", "max_body (99999999999)", "--max-body-in-flight"],
+            vec!["source `gh`.max_body: 99999999999 must be at least 1 and at most http.body_budget"],
         ),
         (
             "tolerance on github",
             format!("{good}\n[[source]]\nname = \"gh\"\nscheme = \"github\"\nsecrets = [\"github_secret_1\"]\ntolerance = \"5m\"\n"),
-            vec!["source `gh`", "tolerance does not apply"],
+            vec!["source `gh`.tolerance: does not apply"],
+        ),
+        (
+            "stripe-billing on github",
+            format!("{good}\n[[source]]\nname = \"gh\"\nscheme = \"github\"\nsecrets = [\"github_secret_1\"]\nhandlers = [\"stripe-billing\"]\n"),
+            vec!["source `gh`.handlers: `stripe-billing` needs scheme stripe, not github"],
+        ),
+        (
+            "billing settings the handler cannot read",
+            format!("{good}\n[stripe_billing]\ncredit_per_invoice = 5\n"),
+            vec!["stripe_billing: unknown field `credit_per_invoice`"],
         ),
     ] {
         let path = write(dir.path(), "hookledger.toml", &text);
@@ -407,7 +417,7 @@ fn bad_effects_and_changed_migrations_stop_start_up() {
     );
     let err = refused(&["--config", &path], &env);
     assert!(
-        err.contains("effect 1: source `gh` is not a [[source]]"),
+        err.contains("effect 1.source: `gh` is not a [[source]]"),
         "{err}"
     );
     for (effect, expected) in [
@@ -474,11 +484,11 @@ fn a_delivery_without_a_url_or_a_secret_stops_start_up() {
         ("[[delivery]]\nkind = \"send_receipt\"\n", "missing field `url`"),
         (
             "[[delivery]]\nkind = \"send_receipt\"\nurl = \"http://127.0.0.1:9/r\"\n",
-            "delivery `send_receipt`: secret is missing",
+            "delivery `send_receipt`.secret: missing",
         ),
         (
             "[[delivery]]\nkind = \"send_receipt\"\nurl = \"ftp://x/r\"\nsecret = \"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"\n",
-            "delivery `send_receipt`: url must be an http",
+            "delivery `send_receipt`.url: must be an http",
         ),
     ] {
         let path = write(dir.path(), "d.toml", &format!("{base}{delivery}"));
@@ -535,7 +545,7 @@ fn admin_settings_that_would_expose_the_admin_routes_stop_start_up() {
     assert_eq!(code, Some(2), "{err}");
     assert!(
         err.contains(
-            "--admin-listen (admin_listen) 0.0.0.0:0 is not a loopback address: set --admin-token"
+            "--admin-listen (admin_listen): 0.0.0.0:0 is not a loopback address: set an admin_token"
         ),
         "{err}"
     );

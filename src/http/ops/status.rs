@@ -283,9 +283,9 @@ fn retention(h: &mut String, admin: &Admin, stored: &Stored, now: i64) {
         "<h2>Retention</h2><ul><li>Claims are kept {}: {} are pruned, and a resend of one is \
          then new again.</li><li>Payloads are kept {}: {} are cleared.</li><li>Oldest claim in \
          the ledger: {}.</li></ul>",
-        crate::retention::describe_days(r.claim_days),
+        crate::config::describe_days(r.claim_days),
         before(r.claim_days),
-        crate::retention::describe_days(r.payload_days),
+        crate::config::describe_days(r.payload_days),
         before(r.payload_days),
         stored
             .oldest_claim

@@ -31,7 +31,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 
-use crate::config::Database;
+use crate::config::{parse_postgres, Database};
 use crate::event::Event;
 use crate::outbox::FORWARD;
 use crate::sql::{Session, StoreError};
@@ -57,16 +57,6 @@ pub(crate) struct PgStore {
     config: tokio_postgres::Config,
     session: PgSession,
     busy_timeout: Duration,
-}
-
-/// The connection settings of `url`, checked without showing it (it may hold a password).
-pub(crate) fn parse(url: &str) -> anyhow::Result<tokio_postgres::Config> {
-    url.parse::<tokio_postgres::Config>().map_err(|e| {
-        anyhow::anyhow!(
-            "database: not a valid PostgreSQL URL ({}): {e}",
-            Database::Postgres(url.to_string())
-        )
-    })
 }
 
 /// Read connections, pooled: made when first needed, replaced when broken.
@@ -98,7 +88,7 @@ impl r2d2::ManageConnection for Reads {
 /// A pool of up to `size` read connections to `url`, none made yet (a server that is down
 /// fails the read that needs it, within `busy_timeout`, not the start).
 pub(crate) fn read_pool(url: &str, busy_timeout: Duration, size: u32) -> anyhow::Result<ReadPool> {
-    let config = parse(url)?;
+    let config = parse_postgres(url)?;
     Ok(r2d2::Pool::builder()
         .max_size(size)
         .min_idle(Some(0))
@@ -134,7 +124,7 @@ fn connect(
 impl PgStore {
     /// Connects to `url` and brings hookledger's schema up to date.
     pub(crate) fn open(url: &str, busy_timeout: Duration) -> anyhow::Result<PgStore> {
-        let config = parse(url)?;
+        let config = parse_postgres(url)?;
         let shown = Database::Postgres(url.to_string());
         let session = connect(&config, busy_timeout)
             .with_context(|| format!("cannot connect to PostgreSQL at {shown}"))?;

@@ -27,6 +27,7 @@ use r2d2_sqlite::SqliteConnectionManager;
 use rusqlite::hooks::{AuthAction, Authorization};
 use rusqlite::{Connection, ErrorCode, OpenFlags};
 
+use crate::config::DEFAULT_BUSY_TIMEOUT;
 use crate::event::Event;
 use crate::handler::{Handler, Prepared};
 use crate::outbox::PendingRow;
@@ -46,11 +47,6 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0004_outbox_lease.sql"),
     include_str!("migrations/0005_heartbeat.sql"),
 ];
-
-/// How long a writer waits for another process's write lock (an `sqlite3` shell, a CLI
-/// command) before it gives up with `SQLITE_BUSY`. Long enough to ride out a CLI command,
-/// short enough that the provider gets a 503 long before its own timeout (Stripe: ~10 s).
-pub(crate) const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Prepared statements kept per connection: every hot statement of the ledger, the handlers
 /// and the outbox, with room to spare.

@@ -1,0 +1,187 @@
+//! What the Stripe wing needs of the config, which names no provider: the defaults of Stripe's
+//! API, the rules its settings follow on a source (`api_key`, `api_base`, `reconcile`,
+//! `refresh`, the `stripe-billing` handler), checked at start-up by [`check`] after
+//! [`Config::validate`], before anything is opened.
+
+use std::time::Duration;
+
+use crate::config::{refuse, source_key, Config, ConfigError, Refresh, SchemeName, SourceConfig};
+
+/// Stripe's API.
+pub(crate) const STRIPE_API_BASE: &str = "https://api.stripe.com";
+
+/// Stripe keeps events for 30 days: a reconcile cannot look further back.
+pub(crate) const MAX_RECONCILE_SINCE: Duration = Duration::from_secs(30 * 86_400);
+
+/// The handler of Stripe's billing events (`stripe/billing.rs`), as a source's `handlers`
+/// names it.
+pub(crate) const BILLING: &str = "stripe-billing";
+
+/// The handlers hookledger has built in.
+const HANDLERS: &[&str] = &[BILLING];
+
+/// Refuses what the config's own checks leave to the Stripe wing, naming the key: unknown
+/// handlers, `stripe-billing` on another scheme, the API settings on a source whose scheme
+/// has no API client (all but stripe), a reconcile further back than Stripe keeps events,
+/// `refresh = "always"` with nothing to refresh, and `[stripe_billing]` settings the handler
+/// cannot read.
+pub(crate) fn check(config: &Config) -> Result<(), ConfigError> {
+    for source in &config.sources {
+        check_source(source)?;
+    }
+    super::billing::BillingSettings::of(&config.stripe_billing)?;
+    Ok(())
+}
+
+fn check_source(source: &SourceConfig) -> Result<(), ConfigError> {
+    let key = |field: &str| source_key(&source.name, field);
+    let scheme = source.scheme.as_str();
+    for handler in &source.handlers {
+        if !HANDLERS.contains(&handler.as_str()) {
+            refuse!(
+                key("handlers"),
+                "unknown handler `{handler}` (built in: {})",
+                HANDLERS.join(", ")
+            );
+        }
+        if handler == BILLING && source.scheme != SchemeName::Stripe {
+            refuse!(
+                key("handlers"),
+                "`{BILLING}` needs scheme stripe, not {scheme}"
+            );
+        }
+    }
+    if source.scheme != SchemeName::Stripe {
+        for (field, set) in [
+            ("api_key", source.api_key.is_some()),
+            ("api_base", source.api_base.is_some()),
+            ("reconcile", source.reconcile.is_some()),
+            ("refresh", source.refresh != Refresh::default()),
+        ] {
+            if set {
+                refuse!(key(field), "applies to scheme stripe only, not {scheme}");
+            }
+        }
+        return Ok(());
+    }
+    if let Some(reconcile) = &source.reconcile {
+        if reconcile.since > MAX_RECONCILE_SINCE {
+            refuse!(
+                key("reconcile.since"),
+                "must be at most 30d (Stripe keeps events for 30 days)"
+            );
+        }
+    }
+    if source.refresh == Refresh::Always && !source.refreshes() {
+        refuse!(
+            key("refresh"),
+            "\"always\" needs api_key and the {BILLING} handler (it fetches subscriptions for \
+             {BILLING}'s snapshot)"
+        );
+    }
+    Ok(())
+}
+
+/// Stripe's rule on a source, beside the config's own methods.
+impl SourceConfig {
+    /// Whether subscription events may queue a fetch of the current subscription: a stripe
+    /// source with stripe-billing and an API key, and `refresh` not off.
+    pub(crate) fn refreshes(&self) -> bool {
+        self.api_key.is_some()
+            && self.refresh != Refresh::Off
+            && self.handlers.iter().any(|h| h == BILLING)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+
+    /// `text` as a config file, checked as start-up checks it.
+    fn checked(text: &str) -> Result<(), ConfigError> {
+        let config = Config::from_toml(text, Path::new("."))?;
+        config.validate()?;
+        check(&config)
+    }
+
+    #[test]
+    fn stripe_api_settings_that_cannot_work_are_refused_naming_the_key() {
+        let stripe = "[[source]]\nname = \"stripe\"\nscheme = \"stripe\"\n\
+                      secrets = [\"whsec_test_secret_0123\"]\nhandlers = [\"stripe-billing\"]\n";
+        let key = "api_key = \"sk_test_literal_key_0123\"\n";
+        for (extra, expected) in [
+            (
+                "reconcile = { every = \"1h\", since = \"3d\" }\n".to_string(),
+                "source `stripe`.reconcile: needs api_key",
+            ),
+            (
+                format!("{key}reconcile = {{ every = \"1h\", since = \"31d\" }}\n"),
+                "source `stripe`.reconcile.since: must be at most 30d",
+            ),
+            (
+                format!("{key}reconcile = {{ every = \"1h\", since = \"0s\" }}\n"),
+                "source `stripe`.reconcile.since: must be more than 0",
+            ),
+            (
+                format!("{key}reconcile = {{ every = \"0s\", since = \"3d\" }}\n"),
+                "source `stripe`.reconcile.every: must be at least 1s",
+            ),
+            (
+                format!("{key}api_base = \"ftp://example.com\"\n"),
+                "source `stripe`.api_base: must be an http:// or https:// URL",
+            ),
+            (
+                "refresh = \"always\"\n".to_string(),
+                "source `stripe`.refresh: \"always\" needs api_key and the stripe-billing",
+            ),
+        ] {
+            let err = checked(&format!("{stripe}{extra}"))
+                .unwrap_err()
+                .to_string();
+            assert!(err.starts_with(expected), "{extra}: {err}");
+        }
+        let github = "[[source]]\nname = \"gh\"\nscheme = \"github\"\n\
+                      secrets = [\"gh_literal_secret_123\"]\n";
+        let err = checked(&format!("{github}{key}")).unwrap_err();
+        assert_eq!(err.key, "source `gh`.api_key");
+        assert_eq!(err.message, "applies to scheme stripe only, not github");
+        let err = checked(&format!("{github}handlers = [\"stripe-billing\"]\n")).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "source `gh`.handlers: `stripe-billing` needs scheme stripe, not github"
+        );
+        let err = checked(&format!("{github}handlers = [\"stripe-biling\"]\n")).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "source `gh`.handlers: unknown handler `stripe-biling` (built in: stripe-billing)"
+        );
+        checked(&format!(
+            "{stripe}{key}reconcile = {{ every = \"1h\", since = \"30d\" }}\n"
+        ))
+        .unwrap();
+    }
+
+    #[test]
+    fn billing_settings_the_handler_cannot_read_are_refused_naming_the_table() {
+        let stripe = "[[source]]\nname = \"stripe\"\nscheme = \"stripe\"\n\
+                      secrets = [\"whsec_test_secret_0123\"]\n";
+        checked(&format!(
+            "{stripe}[stripe_billing]\ncredits_per_invoice = 5\n"
+        ))
+        .unwrap();
+        for (settings, expected) in [
+            (
+                "credit_per_invoice = 5",
+                "unknown field `credit_per_invoice`",
+            ),
+            ("credits_per_invoice = \"5\"", "invalid type: string"),
+        ] {
+            // With no source that runs the handler too: the file is wrong either way.
+            let err = checked(&format!("{stripe}[stripe_billing]\n{settings}\n")).unwrap_err();
+            assert_eq!(err.key, "stripe_billing", "{err}");
+            assert!(err.message.contains(expected), "{err}");
+        }
+    }
+}
