@@ -16,13 +16,15 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
 use axum::Router;
 use tokio::net::TcpListener;
 
 use crate::config::{
-    bind_parameters, split_statements, Config, Database, EffectConfig, ForwardConfig, SourceConfig,
+    bind_parameters, split_statements, Config, Database, EffectConfig, ForwardConfig, Secret,
+    SourceConfig,
 };
 use crate::delivery;
 use crate::error::Error;
@@ -36,6 +38,8 @@ use crate::retention::Retention;
 use crate::source::Source;
 use crate::store::{self, Reader, ServeGuard, Store};
 use crate::stripe;
+/// What a reconcile found and did.
+pub(crate) use crate::stripe::reconcile::Counts;
 use crate::writer::{self, Background};
 
 /// What a [`Hookledger`] is opened for.
@@ -173,7 +177,7 @@ impl Hookledger {
         if access == Access::Serve {
             config.validate()?;
         }
-        crate::stripe::settings::check(&config)?;
+        stripe::check(&config)?;
         for (source, handler) in &handlers {
             if !config.sources.iter().any(|s| s.name == *source) {
                 anyhow::bail!(
@@ -183,13 +187,7 @@ impl Hookledger {
             }
         }
         let mut targets = delivery::Targets::of(&config)?;
-        if let Some(fetch) = stripe::refresh::Fetch::of(&config) {
-            targets.add(
-                stripe::billing::REFRESH,
-                Box::new(fetch),
-                crate::outbox::default_schedule(),
-            );
-        }
+        stripe::add_targets(&config, &mut targets);
         let forward = config.forward.is_some() || access == Access::Command { forward: true };
         let sources = sources_of(&config, forward)?;
         let store::Stores {
@@ -227,11 +225,7 @@ impl Hookledger {
                 config.retention.clone(),
                 reader.clone(),
             )?));
-            for periodic in
-                stripe::reconcile::Periodic::spawn_all(&config, &sources, &handle, &reader)?
-            {
-                workers.push(Box::new(periodic));
-            }
+            workers.extend(stripe::background(&config, &sources, &handle, &reader)?);
         }
         let ingest = Arc::new(Ingest {
             sources: sources.clone(),
@@ -280,17 +274,24 @@ impl Hookledger {
         })
     }
 
-    /// Reconciles source `name` with what its provider's API has and the ledger lacks: one run
-    /// through this instance's writer and readers (the CLI's `reconcile`).
+    /// Reconciles source `name` with what its provider's API has and the ledger lacks, over the
+    /// last `since`: one run through this instance's writer and readers (the CLI's
+    /// `reconcile`). `api_base` and `api_key` override the source's own.
     pub(crate) fn reconcile(
         &self,
         name: &str,
-        run: &stripe::reconcile::Run,
-    ) -> anyhow::Result<stripe::reconcile::Counts> {
-        let source = self
-            .sources
-            .get(name)
-            .with_context(|| format!("there is no source `{name}`"))?;
+        since: Duration,
+        dry_run: bool,
+        api_base: Option<&str>,
+        api_key: Option<Secret>,
+    ) -> anyhow::Result<Counts> {
+        let (Some(config), Some(source)) = (
+            self.config.sources.iter().find(|s| s.name == name),
+            self.sources.get(name),
+        ) else {
+            anyhow::bail!("there is no source `{name}`");
+        };
+        let run = stripe::reconcile::Run::new(config, since, dry_run, api_base, api_key)?;
         let never = AtomicBool::new(false);
         Ok(run.once(source, &self.writer_handle, &self.reader, &never)?)
     }
@@ -359,20 +360,15 @@ fn sources_of(config: &Config, forward: bool) -> anyhow::Result<HashMap<Arc<str>
         .collect()
 }
 
-/// The registry of built-in handlers: the handler a source's `handlers` names.
+/// The registry of built-in handlers: the handler a source's `handlers` names, from the wing
+/// that has it.
 fn builtin_handler(
     name: &str,
     config: &Config,
     source: &SourceConfig,
 ) -> anyhow::Result<Arc<dyn Handler>> {
-    match name {
-        stripe::settings::BILLING => Ok(Arc::new(stripe::billing::StripeBilling {
-            credits_per_invoice: stripe::billing::BillingSettings::of(&config.stripe_billing)?
-                .credits_per_invoice,
-            refresh: source.refreshes().then_some(source.refresh),
-        })),
-        other => anyhow::bail!("unknown handler `{other}`"),
-    }
+    stripe::handler(name, config, source)
+        .unwrap_or_else(|| Err(anyhow::anyhow!("unknown handler `{name}`")))
 }
 
 /// `sources` with the rest of their handlers, in the order they run: the app's Rust handlers,

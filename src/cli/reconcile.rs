@@ -4,14 +4,10 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::bail;
 use clap::Args;
 
-use crate::app::Hookledger;
-use crate::config::{self, Config, Database, SchemeName, Secret, SourceConfig};
-use crate::stripe::api::StripeApi;
-use crate::stripe::reconcile::{Counts, Run};
-use crate::stripe::settings::{MAX_RECONCILE_SINCE, STRIPE_API_BASE};
+use crate::app::{Counts, Hookledger};
+use crate::config::{self, Config, Database, SourceConfig};
 
 use super::common::Exit;
 
@@ -67,27 +63,20 @@ pub(crate) fn run(args: ReconcileArgs) -> anyhow::Result<Exit> {
     if let Some(credits) = args.credits_per_invoice {
         config.stripe_billing.set("credits_per_invoice", credits)?;
     }
-    if args.since.is_zero() || args.since > MAX_RECONCILE_SINCE {
-        bail!("--since must be more than 0 and at most 30d (Stripe keeps events for 30 days)");
-    }
-    let Some(source_config) = config.sources.iter().find(|s| s.name == args.source) else {
-        bail!("--source {}: there is no such source", args.source);
+    let api_key = match &args.api_key {
+        Some(reference) => Some(super::common::secret_flag("--api-key", reference)?),
+        None => None,
     };
-    if source_config.scheme != SchemeName::Stripe {
-        bail!(
-            "--source {}: reconcile reads Stripe's API; this source's scheme is {}",
-            args.source,
-            source_config.scheme.as_str()
-        );
-    }
-    let run = Run {
-        api: api(&args, source_config)?,
-        since: crate::time::unix_now() - args.since.as_secs() as i64,
-        dry_run: args.dry_run,
-    };
-    // Queued for delivery as `serve --forward-to` would, by the serve that delivers them.
+    // With --forward, events are queued for delivery as `serve --forward-to` would, by the serve
+    // that delivers them.
     let hookledger = Hookledger::open_for_command(config, args.forward)?;
-    let counts = hookledger.reconcile(&args.source, &run);
+    let counts = hookledger.reconcile(
+        &args.source,
+        args.since,
+        args.dry_run,
+        args.api_base.as_deref(),
+        api_key,
+    );
     hookledger.close();
     let counts = counts?;
     print(&counts, args.json, args.dry_run)?;
@@ -96,29 +85,6 @@ pub(crate) fn run(args: ReconcileArgs) -> anyhow::Result<Exit> {
     } else {
         Exit::Failed
     })
-}
-
-/// The API client: `--api-base`/`--api-key` over the source's, the key else from
-/// `STRIPE_API_KEY`.
-fn api(args: &ReconcileArgs, source: &SourceConfig) -> anyhow::Result<StripeApi> {
-    let key = match &args.api_key {
-        Some(reference) => super::common::secret_flag("--api-key", reference)?,
-        None => match &source.api_key {
-            Some(key) => key.clone(),
-            None => Secret::new(std::env::var("STRIPE_API_KEY").map_err(|_| {
-                anyhow::anyhow!(
-                    "no Stripe API key: set STRIPE_API_KEY, pass --api-key env:NAME, or give the \
-                     source api_key = \"env:NAME\" in the config file"
-                )
-            })?),
-        },
-    };
-    let base = args
-        .api_base
-        .as_deref()
-        .or(source.api_base.as_deref())
-        .unwrap_or(STRIPE_API_BASE);
-    Ok(StripeApi::new(base, key))
 }
 
 fn print(counts: &Counts, json: bool, dry_run: bool) -> anyhow::Result<()> {

@@ -19,3 +19,62 @@ pub(crate) mod reconcile;
 pub(crate) mod refresh;
 pub(crate) mod samples;
 pub(crate) mod settings;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::config::{Config, ConfigError, SourceConfig};
+use crate::delivery::Targets;
+use crate::handler::Handler;
+use crate::source::Source;
+use crate::store::Reader;
+use crate::writer::{Background, WriterHandle};
+
+// What the wing adds to a hookledger, for the composition root (`app.rs`): the only calls
+// into it from outside, beside the CLI's quick start, the demo and the bench.
+
+/// Refuses the Stripe settings of `config` that cannot work, naming the key.
+pub(crate) fn check(config: &Config) -> Result<(), ConfigError> {
+    settings::check(config)
+}
+
+/// The built-in handler `name` of `source`, if it is one of the wing's.
+pub(crate) fn handler(
+    name: &str,
+    config: &Config,
+    source: &SourceConfig,
+) -> Option<anyhow::Result<Arc<dyn Handler>>> {
+    (name == settings::BILLING).then(|| {
+        Ok(Arc::new(billing::StripeBilling {
+            credits_per_invoice: billing::BillingSettings::of(&config.stripe_billing)?
+                .credits_per_invoice,
+            refresh: source.refreshes().then_some(source.refresh),
+        }) as Arc<dyn Handler>)
+    })
+}
+
+/// The refresh on ties: fetches from the API of each source that refreshes, if any does.
+pub(crate) fn add_targets(config: &Config, targets: &mut Targets) {
+    if let Some(fetch) = refresh::Fetch::of(config) {
+        targets.add(
+            billing::REFRESH,
+            Box::new(fetch),
+            crate::outbox::default_schedule(),
+        );
+    }
+}
+
+/// The periodic reconcile of each source that has one.
+pub(crate) fn background(
+    config: &Config,
+    sources: &HashMap<Arc<str>, Arc<Source>>,
+    writer: &WriterHandle,
+    reader: &Reader,
+) -> anyhow::Result<Vec<Box<dyn Background>>> {
+    Ok(
+        reconcile::Periodic::spawn_all(config, sources, writer, reader)?
+            .into_iter()
+            .map(|p| Box::new(p) as Box<dyn Background>)
+            .collect(),
+    )
+}

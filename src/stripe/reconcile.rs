@@ -24,12 +24,13 @@ use std::time::Duration;
 
 use std::collections::HashMap;
 
-use anyhow::Context;
+use anyhow::{bail, Context};
 
-use crate::config::Config;
+use crate::config::{Config, SchemeName, Secret, SourceConfig};
 use crate::event::Event;
 use crate::source::{stripe, Source};
 use crate::store::{Outcome, Reader};
+use crate::stripe::settings::{MAX_RECONCILE_SINCE, STRIPE_API_BASE};
 use crate::writer::WriterHandle;
 
 use crate::stripe::api::{ApiError, StripeApi};
@@ -97,6 +98,44 @@ pub(crate) struct Run {
 }
 
 impl Run {
+    /// A run for `source` over the events of the last `since`: its API from `api_base` and
+    /// `api_key` over the source's own settings, the key else from `STRIPE_API_KEY`.
+    pub(crate) fn new(
+        source: &SourceConfig,
+        since: Duration,
+        dry_run: bool,
+        api_base: Option<&str>,
+        api_key: Option<Secret>,
+    ) -> anyhow::Result<Run> {
+        if since.is_zero() || since > MAX_RECONCILE_SINCE {
+            bail!("since must be more than 0 and at most 30d (Stripe keeps events for 30 days)");
+        }
+        if source.scheme != SchemeName::Stripe {
+            bail!(
+                "source `{}`: reconcile reads Stripe's API; this source's scheme is {}",
+                source.name,
+                source.scheme.as_str()
+            );
+        }
+        let key = match api_key.or_else(|| source.api_key.clone()) {
+            Some(key) => key,
+            None => Secret::new(std::env::var("STRIPE_API_KEY").map_err(|_| {
+                anyhow::anyhow!(
+                    "no Stripe API key: set STRIPE_API_KEY, pass --api-key env:NAME, or give the \
+                     source api_key = \"env:NAME\" in the config file"
+                )
+            })?),
+        };
+        let base = api_base
+            .or(source.api_base.as_deref())
+            .unwrap_or(STRIPE_API_BASE);
+        Ok(Run {
+            api: StripeApi::new(base, key),
+            since: crate::time::unix_now() - since.as_secs() as i64,
+            dry_run,
+        })
+    }
+
     /// Reconciles `source` until done or `stop` is set (checked between pages): the events the
     /// ledger lacks (looked up on `reader` first, so that events claimed long ago do not go
     /// through the writer again each run; the claim still decides) go through `writer`, the

@@ -545,9 +545,11 @@ fn a_github_delivery_resent_a_year_later_is_still_a_duplicate() {
         "d-today",
         "processed",
     );
+    // The server's own start-up prune may run after the UPDATE too (it is a thread of its
+    // own): whichever clears the old payload, the end state below is the same.
     let (code, out, err) = cli(&["prune", "--db", &server.db_arg()]);
     assert_eq!(code, 0, "{err}");
-    assert!(out.contains("cleared 1 payloads"), "{out}");
+    assert!(out.contains("deleted 0 ledger rows"), "{out}");
     assert_outcome(
         &post(&server, "gh", body, &headers),
         "d-captured",
