@@ -81,6 +81,33 @@ fn processed_event_is_delivered_signed_with_idempotency_key() {
     assert_eq!(outbox_row(&db, "evt_fwd"), Some(("done".into(), 1, None)));
 }
 
+/// The worker polls ids and reads each payload when it attempts the row: a 10 MiB one
+/// arrives byte for byte, signed, and so does the small one queued after it.
+#[test]
+fn a_10_mib_payload_is_delivered_intact() {
+    let app = FakeApp::start(&[]);
+    let mut args = forwarding(&app, "1s");
+    args.extend(["--max-body", "12582912"].map(str::to_string));
+    let server = start(None, &args);
+    let pad = "x".repeat(10 << 20);
+    let big = format!(r#"{{"id":"evt_big","type":"some.big_thing","created":1,"pad":"{pad}"}}"#);
+    assert_outcome(&server.send(big.as_bytes()), "evt_big", "processed");
+    let small = paid("evt_after_big");
+    assert_outcome(&server.send(&small), "evt_after_big", "processed");
+
+    let delivered = app.wait_delivered(2, WAIT);
+    assert_eq!(delivered[0].headers["webhook-id"], "evt_big");
+    assert!(
+        delivered[0].body == big.as_bytes(),
+        "the 10 MiB body intact"
+    );
+    assert_standard_signature(&delivered[0]);
+    assert_eq!(delivered[1].body, small);
+    let db = server.db();
+    wait_outbox_status(&db, "evt_after_big", "done", WAIT);
+    wait_outbox_status(&db, "evt_big", "done", WAIT);
+}
+
 #[test]
 fn app_failing_twice_then_ok_is_delivered_on_attempt_three() {
     let app = FakeApp::start(&[500, 503]);

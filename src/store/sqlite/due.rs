@@ -1,10 +1,11 @@
 //! Which outbox rows are due, on SQLite: one server per database file, so no lease is needed.
 
-use rusqlite::{params, Connection};
+use rusqlite::{params, Connection, OptionalExtension};
 
 use crate::outbox::PendingRow;
 
-/// Up to `limit` pending rows of `kinds` that are due at `now`, in id order.
+/// Up to `limit` pending rows of `kinds` that are due at `now`, in id order, without their
+/// payloads ([`payload`] reads the one attempted).
 /// `kinds` is a JSON array of the kinds that have somewhere to go; rows of other kinds wait.
 pub(crate) fn due(
     conn: &Connection,
@@ -16,7 +17,7 @@ pub(crate) fn due(
     // blob: each is read as the type the worker needs, so one odd row cannot stop the others.
     conn.prepare_cached(
         "SELECT id, CAST(kind AS TEXT), CAST(source AS TEXT), CAST(key AS TEXT),
-                CAST(event_type AS TEXT), CAST(payload AS BLOB), attempts, queued
+                CAST(event_type AS TEXT), attempts, queued
          FROM outbox
          WHERE status = 'pending' AND next_attempt_at <= ?1
            AND kind IN (SELECT value FROM json_each(?3))
@@ -29,15 +30,27 @@ pub(crate) fn due(
             source: r.get(2)?,
             key: r.get(3)?,
             event_type: r.get(4)?,
-            payload: r.get(5)?,
-            attempts: r.get(6)?,
-            queued: r.get(7)?,
+            attempts: r.get(5)?,
+            queued: r.get(6)?,
         })
     })?
     .collect()
 }
 
-/// When the next pending row is due, if any.
+/// The payload of row `id`, if it is still pending as queued for the `queued`-th time.
+pub(crate) fn payload(
+    conn: &Connection,
+    id: i64,
+    queued: i64,
+) -> rusqlite::Result<Option<Vec<u8>>> {
+    conn.prepare_cached(
+        "SELECT CAST(payload AS BLOB) FROM outbox
+         WHERE id = ?1 AND status = 'pending' AND queued = ?2",
+    )?
+    .query_row(params![id, queued], |r| r.get(0))
+    .optional()
+}
+
 /// When the next pending row of `kinds` (a JSON array) is due, if any.
 pub(crate) fn next_due_at(conn: &Connection, kinds: &str) -> rusqlite::Result<Option<i64>> {
     conn.prepare_cached(

@@ -385,6 +385,10 @@ impl OutboxReader for ReadPool {
         Ok(due::due(&*self.get()?, kinds, now, limit)?)
     }
 
+    fn payload(&self, id: i64, queued: i64) -> anyhow::Result<Option<Vec<u8>>> {
+        Ok(due::payload(&*self.get()?, id, queued)?)
+    }
+
     fn next_due_at(&self, kinds: &str) -> anyhow::Result<Option<i64>> {
         Ok(due::next_due_at(&*self.get()?, kinds)?)
     }
