@@ -19,6 +19,11 @@
 //! - Schedule used up → dead, with `last_error`. `hookledger outbox retry` revives dead rows.
 //! - The database is unavailable → the worker logs, waits and polls again; nothing is lost
 //!   because nothing is marked before it happened.
+//!
+//! # Memory
+//! The worker holds at most one payload. A poll reads the ids and metadata of up to [`BATCH`]
+//! due rows, no payload ([`PendingRow`]); the payload of a row is read by id when that row is
+//! attempted ([`OutboxReader::payload`]) and dropped before the next row's is read.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender};
@@ -73,8 +78,12 @@ impl Post {
 }
 
 impl Target for Post {
-    fn attempt(&self, row: &PendingRow) -> Result<Option<Arc<dyn FollowUp>>, Failure> {
-        post(&self.agent, &self.url, &self.key, row).map(|()| None)
+    fn attempt(
+        &self,
+        row: &PendingRow,
+        payload: &[u8],
+    ) -> Result<Option<Arc<dyn FollowUp>>, Failure> {
+        post(&self.agent, &self.url, &self.key, row, payload).map(|()| None)
     }
 }
 
@@ -217,7 +226,23 @@ fn run(
             let Some(target) = targets.get(&row.kind) else {
                 continue; // only kinds with a target are polled
             };
-            let attempt = attempt(target, &row);
+            let payload = match pool.payload(id, queued) {
+                Ok(Some(payload)) => payload,
+                // Replayed, revived or pruned since the poll: a row pending again is polled
+                // again.
+                Ok(None) => {
+                    log::debug!("outbox row {id} changed before its attempt; skipped");
+                    continue;
+                }
+                Err(e) => {
+                    log::error!("outbox: cannot read the payload of row {id}: {e:#}");
+                    let _ = woken.recv_timeout(IDLE_POLL);
+                    break;
+                }
+            };
+            let attempt = attempt(target, &row, &payload);
+            // Before the next row's is read: one payload at a time.
+            drop(payload);
             metrics.delivery(&row.kind, attempt.label());
             match writer.run_blocking(Write::Record {
                 id,
@@ -257,8 +282,8 @@ fn idle_wait(pool: &impl OutboxReader, kinds: &str) -> Duration {
     }
 }
 
-/// One delivery attempt of `row`, classified.
-fn attempt(config: &Lane, row: &PendingRow) -> Attempt {
+/// One delivery attempt of `row` (with its `payload`), classified.
+fn attempt(config: &Lane, row: &PendingRow, payload: &[u8]) -> Attempt {
     let attempts = usize::try_from(row.attempts)
         .unwrap_or(usize::MAX)
         .saturating_add(1);
@@ -288,7 +313,7 @@ fn attempt(config: &Lane, row: &PendingRow) -> Attempt {
             Attempt::Dead { error }
         }
     };
-    match config.target.attempt(row) {
+    match config.target.attempt(row, payload) {
         Ok(follow_up) => {
             log::info!(
                 "outbox: {} {} delivered (attempt {attempts})",
@@ -332,10 +357,17 @@ pub(crate) const SOURCE_HEADER: &str = "webhook-source";
 /// The header with the delivered event's type (GitHub's and Shopify's are not in the body).
 pub(crate) const TYPE_HEADER: &str = "webhook-type";
 
-/// POSTs the verified event body with the Standard Webhooks headers and the source's name.
-fn post(agent: &ureq::Agent, url: &str, key: &SigningKey, row: &PendingRow) -> Result<(), Failure> {
+/// POSTs the verified event body (`payload`) with the Standard Webhooks headers and the
+/// source's name.
+fn post(
+    agent: &ureq::Agent,
+    url: &str,
+    key: &SigningKey,
+    row: &PendingRow,
+    payload: &[u8],
+) -> Result<(), Failure> {
     let timestamp = unix_now();
-    let signature = key.sign(&row.key, timestamp, &row.payload);
+    let signature = key.sign(&row.key, timestamp, payload);
     let mut request = agent.post(url);
     if let Some(kind) = &row.event_type {
         request = request.set(TYPE_HEADER, kind);
@@ -348,7 +380,7 @@ fn post(agent: &ureq::Agent, url: &str, key: &SigningKey, row: &PendingRow) -> R
         .set(standard::SIGNATURE_HEADER, &signature)
         // Event ids are unique per source; an app fed by several sources dedupes on both.
         .set(SOURCE_HEADER, &row.source)
-        .send_bytes(&row.payload);
+        .send_bytes(payload);
     match result {
         Ok(response) if (200..300).contains(&response.status()) => Ok(()),
         Ok(response) => Err(Failure::Status(response.status(), None)),

@@ -9,7 +9,8 @@
 //!
 //! The map, one layer per line, from the bottom: a module imports only modules on lines above
 //! its own (leaves import nothing of the crate).
-//! 1. `time.rs` (leaf): Unix seconds, RFC 3339.
+//! 1. `time.rs` (leaf): Unix seconds, RFC 3339. `log_budget.rs` (leaf): at most so many
+//!    lines of one kind a second, the rest counted.
 //! 2. `event.rs` (leaf): the verified [`Event`], the same for every source.
 //! 3. `sql/` (leaf): [`Tx`], parameters, rows and [`StoreError`]: what handlers and stores share.
 //! 4. `config/` (leaf): one [`Config`], every default with its reason; errors name their key.
@@ -47,6 +48,7 @@ mod error;
 mod event;
 mod handler;
 mod http;
+mod log_budget;
 mod metrics;
 mod outbox;
 mod retention;

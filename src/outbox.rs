@@ -14,7 +14,9 @@ use crate::sql::{StoreError, Tx};
 /// config's, which checks deliveries against them.
 pub(crate) use crate::config::{default_schedule, FORWARD};
 
-/// A pending row, as the worker reads it.
+/// A pending row, as the worker polls it: its id and what the attempt needs to know, not its
+/// payload. The worker reads the payload by id when it attempts the row, so a poll of many
+/// rows holds no payload at all.
 #[derive(Debug, Clone)]
 pub(crate) struct PendingRow {
     pub(crate) id: i64,
@@ -24,7 +26,6 @@ pub(crate) struct PendingRow {
     pub(crate) key: String,
     /// The type of the event a `forward` row delivers (rows made before 0.2 may have none).
     pub(crate) event_type: Option<String>,
-    pub(crate) payload: Vec<u8>,
     pub(crate) attempts: i64,
     /// How many times the row was queued (see `store::outbox::record`).
     pub(crate) queued: i64,
@@ -34,9 +35,14 @@ pub(crate) struct PendingRow {
 /// a provider's API whose answer goes back to the handler that queued the row (a provider
 /// wing's refresh). The worker calls it after commit, outside any transaction.
 pub(crate) trait Target: Send + Sync + 'static {
-    /// One attempt at `row`: on success, what to write as the row is marked done (usually
-    /// nothing); on failure, why, which decides between a retry and a dead row.
-    fn attempt(&self, row: &PendingRow) -> Result<Option<Arc<dyn FollowUp>>, Failure>;
+    /// One attempt at `row`, whose payload is `payload`: on success, what to write as the row
+    /// is marked done (usually nothing); on failure, why, which decides between a retry and a
+    /// dead row.
+    fn attempt(
+        &self,
+        row: &PendingRow,
+        payload: &[u8],
+    ) -> Result<Option<Arc<dyn FollowUp>>, Failure>;
 }
 
 /// Why an attempt failed.

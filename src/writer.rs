@@ -27,6 +27,8 @@
 //!   for more than about one busy timeout. That includes the outbox worker's records of its
 //!   attempts: such a row stays pending and is delivered again (delivery is at least once).
 //! - A full queue is refused at once (503 + Retry-After), never piled up.
+//! - A database that is down fails every batch: the failures are logged at most
+//!   [`BATCH_FAILURE_LINES`] a second, each line with the count of those not logged.
 
 use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
 use std::thread::JoinHandle;
@@ -36,10 +38,19 @@ use tokio::sync::oneshot;
 
 use crate::config::WriterConfig;
 use crate::handler::Submission;
+use crate::log_budget::LogBudget;
 use crate::metrics::WriterMetrics;
 use crate::sql::StoreError;
 use crate::store::{Done, Outcome, Store, Work, Write};
 use crate::time::unix_now;
+
+/// Failed batches logged a second at most: while the database is down every batch fails (one
+/// per request, or more), and two lines a second, each with the count of the others, say so
+/// without filling the disk.
+const BATCH_FAILURE_LINES: u32 = 2;
+
+/// The budget of the failed batches' log lines, shared by the writers of the process.
+static BATCH_FAILURE_LOG: LogBudget = LogBudget::per_second(BATCH_FAILURE_LINES);
 
 /// One unit of work for the writer.
 pub(crate) enum Job {
@@ -285,7 +296,9 @@ fn run_batch(store: &mut dyn Store, batch: &mut Vec<Job>) -> Result<bool, StoreE
     let results = match store.run_batch(work, unix_now()) {
         Ok(done) => done,
         Err(e) => {
-            log::error!("writer: batch of {} failed: {e}", batch.len());
+            if let Some(more) = BATCH_FAILURE_LOG.admit(unix_now(), "failed batches") {
+                log::error!("writer: batch of {} failed: {e}{more}", batch.len());
+            }
             if e.is_busy() {
                 busy = Some(e.clone());
             }

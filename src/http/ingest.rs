@@ -14,7 +14,7 @@ use crate::config::HttpConfig;
 use crate::event::Event;
 use crate::http::body::{declared_size, read_body, BodyBudget};
 use crate::http::error::{IngestError, Rejection};
-use crate::http::log_budget::LogBudget;
+use crate::log_budget::LogBudget;
 use crate::metrics::{self, Metrics, Seen};
 use crate::source::Source;
 use crate::sql::StoreError;

@@ -2,6 +2,5 @@ pub(crate) mod body;
 pub(crate) mod error;
 pub(crate) mod ingest;
 mod linger;
-mod log_budget;
 pub(crate) mod ops;
 pub(crate) mod server;

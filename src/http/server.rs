@@ -31,7 +31,7 @@ use crate::config::HttpConfig;
 use crate::http::error::Rejection;
 use crate::http::ingest::{self, Ingest};
 use crate::http::linger::Lingering;
-use crate::http::log_budget::LogBudget;
+use crate::log_budget::LogBudget;
 
 /// A request header block larger than this is refused with 431. Stripe's headers are well
 /// under 2 KB; 16 KiB leaves room for proxies that add their own.

@@ -3,7 +3,7 @@
 use anyhow::{bail, Context};
 use serde_json::json;
 
-use crate::sql::{Row, Session};
+use crate::sql::{Row, Session, Value};
 
 /// An outbox row for listing.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -67,16 +67,51 @@ const OUTBOX_COLUMNS: &str = "id, kind, source, key, status, attempts, next_atte
 fn outbox_row(r: &Row) -> anyhow::Result<OutboxRow> {
     Ok(OutboxRow {
         id: r.get(0)?,
-        kind: r.get(1)?,
-        source: r.get(2)?,
-        key: r.get(3)?,
-        status: r.get(4)?,
+        kind: text(r, 1)?,
+        source: text(r, 2)?,
+        key: text(r, 3)?,
+        status: text(r, 4)?,
         attempts: r.get(5)?,
         next_attempt_at: r.get(6)?,
-        last_error: r.get(7)?,
+        last_error: r.get::<Option<Value>>(7)?.map(|v| shown(&v)),
         created_at: r.get(8)?,
         done_at: r.get(9)?,
     })
+}
+
+/// Text column `i` of an outbox row, whatever an effect stored in it: on SQLite, where a
+/// column takes any type, an effect can queue a row whose `kind` or `key` is a BLOB or a
+/// number. One such row must not make the listings (`/metrics`, `/status`, `outbox list`)
+/// fail for good; it is shown as [`shown`] says.
+fn text(r: &Row, i: usize) -> anyhow::Result<String> {
+    match r.get::<Value>(i)? {
+        Value::Null => anyhow::bail!("column {i}: NULL where text is expected"),
+        value => Ok(shown(&value)),
+    }
+}
+
+/// A value as text: text as it is, a number in decimal, bytes as the text they spell when
+/// that is printable UTF-8, else as SQL's blob literal `x'…'` (what finds the row in a shell).
+pub(crate) fn shown(value: &Value) -> String {
+    match value {
+        Value::Null => String::new(),
+        Value::Integer(i) => i.to_string(),
+        Value::Real(f) => format!("{f:?}"),
+        Value::Text(s) => s.clone(),
+        Value::Blob(b) => blob_text(b),
+    }
+}
+
+/// Bytes as the text they spell when that is UTF-8 without control characters, else as
+/// `x'…'` in upper-case hex.
+pub(crate) fn blob_text(bytes: &[u8]) -> String {
+    match std::str::from_utf8(bytes) {
+        Ok(s) if !s.chars().any(char::is_control) => s.to_string(),
+        _ => {
+            let hex: String = bytes.iter().map(|b| format!("{b:02X}")).collect();
+            format!("x'{hex}'")
+        }
+    }
 }
 
 /// Outbox rows per kind and status.
@@ -96,20 +131,24 @@ pub(crate) struct OutboxSummary {
 }
 
 pub(crate) fn outbox_summary(conn: &dyn Session) -> anyhow::Result<OutboxSummary> {
-    let counts = conn
-        .query(
-            "SELECT kind, status, count(*) FROM outbox GROUP BY kind, status ORDER BY kind, status",
-            &[],
-        )?
-        .iter()
-        .map(|r| {
-            Ok(OutboxCount {
-                kind: r.get(0)?,
-                status: r.get(1)?,
-                rows: r.get(2)?,
-            })
-        })
-        .collect::<anyhow::Result<_>>()?;
+    let groups = conn.query(
+        "SELECT kind, status, count(*) FROM outbox GROUP BY kind, status ORDER BY kind, status",
+        &[],
+    )?;
+    // SQLite groups the text `forward` apart from the bytes `forward`: shown alike, they are
+    // counted as one.
+    let mut counts: Vec<OutboxCount> = Vec::with_capacity(groups.len());
+    for r in &groups {
+        let (kind, status, rows) = (text(r, 0)?, text(r, 1)?, r.get::<i64>(2)?);
+        match counts
+            .iter_mut()
+            .find(|c| c.kind == kind && c.status == status)
+        {
+            Some(same) => same.rows += rows,
+            None => counts.push(OutboxCount { kind, status, rows }),
+        }
+    }
+    counts.sort_by(|a, b| (&a.kind, &a.status).cmp(&(&b.kind, &b.status)));
     let oldest_pending = conn
         .query(
             "SELECT min(created_at) FROM outbox WHERE status = 'pending'",
@@ -217,4 +256,20 @@ pub(crate) fn event_show(
         "received_at": row.get::<i64>(3)?,
         "payload": payload,
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_of_any_type_are_shown_as_text() {
+        assert_eq!(shown(&Value::Text("forward".into())), "forward");
+        assert_eq!(shown(&Value::Integer(42)), "42");
+        assert_eq!(shown(&Value::Real(1.0)), "1.0");
+        assert_eq!(shown(&Value::Blob(b"evt_1".to_vec())), "evt_1");
+        assert_eq!(shown(&Value::Blob(vec![0])), "x'00'");
+        assert_eq!(shown(&Value::Blob(vec![0xff, 0x0a])), "x'FF0A'");
+        assert_eq!(shown(&Value::Blob(b"a\nb".to_vec())), "x'610A62'");
+    }
 }

@@ -100,11 +100,18 @@ pub(crate) trait Store: Send + 'static {
     }
 }
 
-/// The outbox worker's view of a database: which rows are due. It reads on connections of its
-/// own; the results of its attempts go through the writer ([`Write::Record`]).
+/// The outbox worker's view of a database: which rows are due, and the payload of the one it
+/// attempts. It reads on connections of its own; the results of its attempts go through the
+/// writer ([`Write::Record`]).
 pub(crate) trait OutboxReader: Send + 'static {
-    /// Up to `limit` pending rows of `kinds` (a JSON array) due at `now`, in id order.
+    /// Up to `limit` pending rows of `kinds` (a JSON array) due at `now`, in id order, without
+    /// their payloads (a poll must not hold `limit` payloads at once).
     fn due(&self, kinds: &str, now: i64, limit: usize) -> anyhow::Result<Vec<PendingRow>>;
+
+    /// The payload of row `id`, while it is pending as queued for the `queued`-th time;
+    /// `None` when it is not (done, replayed or revived meanwhile, or pruned): the attempt is
+    /// skipped, and a row pending again is polled again.
+    fn payload(&self, id: i64, queued: i64) -> anyhow::Result<Option<Vec<u8>>>;
 
     /// When the next pending row of `kinds` is due, if any.
     fn next_due_at(&self, kinds: &str) -> anyhow::Result<Option<i64>>;
@@ -113,6 +120,10 @@ pub(crate) trait OutboxReader: Send + 'static {
 impl<T: OutboxReader + ?Sized> OutboxReader for Box<T> {
     fn due(&self, kinds: &str, now: i64, limit: usize) -> anyhow::Result<Vec<PendingRow>> {
         (**self).due(kinds, now, limit)
+    }
+
+    fn payload(&self, id: i64, queued: i64) -> anyhow::Result<Option<Vec<u8>>> {
+        (**self).payload(id, queued)
     }
 
     fn next_due_at(&self, kinds: &str) -> anyhow::Result<Option<i64>> {

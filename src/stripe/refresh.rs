@@ -31,8 +31,12 @@ impl Fetch {
 }
 
 impl Target for Fetch {
-    fn attempt(&self, row: &PendingRow) -> Result<Option<Arc<dyn FollowUp>>, Failure> {
-        let job: RefreshJob = serde_json::from_slice(&row.payload)
+    fn attempt(
+        &self,
+        row: &PendingRow,
+        payload: &[u8],
+    ) -> Result<Option<Arc<dyn FollowUp>>, Failure> {
+        let job: RefreshJob = serde_json::from_slice(payload)
             .map_err(|e| Failure::Refused(format!("not a refresh job: {e}")))?;
         let Some((_, api)) = self.0.iter().find(|(name, _)| *name == row.source) else {
             return Err(Failure::Refused(format!(

@@ -81,6 +81,33 @@ fn processed_event_is_delivered_signed_with_idempotency_key() {
     assert_eq!(outbox_row(&db, "evt_fwd"), Some(("done".into(), 1, None)));
 }
 
+/// The worker polls ids and reads each payload when it attempts the row: a 10 MiB one
+/// arrives byte for byte, signed, and so does the small one queued after it.
+#[test]
+fn a_10_mib_payload_is_delivered_intact() {
+    let app = FakeApp::start(&[]);
+    let mut args = forwarding(&app, "1s");
+    args.extend(["--max-body", "12582912"].map(str::to_string));
+    let server = start(None, &args);
+    let pad = "x".repeat(10 << 20);
+    let big = format!(r#"{{"id":"evt_big","type":"some.big_thing","created":1,"pad":"{pad}"}}"#);
+    assert_outcome(&server.send(big.as_bytes()), "evt_big", "processed");
+    let small = paid("evt_after_big");
+    assert_outcome(&server.send(&small), "evt_after_big", "processed");
+
+    let delivered = app.wait_delivered(2, WAIT);
+    assert_eq!(delivered[0].headers["webhook-id"], "evt_big");
+    assert!(
+        delivered[0].body == big.as_bytes(),
+        "the 10 MiB body intact"
+    );
+    assert_standard_signature(&delivered[0]);
+    assert_eq!(delivered[1].body, small);
+    let db = server.db();
+    wait_outbox_status(&db, "evt_after_big", "done", WAIT);
+    wait_outbox_status(&db, "evt_big", "done", WAIT);
+}
+
 #[test]
 fn app_failing_twice_then_ok_is_delivered_on_attempt_three() {
     let app = FakeApp::start(&[500, 503]);
@@ -584,4 +611,57 @@ print(Webhook(secret).verify(body, headers)["id"])
         String::from_utf8_lossy(&out.stderr)
     );
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "evt_py");
+}
+
+/// An outbox row an effect queued with a BLOB `kind` or `key` (SQLite stores what it is given;
+/// before migration 6 nothing refused it) made `/metrics`, `/status` and `outbox list` fail
+/// for good, and a BLOB key of a delivered kind stopped the worker's every poll. They are shown
+/// as `x'…'`, and the worker goes on.
+#[test]
+fn outbox_rows_with_a_blob_kind_or_key_leave_metrics_status_outbox_list_and_the_worker_working() {
+    if skipped_on_postgres("a TEXT column holds only text on PostgreSQL") {
+        return;
+    }
+    let app = FakeApp::start(&[]);
+    let server = start(None, &forwarding(&app, "1s"));
+    let db = server.db();
+    // As written before the guard of migration 6 existed.
+    db.batch(
+        "DROP TRIGGER IF EXISTS outbox_text_identity_insert;
+         INSERT INTO outbox (kind, source, key, payload, status) VALUES
+             (x'00', 'stripe', 'k_blob_kind', x'7b7d', 'pending'),
+             (x'ff', 'stripe', 'k_dead', x'7b7d', 'dead'),
+             ('forward', 'stripe', x'ff00', x'7b7d', 'pending'),
+             ('forward', x'fe', 'k_blob_source', x'7b7d', 'dead');",
+    );
+    let (status, metrics) = server.admin_get("/metrics");
+    assert_eq!(status, 200, "{metrics}");
+    assert!(
+        metrics.contains(r#"hookledger_outbox_rows{kind="x'00'",status="pending"} 1"#),
+        "{metrics}"
+    );
+    let (status, page) = server.admin_get("/status");
+    assert_eq!(status, 200, "{page}");
+    assert!(page.contains("x&#39;FF&#39;"), "{page}");
+    let (code, out, err) = cli(&["outbox", "list", "--db", &server.db_arg()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("x'00'") && out.contains("x'FF00'"), "{out}");
+    let (code, out, err) = cli(&["outbox", "list", "--json", "--db", &server.db_arg()]);
+    assert_eq!(code, 0, "{err}");
+    let rows: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(rows[3]["source"], "x'FE'");
+
+    // The forward row with a BLOB key is attempted like any other; the worker goes on.
+    assert_outcome(
+        &server.send(&paid("evt_after_blob")),
+        "evt_after_blob",
+        "processed",
+    );
+    let delivered = app.wait_delivered(2, WAIT);
+    let ids: Vec<&str> = delivered
+        .iter()
+        .map(|d| d.headers["webhook-id"].as_str())
+        .collect();
+    assert_eq!(ids, ["x'FF00'", "evt_after_blob"]);
+    wait_outbox_status(&db, "evt_after_blob", "done", WAIT);
 }

@@ -983,3 +983,160 @@ fn retention_runs_on_one_instance_at_a_time() {
         vec!["evt_new".to_string()]
     );
 }
+
+/// A TCP proxy in front of the test server, so that PostgreSQL can become unreachable for one
+/// hookledger without touching the server the other tests share: [`Proxy::cut`] resets the
+/// connections it carries and then closes each new one at once (counting them: the
+/// attempts to connect), [`Proxy::restore`] forwards again.
+struct Proxy {
+    addr: std::net::SocketAddr,
+    forward: std::sync::Arc<AtomicBool>,
+    refused: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    carried: std::sync::Arc<Mutex<Vec<std::net::TcpStream>>>,
+    stop: std::sync::Arc<AtomicBool>,
+}
+
+impl Proxy {
+    fn start(upstream: String) -> Proxy {
+        use std::net::{Shutdown, TcpListener, TcpStream};
+        use std::sync::Arc;
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let proxy = Proxy {
+            addr: listener.local_addr().unwrap(),
+            forward: Arc::new(AtomicBool::new(true)),
+            refused: Arc::default(),
+            carried: Arc::default(),
+            stop: Arc::default(),
+        };
+        let (forward, refused) = (proxy.forward.clone(), proxy.refused.clone());
+        let (carried, stop) = (proxy.carried.clone(), proxy.stop.clone());
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                if stop.load(Ordering::SeqCst) {
+                    break;
+                }
+                let Ok(client) = client else { continue };
+                if !forward.load(Ordering::SeqCst) {
+                    refused.fetch_add(1, Ordering::SeqCst);
+                    let _ = client.shutdown(Shutdown::Both);
+                    continue;
+                }
+                let Ok(server) = TcpStream::connect(&upstream) else {
+                    continue;
+                };
+                let mut carried = carried.lock().unwrap();
+                for (from, to) in [(&client, &server), (&server, &client)] {
+                    let (mut from, mut to) = (from.try_clone().unwrap(), to.try_clone().unwrap());
+                    std::thread::spawn(move || {
+                        let _ = std::io::copy(&mut from, &mut to);
+                        let _ = to.shutdown(Shutdown::Both);
+                    });
+                }
+                carried.extend([client, server]);
+            }
+        });
+        proxy
+    }
+
+    /// The URL of `url`'s database through the proxy.
+    fn url(&self, url: &str) -> String {
+        let mut url = url::Url::parse(url).unwrap();
+        url.set_port(Some(self.addr.port())).unwrap();
+        url.to_string()
+    }
+
+    fn cut(&self) {
+        self.forward.store(false, Ordering::SeqCst);
+        for stream in self.carried.lock().unwrap().drain(..) {
+            let _ = stream.shutdown(std::net::Shutdown::Both);
+        }
+    }
+
+    fn restore(&self) {
+        self.forward.store(true, Ordering::SeqCst);
+    }
+
+    /// The connections closed at once since the cut.
+    fn refused(&self) -> usize {
+        self.refused.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.cut();
+        self.stop.store(true, Ordering::SeqCst);
+        // Wakes the accept loop, which sees the flag and ends.
+        let _ = std::net::TcpStream::connect(self.addr);
+    }
+}
+
+/// While PostgreSQL cannot be reached, the writer's failed batches were each logged, and each
+/// connected again at once (998 lines in seconds). Now every request is answered 503
+/// `database_unavailable` at once, the writer tries again after a wait that doubles (100 ms to
+/// 5 s), and the log has a few lines a second, with the count of those held back. Once the
+/// server can be reached again, the writer is back within the longest wait.
+#[test]
+fn while_postgres_cannot_be_reached_the_writer_backs_off_and_logs_a_few_lines_a_second() {
+    let Some((_dir, url)) = pg_database() else {
+        return;
+    };
+    let upstream = {
+        let url = url::Url::parse(&url).unwrap();
+        format!("{}:{}", url.host_str().unwrap(), url.port().unwrap_or(5432))
+    };
+    let proxy = Proxy::start(upstream);
+    let server = Server::start_on(&proxy.url(&url), &[]);
+    assert_outcome(&server.send(&paid("evt_up")), "evt_up", "processed");
+
+    proxy.cut();
+    let logged = server.log().lines().count();
+    let started = Instant::now();
+    const REQUESTS: usize = 400;
+    for i in 0..REQUESTS {
+        let reply = server.send(&paid(&format!("evt_down_{i}")));
+        assert_error(&reply, 503, "database_unavailable");
+    }
+    // The calendar seconds the requests touched, at most.
+    let seconds = started.elapsed().as_secs() + 2;
+    let log = server.log();
+    let lines: Vec<&str> = log.lines().skip(logged).collect();
+    // The writer's failed batches two a second, the requests' rejections ten, and a few
+    // others (the read pool's lost connection).
+    assert!(
+        lines.len() as u64 <= 12 * seconds + 5,
+        "{} lines for {REQUESTS} requests in under {seconds} s:\n{}",
+        lines.len(),
+        lines.join("\n")
+    );
+    let attempts = proxy.refused() as u64;
+    eprintln!(
+        "{REQUESTS} requests: {} log lines, {attempts} attempts to connect",
+        lines.len()
+    );
+    assert!(
+        attempts <= 8 + seconds,
+        "{attempts} attempts to connect in under {seconds} s"
+    );
+
+    proxy.restore();
+    let back = Instant::now();
+    let reply = wait_for(Duration::from_secs(15), || {
+        let reply = server.send(&paid("evt_back"));
+        (reply.status == 200).then_some(reply)
+    })
+    .expect("the writer did not connect again");
+    assert_outcome(&reply, "evt_back", "processed");
+    assert!(
+        back.elapsed() < Duration::from_secs(7),
+        "back after {:?}",
+        back.elapsed()
+    );
+    assert!(server.log().contains("writer: reconnected to PostgreSQL"));
+    let db = Db::open(&url);
+    assert_eq!(
+        db.strings("SELECT event_id FROM webhook_events ORDER BY event_id"),
+        ["evt_back", "evt_up"],
+        "nothing of a failed batch was committed"
+    );
+}

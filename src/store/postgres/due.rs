@@ -2,11 +2,13 @@
 //!
 //! A worker takes due rows with `FOR UPDATE SKIP LOCKED` and leases them in the same
 //! statement: `leased_until` (now + `[storage] outbox_lease`) and `leased_by` (the server
-//! process of the worker's own connection), so two workers never take the same row. The
-//! attempt's result, recorded through the writer, ends the lease. A leased row is due again
-//! for every instance when its lease lapses, or at once when the connection that leased it is
-//! gone (its instance died or restarted: PostgreSQL ends a connection's server process when
-//! the client's socket closes). Delivery stays at least once.
+//! process of the worker's own connection), so two workers never take the same row. The poll
+//! returns the leased rows without their payloads; the worker reads the payload of the row it
+//! attempts by id, when it attempts it. The attempt's result, recorded through the writer,
+//! ends the lease. A leased row is due again for every instance when its lease lapses, or at
+//! once when the connection that leased it is gone (its instance died or restarted: PostgreSQL
+//! ends a connection's server process when the client's socket closes). Delivery stays at
+//! least once.
 
 use std::sync::Mutex;
 use std::time::Duration;
@@ -77,7 +79,7 @@ impl OutboxReader for PgOutbox {
                    AND kind IN (SELECT jsonb_array_elements_text($3::text::jsonb))
                  ORDER BY id LIMIT $2
                  FOR UPDATE SKIP LOCKED)
-             RETURNING id, kind, source, key, event_type, payload, attempts, queued"
+             RETURNING id, kind, source, key, event_type, attempts, queued"
         );
         let mut rows: Vec<PendingRow> = self
             .with(|c| c.query(&sql, &[&now, &limit, &kinds, &leased_until]))?
@@ -88,13 +90,23 @@ impl OutboxReader for PgOutbox {
                 source: r.get(2),
                 key: r.get(3),
                 event_type: r.get(4),
-                payload: r.get(5),
-                attempts: r.get(6),
-                queued: r.get(7),
+                attempts: r.get(5),
+                queued: r.get(6),
             })
             .collect();
         rows.sort_by_key(|r| r.id);
         Ok(rows)
+    }
+
+    /// Read by id on the connection that holds the lease; the lease is not touched.
+    fn payload(&self, id: i64, queued: i64) -> anyhow::Result<Option<Vec<u8>>> {
+        let row = self.with(|c| {
+            c.query_opt(
+                "SELECT payload FROM outbox WHERE id = $1 AND status = 'pending' AND queued = $2",
+                &[&id, &queued],
+            )
+        })?;
+        Ok(row.map(|r| r.get(0)))
     }
 
     fn next_due_at(&self, kinds: &str) -> anyhow::Result<Option<i64>> {

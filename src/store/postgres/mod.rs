@@ -5,7 +5,8 @@
 //!   `session.rs`: one thread, one connection, group commit, as on SQLite); the outbox worker
 //!   has one of its own (it holds the leases); each CLI command opens its own. A connection that
 //!   broke (the server restarted, the network failed; TCP keepalives find a silent one) is
-//!   replaced at the next batch; until then requests get 503 `database_unavailable`, and
+//!   replaced at the next batch; while attempts fail, the next waits, doubling from 100 ms to
+//!   5 s (`backoff.rs`). Until it is back requests get 503 `database_unavailable` at once, and
 //!   nothing of a failed batch was committed.
 //! - Transactions: `BEGIN` per batch (read committed, sent with the first statement), one
 //!   `COMMIT`; in between, the claims of the batch in one statement and its handler on all new
@@ -21,13 +22,14 @@
 //!   that does not get it prunes nothing this round, so one instance prunes at a time.
 //! - The outbox: see `due.rs` (leases with `FOR UPDATE SKIP LOCKED`).
 
+mod backoff;
 mod due;
 #[cfg(test)]
 pub(crate) mod scratch;
 mod session;
 
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 
@@ -38,6 +40,7 @@ use crate::sql::{Session, StoreError};
 use crate::store::seam::{Done, Store, Work, Write};
 use crate::store::{app_schema, pipeline};
 
+use backoff::Backoff;
 pub(crate) use due::PgOutbox;
 use session::CommitError;
 pub(crate) use session::PgSession;
@@ -57,6 +60,11 @@ pub(crate) struct PgStore {
     config: tokio_postgres::Config,
     session: PgSession,
     busy_timeout: Duration,
+    /// When to connect again after the connection was lost and attempts failed.
+    backoff: Backoff,
+    /// Why the last attempt to connect failed, for the batches that fail while the backoff
+    /// waits.
+    connect_error: String,
 }
 
 /// Read connections, pooled: made when first needed, replaced when broken.
@@ -132,6 +140,8 @@ impl PgStore {
             config,
             session,
             busy_timeout,
+            backoff: Backoff::default(),
+            connect_error: String::new(),
         };
         store
             .migrate()
@@ -210,11 +220,29 @@ impl PgStore {
         &self.session
     }
 
-    /// A new connection in place of one that broke.
+    /// A new connection in place of one that broke, unless attempts failed lately: then
+    /// `Unavailable` at once until the backoff's wait is over (see `backoff.rs`).
     fn reconnect(&mut self) -> Result<(), StoreError> {
-        self.session = connect(&self.config, self.busy_timeout)?;
-        log::info!("writer: reconnected to PostgreSQL");
-        Ok(())
+        if let Some(left) = self.backoff.remaining(Instant::now()) {
+            return Err(StoreError::Unavailable(format!(
+                "the last attempt to connect failed ({}); the next in {} ms",
+                self.connect_error,
+                left.as_millis().max(1)
+            )));
+        }
+        match connect(&self.config, self.busy_timeout) {
+            Ok(session) => {
+                self.session = session;
+                self.backoff.succeeded();
+                log::info!("writer: reconnected to PostgreSQL");
+                Ok(())
+            }
+            Err(e) => {
+                self.backoff.failed(Instant::now());
+                self.connect_error = e.to_string();
+                Err(e)
+            }
+        }
     }
 }
 

@@ -1,10 +1,13 @@
 //! Which outbox rows are due, on SQLite: one server per database file, so no lease is needed.
 
-use rusqlite::{params, Connection};
+use rusqlite::types::{Type, ValueRef};
+use rusqlite::{params, Connection, OptionalExtension};
 
 use crate::outbox::PendingRow;
+use crate::store::listings::blob_text;
 
-/// Up to `limit` pending rows of `kinds` that are due at `now`, in id order.
+/// Up to `limit` pending rows of `kinds` that are due at `now`, in id order, without their
+/// payloads ([`payload`] reads the one attempted).
 /// `kinds` is a JSON array of the kinds that have somewhere to go; rows of other kinds wait.
 pub(crate) fn due(
     conn: &Connection,
@@ -12,32 +15,64 @@ pub(crate) fn due(
     now: i64,
     limit: usize,
 ) -> rusqlite::Result<Vec<PendingRow>> {
-    // An effect may have written its payload as text (json_object), or a key as a number or a
-    // blob: each is read as the type the worker needs, so one odd row cannot stop the others.
+    // An effect may have written a key as a number or a blob: each is read as the text the
+    // worker needs (see `text`), so one odd row cannot stop the others.
     conn.prepare_cached(
-        "SELECT id, CAST(kind AS TEXT), CAST(source AS TEXT), CAST(key AS TEXT),
-                CAST(event_type AS TEXT), CAST(payload AS BLOB), attempts, queued
+        "SELECT id, kind, source, key, event_type, attempts, queued
          FROM outbox
          WHERE status = 'pending' AND next_attempt_at <= ?1
            AND kind IN (SELECT value FROM json_each(?3))
          ORDER BY id LIMIT ?2",
     )?
     .query_map(params![now, limit as i64, kinds], |r| {
+        // NOT NULL in the schema.
+        let required = |i| {
+            text(r, i)?.ok_or(rusqlite::Error::InvalidColumnType(
+                i,
+                String::new(),
+                Type::Null,
+            ))
+        };
         Ok(PendingRow {
             id: r.get(0)?,
-            kind: r.get(1)?,
-            source: r.get(2)?,
-            key: r.get(3)?,
-            event_type: r.get(4)?,
-            payload: r.get(5)?,
-            attempts: r.get(6)?,
-            queued: r.get(7)?,
+            kind: required(1)?,
+            source: required(2)?,
+            key: required(3)?,
+            event_type: text(r, 4)?,
+            attempts: r.get(5)?,
+            queued: r.get(6)?,
         })
     })?
     .collect()
 }
 
-/// When the next pending row is due, if any.
+/// Column `i` as text, whatever its type: a number in decimal (`1.0` for a real, as SQLite
+/// writes it), text that is not UTF-8 with U+FFFD in place of its bad bytes, a blob as
+/// [`blob_text`] shows it (the text it spells, or `x'…'`, as `outbox list` shows it too).
+fn text(r: &rusqlite::Row<'_>, i: usize) -> rusqlite::Result<Option<String>> {
+    Ok(match r.get_ref(i)? {
+        ValueRef::Null => None,
+        ValueRef::Integer(n) => Some(n.to_string()),
+        ValueRef::Real(f) => Some(format!("{f:?}")),
+        ValueRef::Text(t) => Some(String::from_utf8_lossy(t).into_owned()),
+        ValueRef::Blob(b) => Some(blob_text(b)),
+    })
+}
+
+/// The payload of row `id`, if it is still pending as queued for the `queued`-th time.
+pub(crate) fn payload(
+    conn: &Connection,
+    id: i64,
+    queued: i64,
+) -> rusqlite::Result<Option<Vec<u8>>> {
+    conn.prepare_cached(
+        "SELECT CAST(payload AS BLOB) FROM outbox
+         WHERE id = ?1 AND status = 'pending' AND queued = ?2",
+    )?
+    .query_row(params![id, queued], |r| r.get(0))
+    .optional()
+}
+
 /// When the next pending row of `kinds` (a JSON array) is due, if any.
 pub(crate) fn next_due_at(conn: &Connection, kinds: &str) -> rusqlite::Result<Option<i64>> {
     conn.prepare_cached(

@@ -46,6 +46,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0003_source_in_keys.sql"),
     include_str!("migrations/0004_outbox_lease.sql"),
     include_str!("migrations/0005_heartbeat.sql"),
+    include_str!("migrations/0006_outbox_text_identity.sql"),
 ];
 
 /// Prepared statements kept per connection: every hot statement of the ledger, the handlers
@@ -385,6 +386,10 @@ impl OutboxReader for ReadPool {
         Ok(due::due(&*self.get()?, kinds, now, limit)?)
     }
 
+    fn payload(&self, id: i64, queued: i64) -> anyhow::Result<Option<Vec<u8>>> {
+        Ok(due::payload(&*self.get()?, id, queued)?)
+    }
+
     fn next_due_at(&self, kinds: &str) -> anyhow::Result<Option<i64>> {
         Ok(due::next_due_at(&*self.get()?, kinds)?)
     }
@@ -506,6 +511,45 @@ mod tests {
             })
             .unwrap();
         assert_eq!(row, ("evt_1".to_string(), 3, 0));
+    }
+
+    /// Migration 6: an effect's outbox row with a BLOB kind, source, key or event type is
+    /// refused (inserted or updated); a number is still taken, and polled as its decimal text.
+    #[test]
+    fn the_outbox_refuses_a_blob_kind_source_key_or_event_type() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        migrate(&mut conn).unwrap();
+        let insert = |kind: &str, source: &str, key: &str, event_type: &str| {
+            conn.execute(
+                &format!(
+                    "INSERT INTO outbox (kind, source, key, event_type, payload)
+                     VALUES ({kind}, {source}, {key}, {event_type}, x'7b7d')"
+                ),
+                [],
+            )
+        };
+        for (kind, source, key, event_type) in [
+            ("x'00'", "'s'", "'k1'", "NULL"),
+            ("'forward'", "x'7374'", "'k2'", "NULL"),
+            ("'forward'", "'s'", "x'ff'", "NULL"),
+            ("'forward'", "'s'", "'k4'", "x'74'"),
+        ] {
+            let err = insert(kind, source, key, event_type).unwrap_err();
+            assert!(
+                err.to_string().contains("must be text, not a blob"),
+                "{err}"
+            );
+        }
+        assert_eq!(insert("'forward'", "'s'", "42", "NULL").unwrap(), 1);
+        let err = conn
+            .execute("UPDATE outbox SET key = x'00'", [])
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("must be text, not a blob"),
+            "{err}"
+        );
+        let due = due::due(&conn, r#"["forward"]"#, i64::MAX, 10).unwrap();
+        assert_eq!(due[0].key, "42");
     }
 
     #[test]

@@ -1,21 +1,35 @@
-//! A budget for rejection log lines: a flood of bad requests (forged signatures, a full body
-//! budget) must not become a flood of log lines that fills the disk. At most
-//! [`LINES_PER_SECOND`] are written each second; the rest are counted, and the count is
-//! written with the next line that is.
+//! A budget for log lines of one kind: a flood (forged requests, a full body budget, a
+//! database that fails every batch) must not become a flood of log lines that fills the disk.
+//! At most so many lines are written each second ([`LINES_PER_SECOND`] unless the budget says
+//! otherwise); the rest are counted, and the count is written with the next line that is.
 
 use std::sync::{Mutex, PoisonError};
 
 /// Rejection lines written per second at most.
 pub(crate) const LINES_PER_SECOND: u32 = 10;
 
-#[derive(Default)]
 pub(crate) struct LogBudget {
+    /// Lines written per second at most.
+    per_second: u32,
     state: Mutex<State>,
 }
 
+impl Default for LogBudget {
+    fn default() -> Self {
+        LogBudget::new()
+    }
+}
+
 impl LogBudget {
+    /// [`LINES_PER_SECOND`] lines a second.
     pub(crate) const fn new() -> Self {
+        LogBudget::per_second(LINES_PER_SECOND)
+    }
+
+    /// `lines` lines a second.
+    pub(crate) const fn per_second(lines: u32) -> Self {
         LogBudget {
+            per_second: lines,
             state: Mutex::new(State {
                 second: 0,
                 written: 0,
@@ -25,7 +39,6 @@ impl LogBudget {
     }
 }
 
-#[derive(Default)]
 struct State {
     /// The second (Unix time) the count is for.
     second: i64,
@@ -44,7 +57,7 @@ impl LogBudget {
             state.second = now;
             state.written = 0;
         }
-        if state.written < LINES_PER_SECOND {
+        if state.written < self.per_second {
             state.written += 1;
             Some(match std::mem::take(&mut state.held_back) {
                 0 => String::new(),
@@ -74,5 +87,19 @@ mod tests {
             "the next second reports what was held"
         );
         assert_eq!(budget.admit(101, "lines").as_deref(), Some(""));
+    }
+
+    #[test]
+    fn a_budget_of_two_a_second_writes_two() {
+        let budget = LogBudget::per_second(2);
+        let first: Vec<_> = (0..5).map(|_| budget.admit(7, "failures")).collect();
+        assert_eq!(
+            first,
+            [Some(String::new()), Some(String::new()), None, None, None]
+        );
+        assert_eq!(
+            budget.admit(8, "failures").as_deref(),
+            Some(" (3 earlier failures not logged)")
+        );
     }
 }
