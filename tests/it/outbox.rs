@@ -405,12 +405,14 @@ fn retention_clears_old_payloads_deletes_old_claims_and_refuses_one_day() {
     );
     assert_eq!(ledger_count(&db), 3, "a refused prune deletes nothing");
 
+    // The server's own start-up prune (a thread of its own) may run after the UPDATEs too, so
+    // the counts are shared between the two; the state after both is checked below.
     let (code, out, err) = cli(&["prune", "--db", &db_arg]);
     assert_eq!(code, 0, "{err}");
     assert!(
-        out.contains("deleted 1 ledger rows older than 400 days")
-            && out.contains("cleared 1 payloads older than 30 days")
-            && out.contains("1 delivered outbox rows"),
+        out.contains("ledger rows older than 400 days")
+            && out.contains("payloads older than 30 days")
+            && out.contains("delivered outbox rows"),
         "{out}"
     );
     let left = db.strings(
@@ -481,10 +483,11 @@ fn retention_of_u64_max_or_never_deletes_no_claim() {
         "18446744073709551615",
     ]);
     assert_eq!(code, 0, "{err}");
+    // The old payload is cleared, by this prune or by the server's own start-up prune (a
+    // thread of its own, which may run after the UPDATE): the state below is the same.
     assert!(
-        out.contains(
-            "deleted 0 ledger rows (kept for ever), cleared 1 payloads older than 30 days"
-        ),
+        out.contains("deleted 0 ledger rows (kept for ever), cleared ")
+            && out.contains(" payloads older than 30 days"),
         "{out}"
     );
     assert_eq!(
