@@ -371,7 +371,7 @@ fn builtin_handler(
                 .credits_per_invoice,
             refresh: source.refreshes().then_some(source.refresh),
         })),
-        other => anyhow::bail!("unknown handler `{other}`"),
+        _ => anyhow::bail!("unknown handler"),
     }
 }
 

@@ -72,7 +72,7 @@ impl Config {
         match self.admin_listen {
             Some(at) if !at.ip().is_loopback() && self.admin_token.is_none() => refuse!(
                 "admin_listen",
-                "{at} is not a loopback address: set an admin_token too (env:NAME or file:PATH), \
+                "is not a loopback address: set an admin_token too (env:NAME or file:PATH), \
                  since /metrics and /status show event ids and errors to whoever reaches them, \
                  or listen on 127.0.0.1"
             ),
@@ -94,8 +94,13 @@ pub(crate) fn parse_admin_listen(value: &str) -> Result<Option<SocketAddr>, Stri
 
 fn admin_listen<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<SocketAddr>, D::Error> {
     let value = String::deserialize(d)?;
-    parse_admin_listen(&value).map_err(serde::de::Error::custom)
+    // The file's value is not repeated (config errors quote none).
+    parse_admin_listen(&value)
+        .map_err(|_| serde::de::Error::custom("is not an address (host:port) or off"))
 }
+
+/// What a config file's duration that does not parse is told (its value is not repeated).
+const NOT_A_DURATION: &str = "is not a duration (like 500ms, 5s, 2m, 1h, 3d)";
 
 /// Everything `serve` needs. `Debug` shows no secret.
 #[derive(Debug, Clone, Deserialize)]
@@ -430,10 +435,8 @@ impl Config {
         if self.http.body_budget < self.http.max_body {
             refuse!(
                 "http.body_budget",
-                "{} must be at least http.max_body ({}), or no body of the largest size could \
-                 ever be read",
-                self.http.body_budget,
-                self.http.max_body
+                "must be at least http.max_body, or no body of the largest size could ever be \
+                 read"
             );
         }
         for (i, source) in self.sources.iter().enumerate() {
@@ -442,8 +445,7 @@ impl Config {
             if max_body == 0 || max_body > self.http.body_budget {
                 refuse!(
                     source_key(&source.name, "max_body"),
-                    "{max_body} must be at least 1 and at most http.body_budget ({})",
-                    self.http.body_budget
+                    "must be at least 1 and at most http.body_budget"
                 );
             }
             if self.sources[..i].iter().any(|s| s.name == source.name) {
@@ -500,10 +502,7 @@ impl Config {
         if self.retention.payload_days > self.retention.claim_days {
             refuse!(
                 "retention.payload_days",
-                "{} cannot be more than retention.claim_days ({}): a payload is kept only with \
-                 its claim",
-                self.retention.payload_days,
-                self.retention.claim_days
+                "cannot be more than retention.claim_days: a payload is kept only with its claim"
             );
         }
         if let Some(forward) = &self.forward {
@@ -546,26 +545,20 @@ impl ForwardConfig {
         if !matches!(url.scheme(), "http" | "https") || !url.has_host() {
             refuse!(
                 key("url"),
-                "must be an http:// or https:// URL with a host (the app's webhook endpoint), \
-                 not `{}://…`",
-                url.scheme()
+                "must be an http:// or https:// URL with a host (the app's webhook endpoint)"
             );
         }
         if self.schedule.is_empty() {
             refuse!(key("schedule"), "needs at least one delay");
         }
-        if let Some(long) = self.schedule.iter().find(|d| **d > MAX_FORWARD_DELAY) {
+        if self.schedule.iter().any(|d| *d > MAX_FORWARD_DELAY) {
             refuse!(
                 key("schedule"),
-                "a delay of {long:?} is longer than the most allowed, 30 days"
+                "a delay is longer than the most allowed, 30 days"
             );
         }
         if self.timeout.is_zero() || self.timeout > MAX_FORWARD_TIMEOUT {
-            refuse!(
-                key("timeout"),
-                "must be more than 0 and at most 1h, not {:?}",
-                self.timeout
-            );
+            refuse!(key("timeout"), "must be more than 0 and at most 1h");
         }
         Ok(())
     }
@@ -576,7 +569,7 @@ pub(crate) fn check_retention(days: u64) -> Result<(), ConfigError> {
     if days < MIN_RETENTION_DAYS {
         refuse!(
             "retention.claim_days",
-            "{days} day(s) is shorter than the providers' retry window of {MIN_RETENTION_DAYS} \
+            "is shorter than the providers' retry window of {MIN_RETENTION_DAYS} \
              days: a retried event would be applied twice. Use at least {MIN_RETENTION_DAYS} \
              (default {DEFAULT_CLAIM_DAYS})."
         );
@@ -679,7 +672,7 @@ mod tolerance {
             Written::Seconds(n) => Ok(Some(Duration::from_secs(n))),
             Written::Text(text) => super::parse_duration(&text)
                 .map(Some)
-                .map_err(serde::de::Error::custom),
+                .map_err(|_| serde::de::Error::custom(super::NOT_A_DURATION)),
         }
     }
 }
@@ -718,7 +711,7 @@ mod duration {
 
     pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
         let text = String::deserialize(d)?;
-        super::parse_duration(&text).map_err(serde::de::Error::custom)
+        super::parse_duration(&text).map_err(|_| serde::de::Error::custom(super::NOT_A_DURATION))
     }
 }
 
@@ -731,7 +724,10 @@ mod durations {
     pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Duration>, D::Error> {
         Vec::<String>::deserialize(d)?
             .iter()
-            .map(|text| super::parse_duration(text).map_err(serde::de::Error::custom))
+            .map(|text| {
+                super::parse_duration(text)
+                    .map_err(|_| serde::de::Error::custom(super::NOT_A_DURATION))
+            })
             .collect()
     }
 }
@@ -864,6 +860,10 @@ mod tests {
         assert_eq!(forward.schedule, default_schedule());
         assert_eq!(forward.timeout, DEFAULT_FORWARD_TIMEOUT);
         let err = Config::from_toml("[http]\nport = 1\n", Path::new(".")).unwrap_err();
-        assert!(err.to_string().contains("unknown field `port`"), "{err}");
+        assert!(
+            err.to_string()
+                .contains("unknown field `…`, expected one of `max_body`"),
+            "{err}"
+        );
     }
 }

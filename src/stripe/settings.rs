@@ -40,7 +40,7 @@ fn check_source(source: &SourceConfig) -> Result<(), ConfigError> {
         if !HANDLERS.contains(&handler.as_str()) {
             refuse!(
                 key("handlers"),
-                "unknown handler `{handler}` (built in: {})",
+                "unknown handler (built in: {}); the file's value is not repeated",
                 HANDLERS.join(", ")
             );
         }
@@ -155,12 +155,26 @@ mod tests {
         let err = checked(&format!("{github}handlers = [\"stripe-biling\"]\n")).unwrap_err();
         assert_eq!(
             err.to_string(),
-            "source `gh`.handlers: unknown handler `stripe-biling` (built in: stripe-billing)"
+            "source `gh`.handlers: unknown handler (built in: stripe-billing); the file's value is \
+             not repeated"
         );
         checked(&format!(
             "{stripe}{key}reconcile = {{ every = \"1h\", since = \"30d\" }}\n"
         ))
         .unwrap();
+    }
+
+    /// A secret pasted into `handlers` is refused naming the key, never repeated.
+    #[test]
+    fn an_unknown_handler_is_refused_without_its_value() {
+        let err = checked(
+            "[[source]]\nname = \"stripe\"\nscheme = \"stripe\"\n\
+             secrets = [\"whsec_test_secret_0123\"]\nhandlers = [\"whsec_TOPSECRET_0123\"]\n",
+        )
+        .unwrap_err();
+        assert_eq!(err.key, "source `stripe`.handlers");
+        assert!(err.message.starts_with("unknown handler"), "{err}");
+        assert!(!format!("{err} {err:?}").contains("TOPSECRET"), "{err:?}");
     }
 
     #[test]
@@ -174,7 +188,7 @@ mod tests {
         for (settings, expected) in [
             (
                 "credit_per_invoice = 5",
-                "unknown field `credit_per_invoice`",
+                "unknown field `…`, expected `credits_per_invoice`",
             ),
             ("credits_per_invoice = \"5\"", "invalid type: string"),
         ] {
