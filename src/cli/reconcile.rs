@@ -11,7 +11,7 @@ use crate::app::Hookledger;
 use crate::config::{self, Config, Database, SchemeName, Secret, SourceConfig};
 use crate::stripe::api::StripeApi;
 use crate::stripe::reconcile::{Counts, Run};
-use crate::stripe::settings::{MAX_RECONCILE_SINCE, STRIPE_API_BASE};
+use crate::stripe::settings::{check_api_base, MAX_RECONCILE_SINCE, STRIPE_API_BASE};
 
 use super::common::Exit;
 
@@ -113,6 +113,9 @@ fn api(args: &ReconcileArgs, source: &SourceConfig) -> anyhow::Result<StripeApi>
             })?),
         },
     };
+    if let Some(base) = &args.api_base {
+        check_api_base("--api-base", base)?;
+    }
     let base = args
         .api_base
         .as_deref()
