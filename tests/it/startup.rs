@@ -388,13 +388,21 @@ handlers = ["stripe-billing"]
 
 /// Effects are checked at start-up, before anything listens: an unknown source, SQL that does
 /// not compile (with the effect's index and the database's message), an unknown parameter (a
-/// positional one too: effects bind by name), a changed migration.
+/// positional one too: effects bind by name), VACUUM, a changed migration.
 #[test]
 fn bad_effects_and_changed_migrations_stop_start_up() {
     // SQLite's positional `?` (PostgreSQL's `?` is an operator: a syntax error there).
-    let (no_such_table, question_mark) = match store() {
-        Store::Sqlite => ("no such table: nope", "unknown parameter `?`"),
-        Store::Postgres => (r#"relation "nope" does not exist"#, "syntax error"),
+    let (no_such_table, question_mark, vacuum) = match store() {
+        Store::Sqlite => (
+            "no such table: nope",
+            "unknown parameter `?`",
+            "VACUUM is not allowed",
+        ),
+        Store::Postgres => (
+            r#"relation "nope" does not exist"#,
+            "syntax error",
+            "only INSERT, UPDATE, DELETE, MERGE",
+        ),
     };
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(dir.path().join("migrations")).unwrap();
@@ -440,6 +448,11 @@ fn bad_effects_and_changed_migrations_stop_start_up() {
         (
             "[[effect]]\nsource = \"stripe\"\non = \"*\"\nsql = \"SELECT x FROM t\"\n",
             vec!["statement 1: it returns rows"],
+        ),
+        // It cannot run inside the event's transaction: every matching event would fail.
+        (
+            "[[effect]]\nsource = \"stripe\"\non = \"*\"\nsql = \"INSERT INTO t VALUES (1); VACUUM\"\n",
+            vec!["effect 1 (source `stripe`), statement 2", vacuum],
         ),
     ] {
         let path = write(dir.path(), "b.toml", &config(effect));

@@ -256,8 +256,38 @@ impl Store for PgStore {
                  :name inside a string or a $$ quote?)"
             ));
         }
-        Ok(returns_rows)
+        if returns_rows {
+            return Ok(true);
+        }
+        // What the statement does is read from PostgreSQL's own plan of it, not from its text.
+        match self
+            .session
+            .plan(sql, parameters)
+            .map_err(|e| e.to_string())?
+        {
+            None => Err(UTILITY.to_string()),
+            Some(plan) => match refusal_in_plan(&plan) {
+                Some(why) => Err(why),
+                None => Ok(false),
+            },
+        }
     }
+}
+
+/// Why a statement that PostgreSQL does not plan is not an effect: a utility statement (DDL,
+/// VACUUM, TRUNCATE, CALL, DO, LOCK, SET, …). Some cannot run in a transaction block (VACUUM,
+/// CREATE INDEX CONCURRENTLY, …: every event would fail), and what the others change cannot
+/// be read from a plan; schema changes belong in the app's migrations.
+const UTILITY: &str = "only INSERT, UPDATE, DELETE, MERGE and a data-modifying WITH can be \
+                       effects: a utility statement (DDL, VACUUM, TRUNCATE, CALL, DO, LOCK, SET, \
+                       ...) is not, and some cannot run inside the event's transaction (put \
+                       schema changes in [schema] migrations)";
+
+/// Why an effect may not be the statement PostgreSQL planned as `plan` (`EXPLAIN (FORMAT
+/// JSON)`); `None` when it may.
+fn refusal_in_plan(plan: &serde_json::Value) -> Option<String> {
+    let _ = plan;
+    None
 }
 
 impl PgStore {
@@ -414,5 +444,64 @@ impl pipeline::Batch for PgStore {
             &[&FORWARD, &sources, &ids, &types, &bodies, &now],
         )?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::postgres::scratch::Scratch;
+
+    /// The writer's store on a fresh database, with an app table `t`.
+    fn store(db: &Scratch) -> PgStore {
+        let store = PgStore::open(&db.url, Duration::from_secs(5)).unwrap();
+        store
+            .session
+            .batch("CREATE TABLE t (x BIGINT, y TEXT)")
+            .unwrap();
+        store
+    }
+
+    /// VACUUM and other statements that cannot run in the event's transaction (or have no plan
+    /// to check) pass no start-up check; the statements effects are made of do.
+    #[test]
+    fn utility_statements_are_refused_at_the_check() {
+        let Some(db) = Scratch::new() else { return };
+        let mut store = store(&db);
+        for sql in [
+            "VACUUM",
+            "VACUUM t",
+            "vacuum (analyze) t",
+            "CREATE INDEX CONCURRENTLY t_x ON t (x)",
+            "TRUNCATE t",
+            "DROP TABLE t",
+            "CREATE TABLE u (x INTEGER)",
+            "LOCK TABLE t",
+            "DO $$ BEGIN DELETE FROM t; END $$",
+            "SET LOCAL statement_timeout = 0",
+        ] {
+            let err = store.check_statement(sql, 0).unwrap_err();
+            assert!(
+                err.starts_with("only INSERT, UPDATE, DELETE"),
+                "{sql}: {err}"
+            );
+        }
+        for (sql, parameters) in [
+            ("INSERT INTO t VALUES ($1, $2)", 2),
+            ("UPDATE t SET y = $1 WHERE x = 1", 1),
+            ("DELETE FROM t WHERE y = $1", 1),
+            (
+                "WITH gone AS (DELETE FROM t WHERE x = $1 RETURNING x) \
+                 INSERT INTO t SELECT x + 1, $2 FROM gone",
+                2,
+            ),
+            ("SELECT FROM pg_sleep(0)", 0),
+        ] {
+            assert_eq!(store.check_statement(sql, parameters), Ok(false), "{sql}");
+        }
+        // Nothing of the checks ran or stayed: `t` is there, empty, and no transaction is open.
+        let rows = store.session.query("SELECT count(*) FROM t", &[]).unwrap();
+        assert_eq!(rows[0].get::<i64>(0), Ok(0));
+        store.session.batch("BEGIN; COMMIT").unwrap();
     }
 }

@@ -155,6 +155,63 @@ impl PgSession {
         Ok((stmt.params().len(), !stmt.columns().is_empty()))
     }
 
+    /// PostgreSQL's plan of `sql` (one statement, which [`PgSession::describe`] took, with
+    /// `parameters` parameters), as `EXPLAIN (VERBOSE, FORMAT JSON)` shows it: a generic plan
+    /// (no parameter's value plays a part, none is folded), made in a transaction that is
+    /// rolled back, never run. `None` for a statement that has no plan: a utility statement
+    /// (DDL, VACUUM, TRUNCATE, CALL, …), which `PREPARE` does not take.
+    pub(crate) fn plan(
+        &self,
+        sql: &str,
+        parameters: usize,
+    ) -> Result<Option<serde_json::Value>, StoreError> {
+        let conn = self.conn.borrow();
+        let arguments = match parameters {
+            0 => String::new(),
+            n => format!("({})", vec!["NULL"; n].join(", ")),
+        };
+        // `sql` is one statement (the server parsed it alone); on lines of their own, so that
+        // nothing of it runs into what follows.
+        let prepare = format!(
+            "BEGIN; SET LOCAL plan_cache_mode = force_generic_plan;
+             PREPARE hookledger_check AS
+{sql}
+;"
+        );
+        let explain = format!("EXPLAIN (VERBOSE, FORMAT JSON) EXECUTE hookledger_check{arguments}");
+        let client = &conn.client;
+        let (prepared, planned) = conn.runtime.block_on(async {
+            let prepared = client.batch_execute(&prepare).await;
+            let planned = match prepared {
+                Ok(()) => Some(client.simple_query(&explain).await),
+                Err(_) => None,
+            };
+            // A prepared statement outlives the transaction: deallocated after it.
+            let _ = client.batch_execute("ROLLBACK").await;
+            let _ = client.batch_execute("DEALLOCATE hookledger_check").await;
+            (prepared, planned)
+        });
+        match prepared {
+            Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::SYNTAX_ERROR) => {
+                return Ok(None)
+            }
+            Err(e) => return Err(e.into()),
+            Ok(()) => {}
+        }
+        let text = planned
+            .transpose()?
+            .into_iter()
+            .flatten()
+            .find_map(|message| match message {
+                tokio_postgres::SimpleQueryMessage::Row(row) => row.get(0).map(str::to_string),
+                _ => None,
+            })
+            .ok_or_else(|| StoreError::Database("EXPLAIN showed no plan".into()))?;
+        serde_json::from_str(&text)
+            .map(Some)
+            .map_err(|e| StoreError::Database(format!("EXPLAIN's plan is not JSON: {e}")))
+    }
+
     /// Runs the store's own `sql` with typed parameters (arrays, for one statement per batch).
     pub(crate) fn query_typed(
         &self,

@@ -130,24 +130,18 @@ impl SqliteStore {
     fn new(conn: Connection) -> rusqlite::Result<SqliteStore> {
         let handler = HandlerGuard::default();
         let running = handler.clone();
-        conn.authorizer(Some(
-            move |ctx: rusqlite::hooks::AuthContext<'_>| match ctx.action {
-                // ATTACH too: a transaction across attached WAL databases is not atomic on a
-                // crash, so a handler's effects stay in this file. And PRAGMA: it changes the
-                // writer's connection for every later event (query_only, foreign_keys, ...),
-                // and a savepoint does not roll it back.
-                AuthAction::Transaction { .. }
-                | AuthAction::Savepoint { .. }
-                | AuthAction::Attach { .. }
-                | AuthAction::Detach { .. }
-                | AuthAction::Pragma { .. }
-                    if running.running() =>
-                {
+        conn.authorizer(Some(move |ctx: rusqlite::hooks::AuthContext<'_>| {
+            if !running.running() {
+                return Authorization::Allow;
+            }
+            match refusal(&ctx.action) {
+                Some(why) => {
+                    running.refuse(why);
                     Authorization::Deny
                 }
-                _ => Authorization::Allow,
-            },
-        ))?;
+                None => Authorization::Allow,
+            }
+        }))?;
         Ok(SqliteStore {
             conn,
             handler,
@@ -193,14 +187,55 @@ impl Store for SqliteStore {
 
     fn check_statement(&mut self, sql: &str, parameters: usize) -> Result<bool, String> {
         // Prepared as a handler's statement would be: what a handler may not do is refused
-        // here too (and a PRAGMA, which SQLite applies when preparing, never reaches the
-        // connection). Errors are SQLite's own (no such table, a syntax error, more than one
-        // statement).
+        // here too, with the authorizer's reason (and a PRAGMA, which SQLite applies when
+        // preparing, never reaches the connection). Other errors are SQLite's own (no such
+        // table, a syntax error, more than one statement).
         let was = self.handler.running();
         self.handler.set(true);
-        let stmt = self.conn.prepare(sql);
+        let checked = self.check_as_handler(sql, parameters);
         self.handler.set(was);
-        let stmt = stmt.map_err(|e| e.to_string())?;
+        checked
+    }
+}
+
+/// Why a handler may not prepare a statement that does `action`; `None` when it may.
+fn refusal(action: &AuthAction<'_>) -> Option<String> {
+    match *action {
+        AuthAction::Transaction { .. } | AuthAction::Savepoint { .. } => {
+            Some("hookledger owns the transaction (and its savepoints)".into())
+        }
+        // A transaction across attached WAL databases is not atomic on a crash, so a handler's
+        // effects stay in this file.
+        AuthAction::Attach { .. } | AuthAction::Detach { .. } => {
+            Some("ATTACH and DETACH are not allowed: effects stay in the ledger's file".into())
+        }
+        // It changes the writer's connection for every later event (query_only,
+        // foreign_keys, ...), and a savepoint does not roll it back.
+        AuthAction::Pragma { .. } => Some(
+            "PRAGMA is not allowed: it would change the writer's connection for every later event"
+                .into(),
+        ),
+        // Loading a shared library runs its code in hookledger's process (and the extension
+        // loader is off, so every event would fail).
+        AuthAction::Function { function_name }
+            if function_name.eq_ignore_ascii_case("load_extension") =>
+        {
+            Some(
+                "load_extension is not allowed: it would load code into hookledger's process"
+                    .into(),
+            )
+        }
+        _ => None,
+    }
+}
+
+impl SqliteStore {
+    /// [`Store::check_statement`], the guard on.
+    fn check_as_handler(&self, sql: &str, parameters: usize) -> Result<bool, String> {
+        self.handler.take_refusal();
+        let failed =
+            |e: rusqlite::Error| self.handler.take_refusal().unwrap_or_else(|| e.to_string());
+        let stmt = self.conn.prepare(sql).map_err(failed)?;
         if stmt.parameter_count() < parameters {
             return Err(format!(
                 "SQLite counts {} parameter(s) where {parameters} are named (is a :name \
@@ -214,7 +249,25 @@ impl Store for SqliteStore {
                 return Err(format!("unknown parameter `{}`", name.unwrap_or("?")));
             }
         }
-        Ok(stmt.column_count() > 0)
+        if stmt.column_count() > 0 {
+            return Ok(true);
+        }
+        // What the authorizer is not asked about, the statement's program shows: VACUUM (which
+        // SQLite compiles without a word to the authorizer, and cannot run inside the event's
+        // transaction: every event would fail).
+        let mut program = self
+            .conn
+            .prepare(&format!("EXPLAIN {sql}"))
+            .map_err(failed)?;
+        let mut steps = program.raw_query();
+        while let Some(step) = steps.next().map_err(|e| e.to_string())? {
+            if step.get_ref(1).map_err(|e| e.to_string())?.as_str() == Ok("Vacuum") {
+                return Err(
+                    "VACUUM is not allowed: it cannot run inside the event's transaction".into(),
+                );
+            }
+        }
+        Ok(false)
     }
 }
 
@@ -555,6 +608,36 @@ mod tests {
             matches!(StoreError::from(err), StoreError::ReadOnly(_)),
             "classified as read-only"
         );
+    }
+
+    /// VACUUM (which the authorizer never hears of) and load_extension pass no start-up check.
+    #[test]
+    fn vacuum_and_load_extension_are_refused_at_the_check() {
+        let mut store = SqliteStore::open_in_memory().unwrap();
+        for (sql, why) in [
+            ("VACUUM", "VACUUM is not allowed"),
+            ("vacuum main", "VACUUM is not allowed"),
+            (
+                "VACUUM INTO '/nonexistent/copy.db'",
+                "VACUUM is not allowed",
+            ),
+            (
+                "INSERT INTO counters (name, value) VALUES (load_extension('/tmp/x.so'), 1)",
+                "load_extension is not allowed",
+            ),
+            (
+                "INSERT INTO counters SELECT 'x', LOAD_EXTENSION('/tmp/x.so', 'init')",
+                "load_extension is not allowed",
+            ),
+        ] {
+            let err = store.check_statement(sql, 0).unwrap_err();
+            assert!(err.contains(why), "{sql}: {err}");
+        }
+        assert_eq!(
+            store.check_statement("INSERT INTO counters (name, value) VALUES ('x', 1)", 0),
+            Ok(false)
+        );
+        assert!(!store.handler.running(), "the guard is off again");
     }
 
     #[test]

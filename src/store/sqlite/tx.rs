@@ -2,7 +2,7 @@
 //! with `$1, $2, …` bound by name.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use rusqlite::types::{ToSqlOutput, ValueRef};
 use rusqlite::{CachedStatement, Connection};
@@ -82,17 +82,39 @@ fn value_of(v: ValueRef<'_>) -> Value {
 }
 
 /// Whether a handler is running on the writer's connection: while it is, the authorizer
-/// refuses to prepare transaction control. The store sets it around each handler call.
-/// Shared with the authorizer callback, which SQLite calls on the same (writer) thread.
+/// refuses to prepare what a handler may not do, and notes why. The store sets it around each
+/// handler call. Shared with the authorizer callback, which SQLite calls on the same (writer)
+/// thread.
 #[derive(Clone, Default)]
-pub(crate) struct HandlerGuard(Arc<AtomicBool>);
+pub(crate) struct HandlerGuard(Arc<Guarded>);
+
+#[derive(Default)]
+struct Guarded {
+    running: AtomicBool,
+    /// Why the authorizer last refused a handler's statement.
+    refusal: Mutex<Option<String>>,
+}
 
 impl HandlerGuard {
     pub(crate) fn running(&self) -> bool {
-        self.0.load(Ordering::Relaxed)
+        self.0.running.load(Ordering::Relaxed)
     }
 
     pub(crate) fn set(&self, running: bool) {
-        self.0.store(running, Ordering::Relaxed);
+        self.0.running.store(running, Ordering::Relaxed);
+    }
+
+    /// Notes why the authorizer refused a statement.
+    pub(crate) fn refuse(&self, why: String) {
+        *self.0.refusal.lock().unwrap_or_else(|e| e.into_inner()) = Some(why);
+    }
+
+    /// Why the authorizer refused a statement since the last call, if it did.
+    pub(crate) fn take_refusal(&self) -> Option<String> {
+        self.0
+            .refusal
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
     }
 }
