@@ -388,19 +388,22 @@ handlers = ["stripe-billing"]
 
 /// Effects are checked at start-up, before anything listens: an unknown source, SQL that does
 /// not compile (with the effect's index and the database's message), an unknown parameter (a
-/// positional one too: effects bind by name), VACUUM, a changed migration.
+/// positional one too: effects bind by name), VACUUM, a change to hookledger's own tables, a
+/// changed migration.
 #[test]
 fn bad_effects_and_changed_migrations_stop_start_up() {
     // SQLite's positional `?` (PostgreSQL's `?` is an operator: a syntax error there).
-    let (no_such_table, question_mark, vacuum) = match store() {
+    let (no_such_table, question_mark, vacuum, drop) = match store() {
         Store::Sqlite => (
             "no such table: nope",
             "unknown parameter `?`",
             "VACUUM is not allowed",
+            "`webhook_events` is the ledger",
         ),
         Store::Postgres => (
             r#"relation "nope" does not exist"#,
             "syntax error",
+            "only INSERT, UPDATE, DELETE, MERGE",
             "only INSERT, UPDATE, DELETE, MERGE",
         ),
     };
@@ -453,6 +456,19 @@ fn bad_effects_and_changed_migrations_stop_start_up() {
         (
             "[[effect]]\nsource = \"stripe\"\non = \"*\"\nsql = \"INSERT INTO t VALUES (1); VACUUM\"\n",
             vec!["effect 1 (source `stripe`), statement 2", vacuum],
+        ),
+        // hookledger's own tables: read, never changed (the outbox takes new rows only).
+        (
+            "[[effect]]\nsource = \"stripe\"\non = \"*\"\nsql = \"DELETE FROM webhook_events WHERE source = :source\"\n",
+            vec!["effect 1 (source `stripe`), statement 1", "`webhook_events` is the ledger"],
+        ),
+        (
+            "[[effect]]\nsource = \"stripe\"\non = \"*\"\nsql = \"DROP TABLE webhook_events\"\n",
+            vec!["effect 1 (source `stripe`), statement 1", drop],
+        ),
+        (
+            "[[effect]]\nsource = \"stripe\"\non = \"*\"\nsql = \"UPDATE outbox SET status = 'pending' WHERE key = :event_id\"\n",
+            vec!["effect 1 (source `stripe`), statement 1", "only add rows to `outbox`"],
         ),
     ] {
         let path = write(dir.path(), "b.toml", &config(effect));

@@ -35,6 +35,7 @@ use crate::config::{parse_postgres, Database};
 use crate::event::Event;
 use crate::outbox::FORWARD;
 use crate::sql::{Session, StoreError};
+use crate::store::owned::{self, Change};
 use crate::store::seam::{Done, Store, Work, Write};
 use crate::store::{app_schema, pipeline};
 
@@ -259,7 +260,13 @@ impl Store for PgStore {
         if returns_rows {
             return Ok(true);
         }
-        // What the statement does is read from PostgreSQL's own plan of it, not from its text.
+        // What the statement does is read from PostgreSQL's own plan of it, not from its text:
+        // which tables it changes, and how. That is where the rule on hookledger's own tables
+        // is kept on PostgreSQL, at start-up: effects run only the statements checked here. Why
+        // not at run time, as SQLite's authorizer does: PostgreSQL has no such hook, and a role
+        // without rights on hookledger's tables (`SET LOCAL ROLE` around handlers) needs
+        // CREATEROLE and grants a deployment may not allow. What a plan does not show is what
+        // functions and triggers do; those are the app's migrations', trusted as its operator.
         match self
             .session
             .plan(sql, parameters)
@@ -284,10 +291,42 @@ const UTILITY: &str = "only INSERT, UPDATE, DELETE, MERGE and a data-modifying W
                        schema changes in [schema] migrations)";
 
 /// Why an effect may not be the statement PostgreSQL planned as `plan` (`EXPLAIN (FORMAT
-/// JSON)`); `None` when it may.
+/// JSON)`); `None` when it may: a change to one of hookledger's own tables
+/// ([`owned::refused`]). Each table a statement changes is a `ModifyTable` node of its plan,
+/// its data-modifying WITHs, the views it writes through and the rules it fires included, named
+/// as the server resolved it, whatever the text looks like (quoting, schema names, comments).
 fn refusal_in_plan(plan: &serde_json::Value) -> Option<String> {
-    let _ = plan;
-    None
+    use serde_json::Value;
+    let node = match plan {
+        Value::Array(plans) => return plans.iter().find_map(refusal_in_plan),
+        Value::Object(node) => node,
+        _ => return None,
+    };
+    if node.get("Node Type").and_then(Value::as_str) == Some("ModifyTable") {
+        let text = |key: &str| node.get(key).and_then(Value::as_str);
+        let change = match text("Operation") {
+            Some("Insert") if text("Conflict Resolution") == Some("UPDATE") => Change::Update,
+            Some("Insert") => Change::Insert,
+            Some("Delete") => Change::Delete,
+            // Update, and MERGE (which may do anything to its target).
+            _ => Change::Update,
+        };
+        let targets = node.get("Target Tables").and_then(Value::as_array);
+        let refused = std::iter::once(node.get("Relation Name"))
+            .chain(
+                targets
+                    .into_iter()
+                    .flatten()
+                    .map(|t| t.get("Relation Name")),
+            )
+            .flatten()
+            .filter_map(Value::as_str)
+            .find_map(|table| owned::refused(table, change));
+        if refused.is_some() {
+            return refused;
+        }
+    }
+    node.values().find_map(refusal_in_plan)
 }
 
 impl PgStore {
@@ -500,6 +539,111 @@ mod tests {
             assert_eq!(store.check_statement(sql, parameters), Ok(false), "{sql}");
         }
         // Nothing of the checks ran or stayed: `t` is there, empty, and no transaction is open.
+        let rows = store.session.query("SELECT count(*) FROM t", &[]).unwrap();
+        assert_eq!(rows[0].get::<i64>(0), Ok(0));
+        store.session.batch("BEGIN; COMMIT").unwrap();
+    }
+
+    /// An effect may read hookledger's tables and add outbox rows, and change nothing else of
+    /// them, however the statement reaches them (a WITH, a view, upsert, MERGE).
+    #[test]
+    fn writes_to_hookledgers_own_tables_are_refused_at_the_check() {
+        let Some(db) = Scratch::new() else { return };
+        let mut store = store(&db);
+        store
+            .session
+            .batch(
+                "CREATE VIEW ledger AS SELECT * FROM webhook_events;
+                 CREATE TABLE hookledger_extra (x INTEGER)",
+            )
+            .unwrap();
+        let outbox_row = "INSERT INTO outbox (kind, source, key, payload, status, \
+                          next_attempt_at, created_at) VALUES ('k', $1, $2, '', 'pending', 0, 0)";
+        for (sql, parameters, why) in [
+            (
+                "DELETE FROM webhook_events WHERE event_id = $1",
+                1,
+                "is the ledger",
+            ),
+            ("DELETE FROM public.\"webhook_events\"", 0, "is the ledger"),
+            (
+                "UPDATE webhook_events SET payload = NULL",
+                0,
+                "is the ledger",
+            ),
+            (
+                "INSERT INTO webhook_events (source, event_id, event_type, received_at) \
+                 VALUES ($1, $2, 'x', 0)",
+                2,
+                "is the ledger",
+            ),
+            (
+                "WITH gone AS (DELETE FROM webhook_events WHERE event_id = $1 RETURNING 1) \
+                 INSERT INTO t SELECT 1, $2 FROM gone",
+                2,
+                "is the ledger",
+            ),
+            ("DELETE FROM ledger WHERE source = $1", 1, "is the ledger"),
+            (
+                "UPDATE outbox SET status = 'pending'",
+                0,
+                "only add rows to `outbox`",
+            ),
+            (
+                "DELETE FROM outbox WHERE key = $1",
+                1,
+                "only add rows to `outbox`",
+            ),
+            (
+                &format!(
+                    "{outbox_row} ON CONFLICT (kind, source, key) DO UPDATE SET status = 'pending'"
+                ),
+                2,
+                "only add rows to `outbox`",
+            ),
+            (
+                "MERGE INTO outbox o USING (SELECT $1 AS k) s ON o.key = s.k \
+                 WHEN MATCHED THEN DELETE",
+                1,
+                "only add rows to `outbox`",
+            ),
+            (
+                "DELETE FROM hookledger_heartbeat",
+                0,
+                "hookledger's own table",
+            ),
+            (
+                "INSERT INTO hookledger_extra VALUES (1)",
+                0,
+                "hookledger's own table",
+            ),
+            (
+                "DROP TABLE webhook_events",
+                0,
+                "only INSERT, UPDATE, DELETE",
+            ),
+            ("TRUNCATE outbox", 0, "only INSERT, UPDATE, DELETE"),
+        ] {
+            let err = store.check_statement(sql, parameters).unwrap_err();
+            assert!(err.contains(why), "{sql}: {err}");
+        }
+        for (sql, parameters) in [
+            (format!("{outbox_row} ON CONFLICT DO NOTHING"), 2),
+            (outbox_row.to_string(), 2),
+            (
+                "INSERT INTO t SELECT count(*), $1 FROM webhook_events WHERE event_id = $2".into(),
+                2,
+            ),
+            (
+                "INSERT INTO counters (name, value) VALUES ($1, 1) ON CONFLICT (name) \
+              DO UPDATE SET value = counters.value + 1"
+                    .into(),
+                1,
+            ),
+        ] {
+            assert_eq!(store.check_statement(&sql, parameters), Ok(false), "{sql}");
+        }
+        // Nothing of the checks ran or stayed.
         let rows = store.session.query("SELECT count(*) FROM t", &[]).unwrap();
         assert_eq!(rows[0].get::<i64>(0), Ok(0));
         store.session.batch("BEGIN; COMMIT").unwrap();

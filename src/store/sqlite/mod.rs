@@ -33,6 +33,7 @@ use crate::handler::{Handler, Prepared};
 use crate::outbox::PendingRow;
 use crate::sql::{Session, StoreError, Tx};
 use crate::store::app_schema;
+use crate::store::owned::{self, Change};
 use crate::store::pipeline;
 use crate::store::seam::{Done, OutboxReader, Store, Work};
 
@@ -225,8 +226,41 @@ fn refusal(action: &AuthAction<'_>) -> Option<String> {
                     .into(),
             )
         }
-        _ => None,
+        _ => {
+            let (table, change) = change_of(action)?;
+            owned::refused(table, change)
+        }
     }
+}
+
+/// The table `action` changes, and how (SQLite names the table of each insert, update and
+/// delete, its triggers' included, and of each schema change).
+fn change_of<'a>(action: &AuthAction<'a>) -> Option<(&'a str, Change)> {
+    Some(match *action {
+        AuthAction::Insert { table_name } => (table_name, Change::Insert),
+        AuthAction::Update { table_name, .. } => (table_name, Change::Update),
+        AuthAction::Delete { table_name } => (table_name, Change::Delete),
+        AuthAction::CreateTable { table_name }
+        | AuthAction::CreateTempTable { table_name }
+        | AuthAction::DropTable { table_name }
+        | AuthAction::DropTempTable { table_name }
+        | AuthAction::AlterTable { table_name, .. }
+        | AuthAction::CreateIndex { table_name, .. }
+        | AuthAction::CreateTempIndex { table_name, .. }
+        | AuthAction::DropIndex { table_name, .. }
+        | AuthAction::DropTempIndex { table_name, .. }
+        | AuthAction::CreateTrigger { table_name, .. }
+        | AuthAction::CreateTempTrigger { table_name, .. }
+        | AuthAction::DropTrigger { table_name, .. }
+        | AuthAction::DropTempTrigger { table_name, .. }
+        | AuthAction::CreateVtable { table_name, .. }
+        | AuthAction::DropVtable { table_name, .. } => (table_name, Change::Schema),
+        AuthAction::CreateView { view_name }
+        | AuthAction::CreateTempView { view_name }
+        | AuthAction::DropView { view_name }
+        | AuthAction::DropTempView { view_name } => (view_name, Change::Schema),
+        _ => return None,
+    })
 }
 
 impl SqliteStore {
@@ -254,17 +288,29 @@ impl SqliteStore {
         }
         // What the authorizer is not asked about, the statement's program shows: VACUUM (which
         // SQLite compiles without a word to the authorizer, and cannot run inside the event's
-        // transaction: every event would fail).
+        // transaction: every event would fail), and the rows an INSERT OR REPLACE deletes (the
+        // authorizer sees an insert): each `Delete` names its table.
         let mut program = self
             .conn
             .prepare(&format!("EXPLAIN {sql}"))
             .map_err(failed)?;
         let mut steps = program.raw_query();
         while let Some(step) = steps.next().map_err(|e| e.to_string())? {
-            if step.get_ref(1).map_err(|e| e.to_string())?.as_str() == Ok("Vacuum") {
-                return Err(
-                    "VACUUM is not allowed: it cannot run inside the event's transaction".into(),
-                );
+            // EXPLAIN's columns: addr, opcode, p1, p2, p3, p4, ...
+            let text = |i: usize| step.get_ref(i).ok().and_then(|v| v.as_str().ok());
+            match text(1) {
+                Some("Vacuum") => {
+                    return Err(
+                        "VACUUM is not allowed: it cannot run inside the event's transaction"
+                            .into(),
+                    )
+                }
+                Some("Delete") => {
+                    if let Some(why) = text(5).and_then(|t| owned::refused(t, Change::Delete)) {
+                        return Err(why);
+                    }
+                }
+                _ => {}
             }
         }
         Ok(false)
@@ -638,6 +684,98 @@ mod tests {
             Ok(false)
         );
         assert!(!store.handler.running(), "the guard is off again");
+    }
+
+    /// An effect may read hookledger's tables and add outbox rows, and change nothing else of
+    /// them: refused at the check with the reason, and denied to a running handler (through an
+    /// app trigger too).
+    #[test]
+    fn writes_to_hookledgers_own_tables_are_refused_at_the_check_and_at_run_time() {
+        let mut store = SqliteStore::open_in_memory().unwrap();
+        let outbox_row = "INSERT INTO outbox (kind, source, key, payload, status, \
+                          next_attempt_at, created_at) VALUES ('k', 's', 'x', x'', 'pending', 0, 0)";
+        for (sql, why) in [
+            (
+                "DELETE FROM webhook_events WHERE event_id = 'x'",
+                "is the ledger",
+            ),
+            ("DELETE FROM main.\"WEBHOOK_EVENTS\"", "is the ledger"),
+            ("UPDATE webhook_events SET payload = NULL", "is the ledger"),
+            (
+                "INSERT INTO webhook_events (source, event_id, event_type, received_at) \
+                 VALUES ('s', 'x', 't', 0)",
+                "is the ledger",
+            ),
+            ("DROP TABLE webhook_events", "is the ledger"),
+            ("ALTER TABLE webhook_events ADD COLUMN z", "is the ledger"),
+            (
+                "CREATE INDEX i ON webhook_events (payload)",
+                "is the ledger",
+            ),
+            (
+                "CREATE TRIGGER tr AFTER INSERT ON outbox BEGIN DELETE FROM counters; END",
+                "only add rows to `outbox`",
+            ),
+            (
+                "UPDATE outbox SET status = 'pending'",
+                "only add rows to `outbox`",
+            ),
+            ("DELETE FROM outbox", "only add rows to `outbox`"),
+            (
+                &format!("{outbox_row} ON CONFLICT DO UPDATE SET status = 'pending'"),
+                "only add rows to `outbox`",
+            ),
+            (
+                &outbox_row.replace("INSERT INTO", "INSERT OR REPLACE INTO"),
+                "only add rows to `outbox`",
+            ),
+            (
+                &outbox_row.replace("INSERT INTO", "REPLACE INTO"),
+                "only add rows to `outbox`",
+            ),
+            ("DELETE FROM hookledger_heartbeat", "hookledger's own table"),
+            (
+                "CREATE TABLE hookledger_extra (x)",
+                "hookledger's own table",
+            ),
+        ] {
+            let err = store.check_statement(sql, 0).unwrap_err();
+            assert!(err.contains(why), "{sql}: {err}");
+        }
+        for sql in [
+            format!("{outbox_row} ON CONFLICT DO NOTHING"),
+            outbox_row.to_string(),
+            "INSERT INTO counters SELECT event_id, 1 FROM webhook_events".into(),
+            "INSERT OR REPLACE INTO counters (name, value) VALUES ('x', 1)".into(),
+            "UPDATE accounts SET credits = credits + 1".into(),
+        ] {
+            assert_eq!(store.check_statement(&sql, 0), Ok(false), "{sql}");
+        }
+        // At run time, whatever prepares it: the handler's statement, or an app trigger it
+        // fires (made by a migration, the guard off).
+        store
+            .conn
+            .execute_batch(
+                "CREATE TABLE orders (id TEXT);
+                 CREATE TRIGGER forget AFTER INSERT ON orders BEGIN DELETE FROM webhook_events; END;
+                 INSERT INTO webhook_events (source, event_id, event_type, received_at)
+                 VALUES ('s', 'evt_1', 't', 0);",
+            )
+            .unwrap();
+        store.handler.set(true);
+        for sql in [
+            "DELETE FROM webhook_events",
+            "INSERT INTO orders VALUES ('o')",
+        ] {
+            assert!(store.tx().execute(sql, &[]).is_err(), "{sql} ran");
+        }
+        assert!(store.tx().execute(outbox_row, &[]).is_ok());
+        store.handler.set(false);
+        let claims: i64 = store
+            .conn
+            .query_row("SELECT count(*) FROM webhook_events", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(claims, 1);
     }
 
     #[test]
