@@ -198,6 +198,7 @@ impl Hookledger {
             outbox,
             guard,
         } = store::open(&config.database, &config.storage, access.store())?;
+        writer.limit_handlers(config.writer.effect_timeout);
         let sources = with_handlers(&config, &mut *writer, sources, handlers)?;
         let metrics = Arc::new(Metrics::new(sources.keys()));
         let serving = access == Access::Serve;

@@ -26,9 +26,10 @@ pub(crate) use days::{describe_days, parse_days, NEVER};
 pub use defaults::DEFAULT_TOLERANCE_SECS;
 pub(crate) use defaults::{
     default_schedule, DEFAULT_ADMIN_LISTEN, DEFAULT_BATCH_MAX, DEFAULT_BODY_BUDGET,
-    DEFAULT_BUSY_TIMEOUT, DEFAULT_CLAIM_DAYS, DEFAULT_DB, DEFAULT_FORWARD_TIMEOUT, DEFAULT_LISTEN,
-    DEFAULT_MAX_BODY, DEFAULT_MAX_CONNECTIONS, DEFAULT_OUTBOX_LEASE, DEFAULT_PAYLOAD_DAYS,
-    DEFAULT_QUEUE_DEPTH, DEFAULT_READ_TIMEOUT, MIN_RETENTION_DAYS,
+    DEFAULT_BUSY_TIMEOUT, DEFAULT_CLAIM_DAYS, DEFAULT_DB, DEFAULT_EFFECT_TIMEOUT,
+    DEFAULT_FORWARD_TIMEOUT, DEFAULT_LISTEN, DEFAULT_MAX_BODY, DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_OUTBOX_LEASE, DEFAULT_PAYLOAD_DAYS, DEFAULT_QUEUE_DEPTH, DEFAULT_READ_TIMEOUT,
+    MIN_RETENTION_DAYS,
 };
 pub(crate) use effect::{bind_parameters, split_statements, BoundStatement};
 pub use effect::{EffectConfig, SchemaConfig};
@@ -178,6 +179,10 @@ pub struct WriterConfig {
     pub batch_max: usize,
     /// Events waiting for the writer beyond this get a 503.
     pub queue_depth: usize,
+    /// How long one event's handlers and SQL effects may run; past it that event fails alone
+    /// (500, its sender retries) and the rest of its batch commits.
+    #[serde(with = "duration")]
+    pub effect_timeout: Duration,
 }
 
 /// Where and how to forward processed events to the app.
@@ -341,6 +346,7 @@ impl Default for WriterConfig {
         WriterConfig {
             batch_max: DEFAULT_BATCH_MAX,
             queue_depth: DEFAULT_QUEUE_DEPTH,
+            effect_timeout: DEFAULT_EFFECT_TIMEOUT,
         }
     }
 }
@@ -498,6 +504,13 @@ impl Config {
                 refuse!(key, "must be at least 1");
             }
         }
+        let effect_timeout = self.writer.effect_timeout;
+        if effect_timeout < Duration::from_millis(1) || effect_timeout > MAX_EFFECT_TIMEOUT {
+            refuse!(
+                "writer.effect_timeout",
+                "must be between 1ms and 1m: every other event waits for an effect that runs"
+            );
+        }
         check_retention(self.retention.claim_days)?;
         if self.retention.payload_days > self.retention.claim_days {
             refuse!(
@@ -529,6 +542,9 @@ impl Config {
 
 /// Longest delay between two delivery attempts: a longer one is a typo (`99999999999d`).
 pub(crate) const MAX_FORWARD_DELAY: Duration = Duration::from_secs(30 * 86_400);
+
+/// Longest time limit of one event's effects: every other event waits for them.
+pub(crate) const MAX_EFFECT_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Longest timeout of one delivery request.
 pub(crate) const MAX_FORWARD_TIMEOUT: Duration = Duration::from_secs(3600);
@@ -747,6 +763,28 @@ mod tests {
         assert!(parse_duration("").is_err());
         assert!(parse_duration("5y").is_err());
         assert!(parse_duration("-5s").is_err());
+    }
+
+    #[test]
+    fn the_effect_time_limit_is_a_writer_key_with_a_default_and_bounds() {
+        let source = "[[source]]\nname = \"gh\"\nscheme = \"github\"\n\
+                      secrets = [\"gh_literal_secret_123\"]\n";
+        let config = Config::from_toml(source, Path::new(".")).unwrap();
+        assert_eq!(config.writer.effect_timeout, DEFAULT_EFFECT_TIMEOUT);
+        let with = |limit: &str| {
+            Config::from_toml(
+                &format!("[writer]\neffect_timeout = \"{limit}\"\n{source}"),
+                Path::new("."),
+            )
+            .unwrap()
+        };
+        let config = with("250ms");
+        assert_eq!(config.writer.effect_timeout, Duration::from_millis(250));
+        config.validate().unwrap();
+        for limit in ["0s", "2m"] {
+            let err = with(limit).validate().unwrap_err();
+            assert_eq!(err.key, "writer.effect_timeout", "{limit}: {err}");
+        }
     }
 
     #[test]

@@ -31,10 +31,11 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 
-use crate::config::{parse_postgres, Database};
+use crate::config::{parse_postgres, Database, DEFAULT_EFFECT_TIMEOUT};
 use crate::event::Event;
+use crate::handler::{Handler, Prepared};
 use crate::outbox::FORWARD;
-use crate::sql::{Session, StoreError};
+use crate::sql::{Session, StoreError, Tx};
 use crate::store::owned::{self, Change};
 use crate::store::seam::{Done, Store, Work, Write};
 use crate::store::{app_schema, pipeline};
@@ -58,6 +59,8 @@ pub(crate) struct PgStore {
     config: tokio_postgres::Config,
     session: PgSession,
     busy_timeout: Duration,
+    /// How long one handler run may take ([`Store::limit_handlers`]).
+    handler_limit: Duration,
 }
 
 /// Read connections, pooled: made when first needed, replaced when broken.
@@ -133,6 +136,7 @@ impl PgStore {
             config,
             session,
             busy_timeout,
+            handler_limit: DEFAULT_EFFECT_TIMEOUT,
         };
         store
             .migrate()
@@ -249,6 +253,10 @@ impl Store for PgStore {
         app_schema::migrate(&migrator, folder)
     }
 
+    fn limit_handlers(&mut self, limit: Duration) {
+        self.handler_limit = limit;
+    }
+
     fn check_statement(&mut self, sql: &str, parameters: usize) -> Result<bool, String> {
         let (taken, returns_rows) = self.session.describe(sql).map_err(|e| e.to_string())?;
         if taken != parameters {
@@ -359,7 +367,7 @@ impl PgStore {
             }
             self.session.begin();
         }
-        let results = pipeline::run_each(self, std::mem::take(work), now)?;
+        let results = pipeline::run_each(self, work, now)?;
         self.commit()?;
         Ok(results)
     }
@@ -419,6 +427,34 @@ impl pipeline::Batch for PgStore {
 
     fn lost(&self) -> bool {
         self.session.is_closed()
+    }
+
+    /// Within the handlers' time limit: a statement still running at the deadline is
+    /// cancelled by the server, and fails its event alone (its savepoint's rollback undoes the
+    /// limit too).
+    fn run_handler(
+        &mut self,
+        handler: &dyn Handler,
+        event: &Event,
+        prepared: Prepared,
+    ) -> Result<(), StoreError> {
+        self.session.limit(Some(self.handler_limit));
+        let result = handler.handle(&Tx::new(&self.session), event, prepared);
+        self.session.limit(None);
+        result
+    }
+
+    /// Within one time limit for all: past it the batch runs again job by job, and only the
+    /// event that is still too slow fails.
+    fn run_handler_all(
+        &mut self,
+        handler: &dyn Handler,
+        events: Vec<(&Event, Prepared)>,
+    ) -> Result<(), StoreError> {
+        self.session.limit(Some(self.handler_limit));
+        let result = handler.handle_all(&Tx::new(&self.session), events);
+        self.session.limit(None);
+        result
     }
 
     /// Retention's batches run on one instance at a time (an advisory lock).

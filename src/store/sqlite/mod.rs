@@ -27,7 +27,7 @@ use r2d2_sqlite::SqliteConnectionManager;
 use rusqlite::hooks::{AuthAction, Authorization};
 use rusqlite::{Connection, ErrorCode, OpenFlags};
 
-use crate::config::DEFAULT_BUSY_TIMEOUT;
+use crate::config::{DEFAULT_BUSY_TIMEOUT, DEFAULT_EFFECT_TIMEOUT};
 use crate::event::Event;
 use crate::handler::{Handler, Prepared};
 use crate::outbox::PendingRow;
@@ -48,6 +48,11 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0004_outbox_lease.sql"),
     include_str!("migrations/0005_heartbeat.sql"),
 ];
+
+/// SQLite's virtual machine steps between two looks at a running handler's deadline: a few
+/// microseconds of work, so the look (a clock read) costs nothing and the deadline is kept to
+/// well under a millisecond.
+const PROGRESS_STEPS: std::ffi::c_int = 1000;
 
 /// Prepared statements kept per connection: every hot statement of the ledger, the handlers
 /// and the outbox, with room to spare.
@@ -72,6 +77,11 @@ impl From<rusqlite::Error> for StoreError {
 pub(crate) struct SqliteStore {
     conn: Connection,
     handler: HandlerGuard,
+    /// How long one handler run may take ([`Store::limit_handlers`]).
+    handler_limit: Duration,
+    /// The event whose handler, interrupted at its deadline, lost the transaction (SQLite
+    /// rolls all of it back when it interrupts a write): its source and id.
+    over_time: Option<(String, String)>,
     /// Stops with the store: the last checkpoint runs after the last commit.
     _checkpoints: Option<Checkpointer>,
 }
@@ -143,9 +153,13 @@ impl SqliteStore {
                 None => Authorization::Allow,
             }
         }))?;
+        let interrupt = handler.clone();
+        conn.progress_handler(PROGRESS_STEPS, Some(move || interrupt.past_deadline()))?;
         Ok(SqliteStore {
             conn,
             handler,
+            handler_limit: DEFAULT_EFFECT_TIMEOUT,
+            over_time: None,
             _checkpoints: None,
         })
     }
@@ -164,15 +178,28 @@ impl SqliteStore {
 
 impl Store for SqliteStore {
     /// `BEGIN IMMEDIATE`, the jobs through the pipeline (a savepoint each), `COMMIT`; a
-    /// `ROLLBACK` when the transaction failed.
-    fn run_batch(&mut self, work: Vec<Work<'_>>, now: i64) -> Result<Vec<Done>, StoreError> {
-        self.conn.execute_batch("BEGIN IMMEDIATE")?;
-        let result = pipeline::run_each(self, work, now)
-            .and_then(|done| Ok(self.conn.execute_batch("COMMIT").map(|()| done)?));
-        if result.is_err() {
+    /// `ROLLBACK` when the transaction failed. A handler interrupted at its time limit in the
+    /// middle of a write makes SQLite roll back the whole transaction: then that event fails
+    /// alone and the batch runs again without running it.
+    fn run_batch(&mut self, mut work: Vec<Work<'_>>, now: i64) -> Result<Vec<Done>, StoreError> {
+        loop {
+            self.over_time = None;
+            self.conn.execute_batch("BEGIN IMMEDIATE")?;
+            let result = pipeline::run_each(self, &mut work, now)
+                .and_then(|done| Ok(self.conn.execute_batch("COMMIT").map(|()| done)?));
+            let Err(e) = result else {
+                return result;
+            };
             self.rollback();
+            // Each run fails one more event, which runs no handler again: this ends.
+            match self.over_time.take() {
+                Some((source, id)) if pipeline::fail_event(&mut work, (&source, &id), &e) => {
+                    log::warn!("writer: {e}; the batch runs again without that event");
+                    pipeline::prepare_again(&mut work);
+                }
+                _ => return Err(e),
+            }
         }
-        result
     }
 
     fn migrate_app(&mut self, folder: &Path) -> anyhow::Result<usize> {
@@ -184,6 +211,10 @@ impl Store for SqliteStore {
             begin: "BEGIN IMMEDIATE",
         };
         app_schema::migrate(&migrator, folder)
+    }
+
+    fn limit_handlers(&mut self, limit: Duration) {
+        self.handler_limit = limit;
     }
 
     fn check_statement(&mut self, sql: &str, parameters: usize) -> Result<bool, String> {
@@ -359,17 +390,28 @@ impl pipeline::Batch for SqliteStore {
         self.conn.is_autocommit()
     }
 
-    /// The handler runs under the authorizer's guard (no transaction control, ATTACH or
-    /// PRAGMA), and must leave the transaction open.
+    /// The handler runs under the authorizer's guard (no transaction control, ATTACH,
+    /// PRAGMA, or change to hookledger's own tables), within its time limit (the progress
+    /// handler interrupts its statement at the deadline: the event fails), and must leave the
+    /// transaction open.
     fn run_handler(
         &mut self,
         handler: &dyn Handler,
         event: &Event,
         prepared: Prepared,
     ) -> Result<(), StoreError> {
-        self.handler.set(true);
+        self.handler.start(self.handler_limit);
         let result = handler.handle(&Tx::new(&self.conn), event, prepared);
-        self.handler.set(false);
+        if self.handler.stop() {
+            if self.conn.is_autocommit() {
+                self.over_time = Some((event.source.to_string(), event.id.clone()));
+            }
+            return Err(StoreError::Database(format!(
+                "{} ran over its time limit (writer.effect_timeout){}",
+                handler.name(),
+                result.err().map(|e| format!(": {e}")).unwrap_or_default()
+            )));
+        }
         result?;
         if self.conn.is_autocommit() {
             return Err(StoreError::Database(format!(
