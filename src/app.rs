@@ -196,6 +196,7 @@ impl Hookledger {
             outbox,
             guard,
         } = store::open(&config.database, &config.storage, access.store())?;
+        writer.limit_handlers(config.writer.effect_timeout);
         let sources = with_handlers(&config, &mut *writer, sources, handlers)?;
         let metrics = Arc::new(Metrics::new(sources.keys()));
         let serving = access == Access::Serve;
@@ -367,8 +368,7 @@ fn builtin_handler(
     config: &Config,
     source: &SourceConfig,
 ) -> anyhow::Result<Arc<dyn Handler>> {
-    stripe::handler(name, config, source)
-        .unwrap_or_else(|| Err(anyhow::anyhow!("unknown handler `{name}`")))
+    stripe::handler(name, config, source).unwrap_or_else(|| Err(anyhow::anyhow!("unknown handler")))
 }
 
 /// `sources` with the rest of their handlers, in the order they run: the app's Rust handlers,

@@ -713,8 +713,8 @@ mod tests {
         assert_eq!(
             err.as_deref(),
             Some(
-                "--max-body-in-flight (http.body_budget): 1024 must be at least http.max_body \
-                 (4096), or no body of the largest size could ever be read"
+                "--max-body-in-flight (http.body_budget): must be at least http.max_body, or no \
+                 body of the largest size could ever be read"
             )
         );
         let err = refusal(
@@ -736,12 +736,13 @@ mod tests {
                     scheme = \"github\"\nsecrets = [\"gh_literal_secret_123\"]\n";
         let err = refusal(&[], Some(file)).unwrap();
         assert!(
-            err.starts_with("http.body_budget: 1024 must be at least http.max_body (4096)"),
+            err.starts_with("http.body_budget: must be at least http.max_body")
+                && !err.contains("1024"),
             "{err}"
         );
         // A flag names only its own key: here the file's value is at fault.
         let err = refusal(&["--max-body", "4096"], Some(file)).unwrap();
-        assert!(err.starts_with("http.body_budget: 1024"), "{err}");
+        assert!(err.starts_with("http.body_budget: must"), "{err}");
         let err = refusal(&[&secret[..], &["--tolerance", "5"]].concat(), None);
         assert_eq!(err, None);
     }

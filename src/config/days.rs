@@ -24,9 +24,10 @@ pub(crate) fn deserialize_days<'de, D: serde::Deserializer<'de>>(d: D) -> Result
     match <Days as serde::Deserialize>::deserialize(d)? {
         Days::Number(days) => Ok(days),
         Days::Text(text) if text == "never" => Ok(NEVER),
-        Days::Text(text) => Err(serde::de::Error::custom(format!(
-            "`{text}` is neither a number of days nor \"never\""
-        ))),
+        // The file's value is not repeated (config errors quote none).
+        Days::Text(_) => Err(serde::de::Error::custom(
+            "must be a number of days or never",
+        )),
     }
 }
 

@@ -34,6 +34,14 @@ pub(crate) const DEFAULT_BATCH_MAX: usize = 256;
 /// overload; the provider retries a 503 anyway.
 pub(crate) const DEFAULT_QUEUE_DEPTH: usize = 512;
 
+/// How long one event's handlers (its SQL effects above all) may run in the writer's
+/// transaction. Effects are a few statements on indexed rows: milliseconds. Past this one is
+/// stuck (a runaway recursive query, a sleep, a lock held elsewhere), and it holds the one
+/// writer, so every source's events wait behind it: 2 s is hundreds of times a real effect,
+/// and short enough that the events queued behind it still get their answer well within the
+/// providers' own timeout (~10 s). That event fails alone (500) and its sender retries it.
+pub(crate) const DEFAULT_EFFECT_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// How long a write waits for another process's lock on the database (SQLite: the write lock
 /// an `sqlite3` shell or a CLI command holds, before `SQLITE_BUSY`; PostgreSQL: a row lock,
 /// and a connection) before the request gets a 503: long enough to ride out a CLI command,

@@ -162,19 +162,14 @@ impl EffectConfig {
         if !sources.contains(&source.as_str()) {
             refuse!(
                 key("source"),
-                "`{source}` is not a [[source]] (there are: {})",
-                sources.join(", ")
+                "names no [[source]] (the `name` of a [[source]] goes here)"
             );
         }
         if self.on.is_empty() || self.on.iter().any(|p| p.trim().is_empty()) {
             refuse!(key("on"), "must name event types, `prefix.*` or `*`");
         }
-        if let Some(bad) = self
-            .on
-            .iter()
-            .find(|p| p.contains('*') && !p.ends_with('*'))
-        {
-            refuse!(key("on"), "`{bad}`: `*` may only end a pattern");
+        if self.on.iter().any(|p| p.contains('*') && !p.ends_with('*')) {
+            refuse!(key("on"), "`*` may only end a pattern");
         }
         if split_statements(&self.sql).is_empty() {
             refuse!(key("sql"), "is empty");
@@ -320,7 +315,8 @@ mod tests {
         assert_eq!(err.key, "effect 2.source");
         assert!(
             err.to_string()
-                .starts_with("effect 2.source: `nope` is not a [[source]]"),
+                .starts_with("effect 2.source: names no [[source]]")
+                && !err.to_string().contains("nope"),
             "{err}"
         );
     }

@@ -68,19 +68,29 @@ impl Config {
     }
 }
 
-/// `message` with every double-quoted value (serde quotes the value of a wrong type, which may
-/// be a secret) replaced by `"…"`. Keys and variants are quoted with backticks and stay.
+/// `message` (serde's or the TOML parser's) without the value it quotes. serde names the
+/// offending value first, quoted (`string "…"`, Debug-escaped) or in backticks (`integer
+/// `5``, `unknown field `…``, `unknown variant `…``), before `, expected …`: a string, a
+/// number, a key or a variant the file holds, any of which may be a pasted secret. That value
+/// becomes `…`, from its first quote to the last one before `, expected` (so an escaped `"`
+/// or a backtick inside it ends nothing). What `expected` lists is the schema's own (the keys
+/// and variants it knows) and stays, as do the names serde gives a missing or duplicate field.
 pub(super) fn without_values(message: &str) -> String {
-    let mut out = String::with_capacity(message.len());
-    let mut parts = message.split('"');
-    out.push_str(parts.next().unwrap_or_default());
-    let mut inside = true;
-    for part in parts {
-        out.push('"');
-        out.push_str(if inside { "…" } else { part });
-        inside = !inside;
+    if message.starts_with("missing field `") || message.starts_with("duplicate field `") {
+        return message.to_string();
     }
-    out
+    let (told, expected) = message.split_at(message.rfind(", expected ").unwrap_or(message.len()));
+    let quote = |c: char| c == '"' || c == '`';
+    let Some(first) = told.find(quote) else {
+        return message.to_string();
+    };
+    let mark = &told[first..=first];
+    let after = match told.rfind(quote) {
+        Some(last) if last > first => &told[last + 1..],
+        // A quote that does not close: nothing after it is kept.
+        _ => "",
+    };
+    format!("{}{mark}…{mark}{after}{expected}", &told[..first])
 }
 
 /// The table that contains byte `offset` of `text`, as a key: ``source `gh` `` (a
@@ -120,11 +130,14 @@ fn table_around(text: &str, offset: usize) -> String {
             (key.trim() == wanted).then(|| value.trim().trim_matches('"').to_string())
         })
     };
+    // Only a value that is a name (a source's, a delivery kind's) names the table: anything
+    // else in its place may be a pasted secret, and the table is named by its place instead.
     let named = match name {
         "source" => field("name"),
         "delivery" => field("kind"),
         _ => None,
-    };
+    }
+    .filter(|named| is_name(named));
     match named {
         Some(named) => format!("{name} `{named}`"),
         None => {
@@ -132,6 +145,14 @@ fn table_around(text: &str, offset: usize) -> String {
             format!("{name} {place}")
         }
     }
+}
+
+/// 1 to 64 letters, digits, `-`, `_` or `.`: a name, not a value that may be a secret's.
+fn is_name(text: &str) -> bool {
+    (1..=64).contains(&text.len())
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
 }
 
 #[cfg(test)]
@@ -155,8 +176,9 @@ secret = ["oops"]
         let err = Config::from_toml(TWO_SOURCES, Path::new(".")).unwrap_err();
         assert_eq!(err.key, "source `gh`");
         assert!(
-            err.message
-                .starts_with("line 10, column 1: unknown field `secret`"),
+            err.message.starts_with(
+                "line 10, column 1: unknown field `…`, expected one of `name`, `scheme`, `secrets`"
+            ),
             "{err}"
         );
     }
@@ -188,7 +210,7 @@ secret = ["oops"]
             "[[source]]\nname = \"gh\"\nscheme = \"github\"\nsecret = [\"gh_TOPSECRET_literal\"]\n";
         let err = format!("{:#}", Config::from_toml(text, Path::new(".")).unwrap_err());
         assert!(
-            err.contains("unknown field `secret`") && err.contains("line 4"),
+            err.contains("unknown field `…`") && err.contains("line 4"),
             "{err}"
         );
         assert!(!err.contains("TOPSECRET"), "{err}");
@@ -199,6 +221,96 @@ secret = ["oops"]
             err.contains("invalid type") && !err.contains("TOPSECRET"),
             "{err}"
         );
+    }
+
+    /// A secret pasted anywhere a value or a key goes, or a number where a string goes: the
+    /// error names the table, the line and what was expected, never what the file holds.
+    #[test]
+    fn a_parse_error_quotes_no_value_of_the_file() {
+        let source = "[[source]]\nname = \"gh\"\n";
+        let github = format!("{source}scheme = \"github\"\n");
+        for (text, key, line, says) in [
+            // A string secret with an escaped quote: nothing after the quote either.
+            (
+                format!("{github}secrets = \"gh_TOP\\\"SECRET_tail`x\"\n"),
+                "source `gh`",
+                4,
+                "invalid type: string \"…\", expected a sequence",
+            ),
+            (
+                format!("{github}secrets = [4242424242424242]\n"),
+                "source `gh`",
+                4,
+                "invalid type: integer `…`, expected a string",
+            ),
+            (
+                format!("{source}scheme = \"whsec_TOPSECRET\"\n"),
+                "source `gh`",
+                3,
+                "unknown variant `…`, expected one of `stripe`, `standard`",
+            ),
+            (
+                format!("{github}secrets = [\"x\"]\nhandlers = \"whsec_TOPSECRET\"\n"),
+                "source `gh`",
+                5,
+                "invalid type: string \"…\", expected a sequence",
+            ),
+            // Pasted as a key, bare or quoted.
+            (
+                format!("{github}whsec_TOPSECRET = 1\n"),
+                "source `gh`",
+                4,
+                "unknown field `…`, expected one of `name`",
+            ),
+            (
+                format!("{github}\"whsec` TOP\\\"SECRET\" = 1\n"),
+                "source `gh`",
+                4,
+                "unknown field `…`, expected one of `name`",
+            ),
+            (
+                "[writer]\nbatch_max = 4242424242424242424242\n".to_string(),
+                "writer",
+                2,
+                "invalid type: integer `…`",
+            ),
+            (
+                "[http]\nread_timeout = \"TOPSECRET\"\n".to_string(),
+                "http",
+                2,
+                "not a duration",
+            ),
+            (
+                "[retention]\nclaim_days = \"TOPSECRET\"\n".to_string(),
+                "retention",
+                2,
+                "must be a number of days or never",
+            ),
+            (
+                "admin_listen = \"TOPSECRET\"\n".to_string(),
+                "",
+                1,
+                "is not an address",
+            ),
+            (
+                "[http]\nmax_body = -4242424242\n".to_string(),
+                "http",
+                2,
+                "invalid value: integer `…`, expected usize",
+            ),
+        ] {
+            let err = Config::from_toml(&text, Path::new(".")).unwrap_err();
+            let shown = format!("{err} {err:?}");
+            assert_eq!(err.key, key, "{text}: {shown}");
+            assert!(
+                err.message.starts_with(&format!("line {line}, column ")),
+                "{text}: {shown}"
+            );
+            assert!(err.message.contains(says), "{text}: {shown}");
+            for value in ["TOP", "SECRET", "4242"] {
+                assert!(!shown.contains(value), "{text}: {shown}");
+            }
+        }
     }
 
     #[test]

@@ -26,9 +26,10 @@ pub(crate) use days::{describe_days, parse_days, NEVER};
 pub use defaults::DEFAULT_TOLERANCE_SECS;
 pub(crate) use defaults::{
     default_schedule, DEFAULT_ADMIN_LISTEN, DEFAULT_BATCH_MAX, DEFAULT_BODY_BUDGET,
-    DEFAULT_BUSY_TIMEOUT, DEFAULT_CLAIM_DAYS, DEFAULT_DB, DEFAULT_FORWARD_TIMEOUT, DEFAULT_LISTEN,
-    DEFAULT_MAX_BODY, DEFAULT_MAX_CONNECTIONS, DEFAULT_OUTBOX_LEASE, DEFAULT_PAYLOAD_DAYS,
-    DEFAULT_QUEUE_DEPTH, DEFAULT_READ_TIMEOUT, MIN_RETENTION_DAYS,
+    DEFAULT_BUSY_TIMEOUT, DEFAULT_CLAIM_DAYS, DEFAULT_DB, DEFAULT_EFFECT_TIMEOUT,
+    DEFAULT_FORWARD_TIMEOUT, DEFAULT_LISTEN, DEFAULT_MAX_BODY, DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_OUTBOX_LEASE, DEFAULT_PAYLOAD_DAYS, DEFAULT_QUEUE_DEPTH, DEFAULT_READ_TIMEOUT,
+    MIN_RETENTION_DAYS,
 };
 pub(crate) use effect::{bind_parameters, split_statements, BoundStatement};
 pub use effect::{EffectConfig, SchemaConfig};
@@ -72,7 +73,7 @@ impl Config {
         match self.admin_listen {
             Some(at) if !at.ip().is_loopback() && self.admin_token.is_none() => refuse!(
                 "admin_listen",
-                "{at} is not a loopback address: set an admin_token too (env:NAME or file:PATH), \
+                "is not a loopback address: set an admin_token too (env:NAME or file:PATH), \
                  since /metrics and /status show event ids and errors to whoever reaches them, \
                  or listen on 127.0.0.1"
             ),
@@ -94,8 +95,13 @@ pub(crate) fn parse_admin_listen(value: &str) -> Result<Option<SocketAddr>, Stri
 
 fn admin_listen<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<SocketAddr>, D::Error> {
     let value = String::deserialize(d)?;
-    parse_admin_listen(&value).map_err(serde::de::Error::custom)
+    // The file's value is not repeated (config errors quote none).
+    parse_admin_listen(&value)
+        .map_err(|_| serde::de::Error::custom("is not an address (host:port) or off"))
 }
+
+/// What a config file's duration that does not parse is told (its value is not repeated).
+const NOT_A_DURATION: &str = "is not a duration (like 500ms, 5s, 2m, 1h, 3d)";
 
 /// Everything `serve` needs. `Debug` shows no secret.
 #[derive(Debug, Clone, Deserialize)]
@@ -173,6 +179,10 @@ pub struct WriterConfig {
     pub batch_max: usize,
     /// Events waiting for the writer beyond this get a 503.
     pub queue_depth: usize,
+    /// How long one event's handlers and SQL effects may run; past it that event fails alone
+    /// (500, its sender retries) and the rest of its batch commits.
+    #[serde(with = "duration")]
+    pub effect_timeout: Duration,
 }
 
 /// Where and how to forward processed events to the app.
@@ -336,6 +346,7 @@ impl Default for WriterConfig {
         WriterConfig {
             batch_max: DEFAULT_BATCH_MAX,
             queue_depth: DEFAULT_QUEUE_DEPTH,
+            effect_timeout: DEFAULT_EFFECT_TIMEOUT,
         }
     }
 }
@@ -430,10 +441,8 @@ impl Config {
         if self.http.body_budget < self.http.max_body {
             refuse!(
                 "http.body_budget",
-                "{} must be at least http.max_body ({}), or no body of the largest size could \
-                 ever be read",
-                self.http.body_budget,
-                self.http.max_body
+                "must be at least http.max_body, or no body of the largest size could ever be \
+                 read"
             );
         }
         for (i, source) in self.sources.iter().enumerate() {
@@ -442,8 +451,7 @@ impl Config {
             if max_body == 0 || max_body > self.http.body_budget {
                 refuse!(
                     source_key(&source.name, "max_body"),
-                    "{max_body} must be at least 1 and at most http.body_budget ({})",
-                    self.http.body_budget
+                    "must be at least 1 and at most http.body_budget"
                 );
             }
             if self.sources[..i].iter().any(|s| s.name == source.name) {
@@ -496,14 +504,18 @@ impl Config {
                 refuse!(key, "must be at least 1");
             }
         }
+        let effect_timeout = self.writer.effect_timeout;
+        if effect_timeout < Duration::from_millis(1) || effect_timeout > MAX_EFFECT_TIMEOUT {
+            refuse!(
+                "writer.effect_timeout",
+                "must be between 1ms and 1m: every other event waits for an effect that runs"
+            );
+        }
         check_retention(self.retention.claim_days)?;
         if self.retention.payload_days > self.retention.claim_days {
             refuse!(
                 "retention.payload_days",
-                "{} cannot be more than retention.claim_days ({}): a payload is kept only with \
-                 its claim",
-                self.retention.payload_days,
-                self.retention.claim_days
+                "cannot be more than retention.claim_days: a payload is kept only with its claim"
             );
         }
         if let Some(forward) = &self.forward {
@@ -531,6 +543,9 @@ impl Config {
 /// Longest delay between two delivery attempts: a longer one is a typo (`99999999999d`).
 pub(crate) const MAX_FORWARD_DELAY: Duration = Duration::from_secs(30 * 86_400);
 
+/// Longest time limit of one event's effects: every other event waits for them.
+pub(crate) const MAX_EFFECT_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// Longest timeout of one delivery request.
 pub(crate) const MAX_FORWARD_TIMEOUT: Duration = Duration::from_secs(3600);
 
@@ -546,26 +561,20 @@ impl ForwardConfig {
         if !matches!(url.scheme(), "http" | "https") || !url.has_host() {
             refuse!(
                 key("url"),
-                "must be an http:// or https:// URL with a host (the app's webhook endpoint), \
-                 not `{}://…`",
-                url.scheme()
+                "must be an http:// or https:// URL with a host (the app's webhook endpoint)"
             );
         }
         if self.schedule.is_empty() {
             refuse!(key("schedule"), "needs at least one delay");
         }
-        if let Some(long) = self.schedule.iter().find(|d| **d > MAX_FORWARD_DELAY) {
+        if self.schedule.iter().any(|d| *d > MAX_FORWARD_DELAY) {
             refuse!(
                 key("schedule"),
-                "a delay of {long:?} is longer than the most allowed, 30 days"
+                "a delay is longer than the most allowed, 30 days"
             );
         }
         if self.timeout.is_zero() || self.timeout > MAX_FORWARD_TIMEOUT {
-            refuse!(
-                key("timeout"),
-                "must be more than 0 and at most 1h, not {:?}",
-                self.timeout
-            );
+            refuse!(key("timeout"), "must be more than 0 and at most 1h");
         }
         Ok(())
     }
@@ -576,7 +585,7 @@ pub(crate) fn check_retention(days: u64) -> Result<(), ConfigError> {
     if days < MIN_RETENTION_DAYS {
         refuse!(
             "retention.claim_days",
-            "{days} day(s) is shorter than the providers' retry window of {MIN_RETENTION_DAYS} \
+            "is shorter than the providers' retry window of {MIN_RETENTION_DAYS} \
              days: a retried event would be applied twice. Use at least {MIN_RETENTION_DAYS} \
              (default {DEFAULT_CLAIM_DAYS})."
         );
@@ -679,7 +688,7 @@ mod tolerance {
             Written::Seconds(n) => Ok(Some(Duration::from_secs(n))),
             Written::Text(text) => super::parse_duration(&text)
                 .map(Some)
-                .map_err(serde::de::Error::custom),
+                .map_err(|_| serde::de::Error::custom(super::NOT_A_DURATION)),
         }
     }
 }
@@ -718,7 +727,7 @@ mod duration {
 
     pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
         let text = String::deserialize(d)?;
-        super::parse_duration(&text).map_err(serde::de::Error::custom)
+        super::parse_duration(&text).map_err(|_| serde::de::Error::custom(super::NOT_A_DURATION))
     }
 }
 
@@ -731,7 +740,10 @@ mod durations {
     pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Duration>, D::Error> {
         Vec::<String>::deserialize(d)?
             .iter()
-            .map(|text| super::parse_duration(text).map_err(serde::de::Error::custom))
+            .map(|text| {
+                super::parse_duration(text)
+                    .map_err(|_| serde::de::Error::custom(super::NOT_A_DURATION))
+            })
             .collect()
     }
 }
@@ -751,6 +763,28 @@ mod tests {
         assert!(parse_duration("").is_err());
         assert!(parse_duration("5y").is_err());
         assert!(parse_duration("-5s").is_err());
+    }
+
+    #[test]
+    fn the_effect_time_limit_is_a_writer_key_with_a_default_and_bounds() {
+        let source = "[[source]]\nname = \"gh\"\nscheme = \"github\"\n\
+                      secrets = [\"gh_literal_secret_123\"]\n";
+        let config = Config::from_toml(source, Path::new(".")).unwrap();
+        assert_eq!(config.writer.effect_timeout, DEFAULT_EFFECT_TIMEOUT);
+        let with = |limit: &str| {
+            Config::from_toml(
+                &format!("[writer]\neffect_timeout = \"{limit}\"\n{source}"),
+                Path::new("."),
+            )
+            .unwrap()
+        };
+        let config = with("250ms");
+        assert_eq!(config.writer.effect_timeout, Duration::from_millis(250));
+        config.validate().unwrap();
+        for limit in ["0s", "2m"] {
+            let err = with(limit).validate().unwrap_err();
+            assert_eq!(err.key, "writer.effect_timeout", "{limit}: {err}");
+        }
     }
 
     #[test]
@@ -864,6 +898,10 @@ mod tests {
         assert_eq!(forward.schedule, default_schedule());
         assert_eq!(forward.timeout, DEFAULT_FORWARD_TIMEOUT);
         let err = Config::from_toml("[http]\nport = 1\n", Path::new(".")).unwrap_err();
-        assert!(err.to_string().contains("unknown field `port`"), "{err}");
+        assert!(
+            err.to_string()
+                .contains("unknown field `…`, expected one of `max_body`"),
+            "{err}"
+        );
     }
 }

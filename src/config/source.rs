@@ -363,7 +363,7 @@ impl SourceConfig {
                     }
                     Some(Locator::Json(pointer)) if !pointer.starts_with('/') => refuse!(
                         key(&format!("{field}.json")),
-                        "must be a JSON pointer such as \"/id\", not `{pointer}`"
+                        "must be a JSON pointer such as \"/id\""
                     ),
                     Some(Locator::Json(_)) => {}
                 }
@@ -421,7 +421,7 @@ impl SourceConfig {
 
 fn check_header_name(key: &str, header: &str) -> Result<(), ConfigError> {
     if axum::http::HeaderName::from_bytes(header.as_bytes()).is_err() {
-        refuse!(key, "`{header}` is not a valid header name");
+        refuse!(key, "is not a valid header name");
     }
     Ok(())
 }

@@ -4,6 +4,7 @@
 //! [`Store::run_batch`], the [`OutboxReader`], the [`Reader`].
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use crate::config::{Database, StorageConfig};
 use crate::event::Event;
@@ -23,6 +24,27 @@ impl Handler for Record {
     fn handle(&self, tx: &Tx<'_>, event: &Event, _: Prepared) -> Result<(), StoreError> {
         tx.execute("INSERT INTO seen (event_id) VALUES ($1)", &[&event.id])?;
         Ok(())
+    }
+}
+
+/// Spins without end on `evt_slow`, in a write (a recursive query, as an effect driven by a
+/// body value can); records every other event in `seen`.
+struct Slow;
+
+impl Handler for Slow {
+    fn name(&self) -> &str {
+        "slow"
+    }
+
+    fn handle(&self, tx: &Tx<'_>, event: &Event, _: Prepared) -> Result<(), StoreError> {
+        if event.id == "evt_slow" {
+            tx.execute(
+                "WITH RECURSIVE spin(n) AS (SELECT 0 UNION ALL SELECT n + 1 FROM spin) \
+                 INSERT INTO seen (event_id) SELECT CAST(max(n) AS TEXT) FROM spin",
+                &[],
+            )?;
+        }
+        Record.handle(tx, event, Prepared::none())
     }
 }
 
@@ -128,6 +150,43 @@ fn a_failing_event_rolls_back_alone(stores: &mut Stores) {
     // Its retry starts clean.
     let ledger = "SELECT count(*) FROM webhook_events WHERE event_id = 'evt_bad'";
     assert_eq!(count(stores, ledger), 0);
+}
+
+/// A handler that runs past its time limit fails its event alone, after about the limit: the
+/// events before and after it in the batch commit, and the next batch runs as usual.
+fn a_handler_over_its_time_limit_fails_its_event_alone(stores: &mut Stores) {
+    stores.writer.limit_handlers(Duration::from_millis(300));
+    let slow = |id: &str| match event(id, true) {
+        Work::Event(mut s) => {
+            s.handlers = vec![(Arc::new(Slow) as Arc<dyn Handler>, Prepared::none())];
+            Work::Event(s)
+        }
+        Work::Write(_) => unreachable!(),
+    };
+    let started = Instant::now();
+    let done = stores
+        .writer
+        .run_batch(vec![slow("evt_a"), slow("evt_slow"), slow("evt_b")], 10)
+        .unwrap();
+    let took = started.elapsed();
+    let results = outcomes(done);
+    assert_eq!(results[0], Ok(Outcome::Processed));
+    assert!(
+        matches!(&results[1], Err(StoreError::Database(m)) if m.contains("time limit")),
+        "{:?}",
+        results[1]
+    );
+    assert_eq!(results[2], Ok(Outcome::Processed));
+    // Once or twice the limit (PostgreSQL tries the batch together first); never the spin.
+    assert!(took < Duration::from_secs(5), "{took:?}");
+    assert_eq!(count(stores, "SELECT count(*) FROM webhook_events"), 2);
+    assert_eq!(count(stores, "SELECT count(*) FROM seen"), 2);
+    assert_eq!(count(stores, "SELECT count(*) FROM outbox"), 2);
+    let slow_claims = "SELECT count(*) FROM webhook_events WHERE event_id = 'evt_slow'";
+    assert_eq!(count(stores, slow_claims), 0);
+    let done = stores.writer.run_batch(vec![slow("evt_c")], 11).unwrap();
+    assert_eq!(outcomes(done), [Ok(Outcome::Processed)]);
+    assert_eq!(count(stores, "SELECT count(*) FROM seen"), 3);
 }
 
 /// A forwarded event's outbox row is due, leased to the worker, and done once its attempt is
@@ -274,6 +333,14 @@ macro_rules! contract {
                     return;
                 };
                 super::a_failing_event_rolls_back_alone(&mut stores);
+            }
+
+            #[test]
+            fn a_handler_over_its_time_limit_fails_its_event_alone() {
+                let Some((_guard, mut stores)) = $open else {
+                    return;
+                };
+                super::a_handler_over_its_time_limit_fails_its_event_alone(&mut stores);
             }
 
             #[test]

@@ -10,6 +10,8 @@
 //!   outbox's writes (`outbox.rs`), retention (`retention.rs`), the listings
 //!   (`listings.rs`), the app's migrations (`app_schema.rs`), the copy from one store to the
 //!   other (`copy.rs`);
+//! - `owned.rs`: hookledger's own tables, which a handler may read but not change (it may add
+//!   outbox rows);
 //! - `sqlite/` and `postgres/`: each store's transactions, migrations, due outbox rows,
 //!   read connections and errors, alike in shape;
 //! - `contract.rs` (tests): one suite every store passes.
@@ -21,6 +23,7 @@ pub(crate) mod copy;
 pub(crate) mod ledger;
 pub(crate) mod listings;
 pub(crate) mod outbox;
+mod owned;
 pub(crate) mod pipeline;
 pub(crate) mod postgres;
 pub(crate) mod retention;

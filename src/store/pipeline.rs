@@ -41,6 +41,16 @@ pub(crate) trait Batch {
         handler.handle(&Tx::new(self.session()), event, prepared)
     }
 
+    /// Runs `handler` on several new events at once ([`Handler::handle_all`]), with the
+    /// store's own checks around it.
+    fn run_handler_all(
+        &mut self,
+        handler: &dyn Handler,
+        events: Vec<(&Event, Prepared)>,
+    ) -> Result<(), StoreError> {
+        handler.handle_all(&Tx::new(self.session()), events)
+    }
+
     /// Runs `write`: the same SQL on every store. A count for the caller.
     fn write(&mut self, write: &Write, now: i64) -> Result<u64, StoreError> {
         write_in(self.session(), write, now)
@@ -67,10 +77,11 @@ pub(crate) trait Batch {
 
 /// Runs `work` job by job, each in a savepoint, in the open transaction. `Err` when the
 /// transaction is lost (or the database is busy or unreachable, which every other job would
-/// wait out again): then nothing of it may be committed.
+/// wait out again): then nothing of it may be committed, and the handlers' prepared values
+/// must be made again ([`prepare_again`]) before `work` runs again.
 pub(crate) fn run_each(
     batch: &mut dyn Batch,
-    work: Vec<Work<'_>>,
+    work: &mut [Work<'_>],
     now: i64,
 ) -> Result<Vec<Done>, StoreError> {
     let mut results = Vec::with_capacity(work.len());
@@ -91,21 +102,27 @@ pub(crate) fn run_each(
     Ok(results)
 }
 
-/// One event: the claim, then (only when it is new) its handlers, then its outbox row.
-fn apply(batch: &mut dyn Batch, submission: Submission, now: i64) -> Result<Outcome, StoreError> {
+/// One event: the claim, then (only when it is new) its handlers, then its outbox row. The
+/// handlers' prepared values are taken.
+fn apply(
+    batch: &mut dyn Batch,
+    submission: &mut Submission,
+    now: i64,
+) -> Result<Outcome, StoreError> {
     let Submission {
         event,
         handlers,
         forward,
     } = submission;
-    if !ledger::claim(batch.session(), &event, now)? {
+    if !ledger::claim(batch.session(), event, now)? {
         return Ok(Outcome::Duplicate);
     }
     for (handler, prepared) in handlers {
-        batch.run_handler(&*handler, &event, prepared)?;
+        let prepared = std::mem::replace(prepared, Prepared::none());
+        batch.run_handler(&**handler, event, prepared)?;
     }
-    if forward {
-        outbox::enqueue(batch.session(), FORWARD, &event, &event.body, now, now)?;
+    if *forward {
+        outbox::enqueue(batch.session(), FORWARD, event, &event.body, now, now)?;
     }
     Ok(Outcome::Processed)
 }
@@ -203,7 +220,7 @@ pub(crate) fn run_together(
                 Some((&s.event, std::mem::replace(prepared, Prepared::none())))
             })
             .collect();
-        if let Err(e) = handler.handle_all(&Tx::new(batch.session()), all) {
+        if let Err(e) = batch.run_handler_all(&**handler, all) {
             if batch.lost() || e.is_busy() {
                 return Err(e);
             }
@@ -259,6 +276,53 @@ pub(crate) fn prepare_again(work: &mut [Work<'_>]) {
                 }
             }
         }
+    }
+}
+
+/// Makes the events of `work` keyed `(source, id)` (one event, and any copies of it) fail with
+/// `error` when they run again, without running their handlers: a run of the batch that one
+/// of them lost (by running over its time limit) is not run again; whether there was one.
+pub(crate) fn fail_event(
+    work: &mut [Work<'_>],
+    (source, id): (&str, &str),
+    error: &StoreError,
+) -> bool {
+    let mut found = false;
+    for job in work {
+        let Work::Event(submission) = job else {
+            continue;
+        };
+        if &*submission.event.source != source || submission.event.id != id {
+            continue;
+        }
+        let name = submission
+            .handlers
+            .first()
+            .map_or("a handler", |(h, _)| h.name())
+            .to_string();
+        let failed = Failed {
+            name,
+            error: error.clone(),
+        };
+        submission.handlers = vec![(Arc::new(failed), Prepared::none())];
+        found = true;
+    }
+    found
+}
+
+/// Stands in for the handlers of an event that failed in an earlier run of its batch.
+struct Failed {
+    name: String,
+    error: StoreError,
+}
+
+impl Handler for Failed {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn handle(&self, _: &Tx<'_>, _: &Event, _: Prepared) -> Result<(), StoreError> {
+        Err(self.error.clone())
     }
 }
 

@@ -3,6 +3,7 @@
 //! event (`pipeline.rs`) is written once on top of it.
 
 use std::path::Path;
+use std::time::Duration;
 
 use crate::handler::Submission;
 use crate::outbox::{Attempt, PendingRow};
@@ -84,6 +85,11 @@ pub(crate) trait Store: Send + 'static {
 
     /// Applies the app's own migrations in `folder`, once each, in name order; how many ran.
     fn migrate_app(&mut self, folder: &Path) -> anyhow::Result<usize>;
+
+    /// Bounds each run of a handler (an event's SQL effects, say) to `limit`: past it the
+    /// handler's statement is interrupted and that event fails alone; the rest of the batch
+    /// commits. Until it is called, [`DEFAULT_EFFECT_TIMEOUT`](crate::config::DEFAULT_EFFECT_TIMEOUT).
+    fn limit_handlers(&mut self, limit: Duration);
 
     /// Prepares `sql` (taking `$1` … `$parameters`) as a handler's statement, against the
     /// migrated database: whether it returns rows, or why it cannot run.

@@ -30,7 +30,7 @@ use crate::config::{Config, SchemeName, Secret, SourceConfig};
 use crate::event::Event;
 use crate::source::{stripe, Source};
 use crate::store::{Outcome, Reader};
-use crate::stripe::settings::{MAX_RECONCILE_SINCE, STRIPE_API_BASE};
+use crate::stripe::settings::{check_api_base, MAX_RECONCILE_SINCE, STRIPE_API_BASE};
 use crate::writer::WriterHandle;
 
 use crate::stripe::api::{ApiError, StripeApi};
@@ -126,6 +126,9 @@ impl Run {
                 )
             })?),
         };
+        if let Some(base) = api_base {
+            check_api_base("--api-base", base)?;
+        }
         let base = api_base
             .or(source.api_base.as_deref())
             .unwrap_or(STRIPE_API_BASE);

@@ -40,7 +40,7 @@ fn check_source(source: &SourceConfig) -> Result<(), ConfigError> {
         if !HANDLERS.contains(&handler.as_str()) {
             refuse!(
                 key("handlers"),
-                "unknown handler `{handler}` (built in: {})",
+                "unknown handler (built in: {}); the file's value is not repeated",
                 HANDLERS.join(", ")
             );
         }
@@ -64,6 +64,9 @@ fn check_source(source: &SourceConfig) -> Result<(), ConfigError> {
         }
         return Ok(());
     }
+    if let Some(base) = &source.api_base {
+        check_api_base(&key("api_base"), base)?;
+    }
     if let Some(reconcile) = &source.reconcile {
         if reconcile.since > MAX_RECONCILE_SINCE {
             refuse!(
@@ -80,6 +83,31 @@ fn check_source(source: &SourceConfig) -> Result<(), ConfigError> {
         );
     }
     Ok(())
+}
+
+/// Refuses an API base the secret key would travel to in clear: it must be `https://`, or
+/// `http://` to this machine (a loopback address, 127.0.0.0/8 or ::1, or `localhost`: a test
+/// server). `key` names the setting (`source `stripe`.api_base`, or a flag); the URL itself is
+/// not repeated.
+pub(crate) fn check_api_base(key: &str, base: &str) -> Result<(), ConfigError> {
+    let Ok(url) = url::Url::parse(base) else {
+        refuse!(key, "not a URL");
+    };
+    let loopback = match url.host() {
+        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+        Some(url::Host::Domain(name)) => name.eq_ignore_ascii_case("localhost"),
+        None => false,
+    };
+    match url.scheme() {
+        "https" if url.has_host() => Ok(()),
+        "http" if loopback => Ok(()),
+        _ => refuse!(
+            key,
+            "must be an https:// URL: the API key goes in every request (http:// only to a \
+             loopback host, 127.0.0.1, ::1 or localhost, for a test server)"
+        ),
+    }
 }
 
 /// Stripe's rule on a source, beside the config's own methods.
@@ -155,12 +183,57 @@ mod tests {
         let err = checked(&format!("{github}handlers = [\"stripe-biling\"]\n")).unwrap_err();
         assert_eq!(
             err.to_string(),
-            "source `gh`.handlers: unknown handler `stripe-biling` (built in: stripe-billing)"
+            "source `gh`.handlers: unknown handler (built in: stripe-billing); the file's value is \
+             not repeated"
         );
         checked(&format!(
             "{stripe}{key}reconcile = {{ every = \"1h\", since = \"30d\" }}\n"
         ))
         .unwrap();
+    }
+
+    /// A secret pasted into `handlers` is refused naming the key, never repeated.
+    #[test]
+    fn an_unknown_handler_is_refused_without_its_value() {
+        let err = checked(
+            "[[source]]\nname = \"stripe\"\nscheme = \"stripe\"\n\
+             secrets = [\"whsec_test_secret_0123\"]\nhandlers = [\"whsec_TOPSECRET_0123\"]\n",
+        )
+        .unwrap_err();
+        assert_eq!(err.key, "source `stripe`.handlers");
+        assert!(err.message.starts_with("unknown handler"), "{err}");
+        assert!(!format!("{err} {err:?}").contains("TOPSECRET"), "{err:?}");
+    }
+
+    /// The API key goes in every request to `api_base`: http to another host is refused.
+    #[test]
+    fn an_api_base_in_clear_to_another_host_is_refused() {
+        let stripe = "[[source]]\nname = \"stripe\"\nscheme = \"stripe\"\n\
+                      secrets = [\"whsec_test_secret_0123\"]\napi_key = \"sk_test_literal_0123\"\n";
+        for base in [
+            "http://api.example.com",
+            "http://10.1.2.3:12111",
+            "http://[2001:db8::1]/",
+            "http://localhost.example.com",
+            "http://0.0.0.0:80",
+        ] {
+            let err = checked(&format!("{stripe}api_base = \"{base}\"\n")).unwrap_err();
+            assert_eq!(err.key, "source `stripe`.api_base", "{base}: {err}");
+            assert!(err.message.starts_with("must be an https:// URL"), "{err}");
+            assert!(!err.to_string().contains(&base[7..]), "{err}");
+        }
+        for base in [
+            "https://api.stripe.com",
+            "https://10.1.2.3:12111",
+            "http://127.0.0.1:12111",
+            "http://127.9.8.7/",
+            "http://[::1]:12111",
+            "http://localhost:12111",
+            "http://LOCALHOST",
+        ] {
+            checked(&format!("{stripe}api_base = \"{base}\"\n")).unwrap();
+        }
+        assert!(check_api_base("--api-base", "http://api.example.com").is_err());
     }
 
     #[test]
@@ -174,7 +247,7 @@ mod tests {
         for (settings, expected) in [
             (
                 "credit_per_invoice = 5",
-                "unknown field `credit_per_invoice`",
+                "unknown field `…`, expected `credits_per_invoice`",
             ),
             ("credits_per_invoice = \"5\"", "invalid type: string"),
         ] {

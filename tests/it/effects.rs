@@ -301,3 +301,106 @@ sql = """{receipt}
     std::thread::sleep(Duration::from_millis(1500));
     assert_eq!(app.deliveries().len(), 1, "once per key");
 }
+
+/// An effect that runs past `writer.effect_timeout` (a recursive query driven by a body value
+/// on SQLite, a sleep on PostgreSQL) fails its event alone, after about the limit: the events
+/// sent with it are processed, and nothing of the slow one stands. Without the limit it would
+/// hold the one writer, and every other event, for minutes.
+#[test]
+fn a_slow_effect_fails_its_event_alone_at_the_time_limit() {
+    let dir = test_dir();
+    let (spin, effect) = match store() {
+        Store::Sqlite => (
+            "1000000000000",
+            "
+WITH RECURSIVE spin(n) AS (
+    SELECT 0 UNION ALL
+    SELECT n + 1 FROM spin WHERE n < coalesce(json_extract(:body, '$.spin'), 0))
+INSERT INTO seen (source, event_id, event_type, created)
+SELECT :source, :event_id, :event_type, max(n) FROM spin",
+        ),
+        Store::Postgres => (
+            "600",
+            "
+INSERT INTO seen (source, event_id, event_type, created)
+SELECT :source, :event_id, :event_type, :created
+FROM pg_sleep(coalesce(CAST(CAST(:body AS jsonb) ->> 'spin' AS float8), 0))",
+        ),
+    };
+    let config = format!(
+        r#"
+[schema]
+migrations = "migrations/"
+
+[writer]
+effect_timeout = "1s"
+
+[[source]]
+name = "stripe"
+scheme = "stripe"
+secrets = ["env:STRIPE_WEBHOOK_SECRET"]
+
+[[effect]]
+source = "stripe"
+on = "*"
+sql = """{effect}
+"""
+"#
+    );
+    let path = app_dir(dir.path(), &config);
+    let server = Server::start_in(dir.path(), &["--config", &path]);
+    let event = |id: &str, spin: &str| {
+        format!(
+            r#"{{"id":"{id}","object":"event","type":"thing.happened","created":{},"spin":{spin},"data":{{"object":{{}}}}}}"#,
+            now()
+        )
+    };
+    let bodies: Vec<String> = [
+        ("evt_1", "0"),
+        ("evt_slow", spin),
+        ("evt_2", "0"),
+        ("evt_3", "0"),
+    ]
+    .iter()
+    .map(|(id, spin)| event(id, spin))
+    .collect();
+    let started = std::time::Instant::now();
+    let replies: Vec<_> = std::thread::scope(|s| {
+        let sent: Vec<_> = bodies
+            .iter()
+            .map(|body| {
+                let server = &server;
+                s.spawn(move || server.send(body.as_bytes()))
+            })
+            .collect();
+        sent.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let took = started.elapsed();
+    assert_error(&replies[1], 500, "internal");
+    for (reply, id) in [
+        (&replies[0], "evt_1"),
+        (&replies[2], "evt_2"),
+        (&replies[3], "evt_3"),
+    ] {
+        assert_outcome(reply, id, "processed");
+    }
+    // About the limit (1 s); once or twice on PostgreSQL (the batch together, then job by
+    // job), never the spin.
+    assert!(took < Duration::from_secs(10), "{took:?}");
+    let db = server.db();
+    assert_eq!(
+        db.strings("SELECT event_id FROM webhook_events ORDER BY event_id"),
+        ["evt_1", "evt_2", "evt_3"]
+    );
+    assert_eq!(
+        db.strings("SELECT event_id FROM seen ORDER BY event_id"),
+        ["evt_1", "evt_2", "evt_3"]
+    );
+    wait_for(Duration::from_secs(5), || {
+        server
+            .log()
+            .contains("time limit (writer.effect_timeout")
+            .then_some(())
+    })
+    .expect("the log says why the event failed");
+}

@@ -308,12 +308,12 @@ handlers = ["stripe-billing"]
         (
             "unknown key",
             format!("{good}\n[[source]]\nname = \"gh\"\nscheme = \"github\"\nsecret = [\"x\"]\n"),
-            vec!["source `gh`", "unknown field `secret`", "line 11"],
+            vec!["source `gh`", "unknown field `…`, expected one of `name`", "line 11"],
         ),
         (
             "unknown scheme",
             format!("{good}\n[[source]]\nname = \"gl\"\nscheme = \"gitlab\"\nsecrets = [\"x\"]\n"),
-            vec!["source `gl`", "unknown variant `gitlab`"],
+            vec!["source `gl`", "unknown variant `…`, expected one of `stripe`"],
         ),
         (
             "duplicate name",
@@ -343,12 +343,12 @@ handlers = ["stripe-billing"]
         (
             "unknown handler",
             good.replace("stripe-billing", "stripe-biling"),
-            vec!["source `stripe`", "handlers", "unknown handler `stripe-biling`"],
+            vec!["source `stripe`", "handlers", "unknown handler (built in: stripe-billing)"],
         ),
         (
             "max_body over the budget",
             format!("{good}\n[[source]]\nname = \"gh\"\nscheme = \"github\"\nsecrets = [\"github_secret_1\"]\nmax_body = 99999999999\n"),
-            vec!["source `gh`.max_body: 99999999999 must be at least 1 and at most http.body_budget"],
+            vec!["source `gh`.max_body: must be at least 1 and at most http.body_budget"],
         ),
         (
             "tolerance on github",
@@ -363,7 +363,7 @@ handlers = ["stripe-billing"]
         (
             "billing settings the handler cannot read",
             format!("{good}\n[stripe_billing]\ncredit_per_invoice = 5\n"),
-            vec!["stripe_billing: unknown field `credit_per_invoice`"],
+            vec!["stripe_billing: unknown field `…`, expected `credits_per_invoice`"],
         ),
     ] {
         let path = write(dir.path(), "hookledger.toml", &text);
@@ -388,13 +388,24 @@ handlers = ["stripe-billing"]
 
 /// Effects are checked at start-up, before anything listens: an unknown source, SQL that does
 /// not compile (with the effect's index and the database's message), an unknown parameter (a
-/// positional one too: effects bind by name), a changed migration.
+/// positional one too: effects bind by name), VACUUM, a change to hookledger's own tables, a
+/// changed migration.
 #[test]
 fn bad_effects_and_changed_migrations_stop_start_up() {
     // SQLite's positional `?` (PostgreSQL's `?` is an operator: a syntax error there).
-    let (no_such_table, question_mark) = match store() {
-        Store::Sqlite => ("no such table: nope", "unknown parameter `?`"),
-        Store::Postgres => (r#"relation "nope" does not exist"#, "syntax error"),
+    let (no_such_table, question_mark, vacuum, drop) = match store() {
+        Store::Sqlite => (
+            "no such table: nope",
+            "unknown parameter `?`",
+            "VACUUM is not allowed",
+            "`webhook_events` is the ledger",
+        ),
+        Store::Postgres => (
+            r#"relation "nope" does not exist"#,
+            "syntax error",
+            "only INSERT, UPDATE, DELETE, MERGE",
+            "only INSERT, UPDATE, DELETE, MERGE",
+        ),
     };
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(dir.path().join("migrations")).unwrap();
@@ -417,7 +428,7 @@ fn bad_effects_and_changed_migrations_stop_start_up() {
     );
     let err = refused(&["--config", &path], &env);
     assert!(
-        err.contains("effect 1.source: `gh` is not a [[source]]"),
+        err.contains("effect 1.source: names no [[source]]"),
         "{err}"
     );
     for (effect, expected) in [
@@ -440,6 +451,24 @@ fn bad_effects_and_changed_migrations_stop_start_up() {
         (
             "[[effect]]\nsource = \"stripe\"\non = \"*\"\nsql = \"SELECT x FROM t\"\n",
             vec!["statement 1: it returns rows"],
+        ),
+        // It cannot run inside the event's transaction: every matching event would fail.
+        (
+            "[[effect]]\nsource = \"stripe\"\non = \"*\"\nsql = \"INSERT INTO t VALUES (1); VACUUM\"\n",
+            vec!["effect 1 (source `stripe`), statement 2", vacuum],
+        ),
+        // hookledger's own tables: read, never changed (the outbox takes new rows only).
+        (
+            "[[effect]]\nsource = \"stripe\"\non = \"*\"\nsql = \"DELETE FROM webhook_events WHERE source = :source\"\n",
+            vec!["effect 1 (source `stripe`), statement 1", "`webhook_events` is the ledger"],
+        ),
+        (
+            "[[effect]]\nsource = \"stripe\"\non = \"*\"\nsql = \"DROP TABLE webhook_events\"\n",
+            vec!["effect 1 (source `stripe`), statement 1", drop],
+        ),
+        (
+            "[[effect]]\nsource = \"stripe\"\non = \"*\"\nsql = \"UPDATE outbox SET status = 'pending' WHERE key = :event_id\"\n",
+            vec!["effect 1 (source `stripe`), statement 1", "only add rows to `outbox`"],
         ),
     ] {
         let path = write(dir.path(), "b.toml", &config(effect));
@@ -545,7 +574,7 @@ fn admin_settings_that_would_expose_the_admin_routes_stop_start_up() {
     assert_eq!(code, Some(2), "{err}");
     assert!(
         err.contains(
-            "--admin-listen (admin_listen): 0.0.0.0:0 is not a loopback address: set an admin_token"
+            "--admin-listen (admin_listen): is not a loopback address: set an admin_token"
         ),
         "{err}"
     );

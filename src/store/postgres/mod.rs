@@ -33,10 +33,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 
-use crate::config::{parse_postgres, Database};
+use crate::config::{parse_postgres, Database, DEFAULT_EFFECT_TIMEOUT};
 use crate::event::Event;
+use crate::handler::{Handler, Prepared};
 use crate::outbox::FORWARD;
-use crate::sql::{Session, StoreError};
+use crate::sql::{Session, StoreError, Tx};
+use crate::store::owned::{self, Change};
 use crate::store::seam::{Done, Store, Work, Write};
 use crate::store::{app_schema, pipeline};
 
@@ -65,6 +67,8 @@ pub(crate) struct PgStore {
     /// Why the last attempt to connect failed, for the batches that fail while the backoff
     /// waits.
     connect_error: String,
+    /// How long one handler run may take ([`Store::limit_handlers`]).
+    handler_limit: Duration,
 }
 
 /// Read connections, pooled: made when first needed, replaced when broken.
@@ -142,6 +146,7 @@ impl PgStore {
             busy_timeout,
             backoff: Backoff::default(),
             connect_error: String::new(),
+            handler_limit: DEFAULT_EFFECT_TIMEOUT,
         };
         store
             .migrate()
@@ -276,6 +281,10 @@ impl Store for PgStore {
         app_schema::migrate(&migrator, folder)
     }
 
+    fn limit_handlers(&mut self, limit: Duration) {
+        self.handler_limit = limit;
+    }
+
     fn check_statement(&mut self, sql: &str, parameters: usize) -> Result<bool, String> {
         let (taken, returns_rows) = self.session.describe(sql).map_err(|e| e.to_string())?;
         if taken != parameters {
@@ -284,8 +293,76 @@ impl Store for PgStore {
                  :name inside a string or a $$ quote?)"
             ));
         }
-        Ok(returns_rows)
+        if returns_rows {
+            return Ok(true);
+        }
+        // What the statement does is read from PostgreSQL's own plan of it, not from its text:
+        // which tables it changes, and how. That is where the rule on hookledger's own tables
+        // is kept on PostgreSQL, at start-up: effects run only the statements checked here. Why
+        // not at run time, as SQLite's authorizer does: PostgreSQL has no such hook, and a role
+        // without rights on hookledger's tables (`SET LOCAL ROLE` around handlers) needs
+        // CREATEROLE and grants a deployment may not allow. What a plan does not show is what
+        // functions and triggers do; those are the app's migrations', trusted as its operator.
+        match self
+            .session
+            .plan(sql, parameters)
+            .map_err(|e| e.to_string())?
+        {
+            None => Err(UTILITY.to_string()),
+            Some(plan) => match refusal_in_plan(&plan) {
+                Some(why) => Err(why),
+                None => Ok(false),
+            },
+        }
     }
+}
+
+/// Why a statement that PostgreSQL does not plan is not an effect: a utility statement (DDL,
+/// VACUUM, TRUNCATE, CALL, DO, LOCK, SET, …). Some cannot run in a transaction block (VACUUM,
+/// CREATE INDEX CONCURRENTLY, …: every event would fail), and what the others change cannot
+/// be read from a plan; schema changes belong in the app's migrations.
+const UTILITY: &str = "only INSERT, UPDATE, DELETE, MERGE and a data-modifying WITH can be \
+                       effects: a utility statement (DDL, VACUUM, TRUNCATE, CALL, DO, LOCK, SET, \
+                       ...) is not, and some cannot run inside the event's transaction (put \
+                       schema changes in [schema] migrations)";
+
+/// Why an effect may not be the statement PostgreSQL planned as `plan` (`EXPLAIN (FORMAT
+/// JSON)`); `None` when it may: a change to one of hookledger's own tables
+/// ([`owned::refused`]). Each table a statement changes is a `ModifyTable` node of its plan,
+/// its data-modifying WITHs, the views it writes through and the rules it fires included, named
+/// as the server resolved it, whatever the text looks like (quoting, schema names, comments).
+fn refusal_in_plan(plan: &serde_json::Value) -> Option<String> {
+    use serde_json::Value;
+    let node = match plan {
+        Value::Array(plans) => return plans.iter().find_map(refusal_in_plan),
+        Value::Object(node) => node,
+        _ => return None,
+    };
+    if node.get("Node Type").and_then(Value::as_str) == Some("ModifyTable") {
+        let text = |key: &str| node.get(key).and_then(Value::as_str);
+        let change = match text("Operation") {
+            Some("Insert") if text("Conflict Resolution") == Some("UPDATE") => Change::Update,
+            Some("Insert") => Change::Insert,
+            Some("Delete") => Change::Delete,
+            // Update, and MERGE (which may do anything to its target).
+            _ => Change::Update,
+        };
+        let targets = node.get("Target Tables").and_then(Value::as_array);
+        let refused = std::iter::once(node.get("Relation Name"))
+            .chain(
+                targets
+                    .into_iter()
+                    .flatten()
+                    .map(|t| t.get("Relation Name")),
+            )
+            .flatten()
+            .filter_map(Value::as_str)
+            .find_map(|table| owned::refused(table, change));
+        if refused.is_some() {
+            return refused;
+        }
+    }
+    node.values().find_map(refusal_in_plan)
 }
 
 impl PgStore {
@@ -318,7 +395,7 @@ impl PgStore {
             }
             self.session.begin();
         }
-        let results = pipeline::run_each(self, std::mem::take(work), now)?;
+        let results = pipeline::run_each(self, work, now)?;
         self.commit()?;
         Ok(results)
     }
@@ -378,6 +455,34 @@ impl pipeline::Batch for PgStore {
 
     fn lost(&self) -> bool {
         self.session.is_closed()
+    }
+
+    /// Within the handlers' time limit: a statement still running at the deadline is
+    /// cancelled by the server, and fails its event alone (its savepoint's rollback undoes the
+    /// limit too).
+    fn run_handler(
+        &mut self,
+        handler: &dyn Handler,
+        event: &Event,
+        prepared: Prepared,
+    ) -> Result<(), StoreError> {
+        self.session.limit(Some(self.handler_limit));
+        let result = handler.handle(&Tx::new(&self.session), event, prepared);
+        self.session.limit(None);
+        result
+    }
+
+    /// Within one time limit for all: past it the batch runs again job by job, and only the
+    /// event that is still too slow fails.
+    fn run_handler_all(
+        &mut self,
+        handler: &dyn Handler,
+        events: Vec<(&Event, Prepared)>,
+    ) -> Result<(), StoreError> {
+        self.session.limit(Some(self.handler_limit));
+        let result = handler.handle_all(&Tx::new(&self.session), events);
+        self.session.limit(None);
+        result
     }
 
     /// Retention's batches run on one instance at a time (an advisory lock).
@@ -442,5 +547,169 @@ impl pipeline::Batch for PgStore {
             &[&FORWARD, &sources, &ids, &types, &bodies, &now],
         )?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::postgres::scratch::Scratch;
+
+    /// The writer's store on a fresh database, with an app table `t`.
+    fn store(db: &Scratch) -> PgStore {
+        let store = PgStore::open(&db.url, Duration::from_secs(5)).unwrap();
+        store
+            .session
+            .batch("CREATE TABLE t (x BIGINT, y TEXT)")
+            .unwrap();
+        store
+    }
+
+    /// VACUUM and other statements that cannot run in the event's transaction (or have no plan
+    /// to check) pass no start-up check; the statements effects are made of do.
+    #[test]
+    fn utility_statements_are_refused_at_the_check() {
+        let Some(db) = Scratch::new() else { return };
+        let mut store = store(&db);
+        for sql in [
+            "VACUUM",
+            "VACUUM t",
+            "vacuum (analyze) t",
+            "CREATE INDEX CONCURRENTLY t_x ON t (x)",
+            "TRUNCATE t",
+            "DROP TABLE t",
+            "CREATE TABLE u (x INTEGER)",
+            "LOCK TABLE t",
+            "DO $$ BEGIN DELETE FROM t; END $$",
+            "SET LOCAL statement_timeout = 0",
+        ] {
+            let err = store.check_statement(sql, 0).unwrap_err();
+            assert!(
+                err.starts_with("only INSERT, UPDATE, DELETE"),
+                "{sql}: {err}"
+            );
+        }
+        for (sql, parameters) in [
+            ("INSERT INTO t VALUES ($1, $2)", 2),
+            ("UPDATE t SET y = $1 WHERE x = 1", 1),
+            ("DELETE FROM t WHERE y = $1", 1),
+            (
+                "WITH gone AS (DELETE FROM t WHERE x = $1 RETURNING x) \
+                 INSERT INTO t SELECT x + 1, $2 FROM gone",
+                2,
+            ),
+            ("SELECT FROM pg_sleep(0)", 0),
+        ] {
+            assert_eq!(store.check_statement(sql, parameters), Ok(false), "{sql}");
+        }
+        // Nothing of the checks ran or stayed: `t` is there, empty, and no transaction is open.
+        let rows = store.session.query("SELECT count(*) FROM t", &[]).unwrap();
+        assert_eq!(rows[0].get::<i64>(0), Ok(0));
+        store.session.batch("BEGIN; COMMIT").unwrap();
+    }
+
+    /// An effect may read hookledger's tables and add outbox rows, and change nothing else of
+    /// them, however the statement reaches them (a WITH, a view, upsert, MERGE).
+    #[test]
+    fn writes_to_hookledgers_own_tables_are_refused_at_the_check() {
+        let Some(db) = Scratch::new() else { return };
+        let mut store = store(&db);
+        store
+            .session
+            .batch(
+                "CREATE VIEW ledger AS SELECT * FROM webhook_events;
+                 CREATE TABLE hookledger_extra (x INTEGER)",
+            )
+            .unwrap();
+        let outbox_row = "INSERT INTO outbox (kind, source, key, payload, status, \
+                          next_attempt_at, created_at) VALUES ('k', $1, $2, '', 'pending', 0, 0)";
+        for (sql, parameters, why) in [
+            (
+                "DELETE FROM webhook_events WHERE event_id = $1",
+                1,
+                "is the ledger",
+            ),
+            ("DELETE FROM public.\"webhook_events\"", 0, "is the ledger"),
+            (
+                "UPDATE webhook_events SET payload = NULL",
+                0,
+                "is the ledger",
+            ),
+            (
+                "INSERT INTO webhook_events (source, event_id, event_type, received_at) \
+                 VALUES ($1, $2, 'x', 0)",
+                2,
+                "is the ledger",
+            ),
+            (
+                "WITH gone AS (DELETE FROM webhook_events WHERE event_id = $1 RETURNING 1) \
+                 INSERT INTO t SELECT 1, $2 FROM gone",
+                2,
+                "is the ledger",
+            ),
+            ("DELETE FROM ledger WHERE source = $1", 1, "is the ledger"),
+            (
+                "UPDATE outbox SET status = 'pending'",
+                0,
+                "only add rows to `outbox`",
+            ),
+            (
+                "DELETE FROM outbox WHERE key = $1",
+                1,
+                "only add rows to `outbox`",
+            ),
+            (
+                &format!(
+                    "{outbox_row} ON CONFLICT (kind, source, key) DO UPDATE SET status = 'pending'"
+                ),
+                2,
+                "only add rows to `outbox`",
+            ),
+            (
+                "MERGE INTO outbox o USING (SELECT $1 AS k) s ON o.key = s.k \
+                 WHEN MATCHED THEN DELETE",
+                1,
+                "only add rows to `outbox`",
+            ),
+            (
+                "DELETE FROM hookledger_heartbeat",
+                0,
+                "hookledger's own table",
+            ),
+            (
+                "INSERT INTO hookledger_extra VALUES (1)",
+                0,
+                "hookledger's own table",
+            ),
+            (
+                "DROP TABLE webhook_events",
+                0,
+                "only INSERT, UPDATE, DELETE",
+            ),
+            ("TRUNCATE outbox", 0, "only INSERT, UPDATE, DELETE"),
+        ] {
+            let err = store.check_statement(sql, parameters).unwrap_err();
+            assert!(err.contains(why), "{sql}: {err}");
+        }
+        for (sql, parameters) in [
+            (format!("{outbox_row} ON CONFLICT DO NOTHING"), 2),
+            (outbox_row.to_string(), 2),
+            (
+                "INSERT INTO t SELECT count(*), $1 FROM webhook_events WHERE event_id = $2".into(),
+                2,
+            ),
+            (
+                "INSERT INTO counters (name, value) VALUES ($1, 1) ON CONFLICT (name) \
+              DO UPDATE SET value = counters.value + 1"
+                    .into(),
+                1,
+            ),
+        ] {
+            assert_eq!(store.check_statement(&sql, parameters), Ok(false), "{sql}");
+        }
+        // Nothing of the checks ran or stayed.
+        let rows = store.session.query("SELECT count(*) FROM t", &[]).unwrap();
+        assert_eq!(rows[0].get::<i64>(0), Ok(0));
+        store.session.batch("BEGIN; COMMIT").unwrap();
     }
 }

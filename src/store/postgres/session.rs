@@ -5,8 +5,10 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::error::Error;
+use std::time::{Duration, Instant};
 
 use bytes::{BufMut, BytesMut};
+use tokio_postgres::error::SqlState;
 use tokio_postgres::types::{FromSql, IsNull, Kind, ToSql, Type};
 use tokio_postgres::{Client, NoTls, Statement};
 
@@ -34,6 +36,12 @@ struct Conn {
     begin_pending: bool,
     /// Statements to send with the `COMMIT` ([`Session::defer`]).
     deferred: Vec<(Statement, Vec<Value>)>,
+    /// The running handler's deadline ([`PgSession::limit`]).
+    deadline: Option<Instant>,
+    /// Whether a handler's `statement_timeout` may be in force in the open transaction (set
+    /// back to the session's own with each later statement: a savepoint's rollback may undo
+    /// the reset).
+    limited: bool,
 }
 
 /// Why a commit did not happen.
@@ -65,13 +73,26 @@ impl PgSession {
                 statements: HashMap::new(),
                 begin_pending: false,
                 deferred: Vec::new(),
+                deadline: None,
+                limited: false,
             }),
         })
     }
 
     /// Opens a transaction: `BEGIN` goes with the next statement (no round trip of its own).
     pub(crate) fn begin(&self) {
-        self.conn.borrow_mut().begin_pending = true;
+        let mut conn = self.conn.borrow_mut();
+        conn.begin_pending = true;
+        conn.limited = false;
+    }
+
+    /// Bounds the statements from now on to `limit` in all (`None`: unbounds them): a
+    /// handler's run. Each statement goes with `SET LOCAL statement_timeout` to the time left,
+    /// in the same round trip (so that no statement of the handler can lift it for the next),
+    /// and the server cancels one that runs past it: an error of that event alone, not a
+    /// busy database.
+    pub(crate) fn limit(&self, limit: Option<Duration>) {
+        self.conn.borrow_mut().deadline = limit.map(|limit| Instant::now() + limit);
     }
 
     /// Commits the open transaction, its deferred statements in the same round trip (nothing
@@ -81,6 +102,7 @@ impl PgSession {
         let mut conn = self.conn.borrow_mut();
         let deferred = std::mem::take(&mut conn.deferred);
         let begin = std::mem::take(&mut conn.begin_pending);
+        let limited = std::mem::take(&mut conn.limited);
         if begin && deferred.is_empty() {
             return Ok(());
         }
@@ -98,6 +120,9 @@ impl PgSession {
             if begin {
                 // First: the deferred statements run in the transaction.
                 pipeline.push(Box::pin(client.batch_execute("BEGIN")));
+            }
+            if limited {
+                pipeline.push(Box::pin(client.batch_execute(UNLIMITED)));
             }
             for ((stmt, _), params) in deferred.iter().zip(&refs) {
                 pipeline.push(Box::pin(async move {
@@ -125,6 +150,7 @@ impl PgSession {
     pub(crate) fn rollback(&self) -> Result<(), tokio_postgres::Error> {
         let mut conn = self.conn.borrow_mut();
         conn.deferred.clear();
+        conn.limited = false;
         if std::mem::take(&mut conn.begin_pending) {
             return Ok(());
         }
@@ -153,6 +179,63 @@ impl PgSession {
         let mut conn = self.conn.borrow_mut();
         let stmt = conn.statement(sql)?;
         Ok((stmt.params().len(), !stmt.columns().is_empty()))
+    }
+
+    /// PostgreSQL's plan of `sql` (one statement, which [`PgSession::describe`] took, with
+    /// `parameters` parameters), as `EXPLAIN (VERBOSE, FORMAT JSON)` shows it: a generic plan
+    /// (no parameter's value plays a part, none is folded), made in a transaction that is
+    /// rolled back, never run. `None` for a statement that has no plan: a utility statement
+    /// (DDL, VACUUM, TRUNCATE, CALL, …), which `PREPARE` does not take.
+    pub(crate) fn plan(
+        &self,
+        sql: &str,
+        parameters: usize,
+    ) -> Result<Option<serde_json::Value>, StoreError> {
+        let conn = self.conn.borrow();
+        let arguments = match parameters {
+            0 => String::new(),
+            n => format!("({})", vec!["NULL"; n].join(", ")),
+        };
+        // `sql` is one statement (the server parsed it alone); on lines of their own, so that
+        // nothing of it runs into what follows.
+        let prepare = format!(
+            "BEGIN; SET LOCAL plan_cache_mode = force_generic_plan;
+             PREPARE hookledger_check AS
+{sql}
+;"
+        );
+        let explain = format!("EXPLAIN (VERBOSE, FORMAT JSON) EXECUTE hookledger_check{arguments}");
+        let client = &conn.client;
+        let (prepared, planned) = conn.runtime.block_on(async {
+            let prepared = client.batch_execute(&prepare).await;
+            let planned = match prepared {
+                Ok(()) => Some(client.simple_query(&explain).await),
+                Err(_) => None,
+            };
+            // A prepared statement outlives the transaction: deallocated after it.
+            let _ = client.batch_execute("ROLLBACK").await;
+            let _ = client.batch_execute("DEALLOCATE hookledger_check").await;
+            (prepared, planned)
+        });
+        match prepared {
+            Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::SYNTAX_ERROR) => {
+                return Ok(None)
+            }
+            Err(e) => return Err(e.into()),
+            Ok(()) => {}
+        }
+        let text = planned
+            .transpose()?
+            .into_iter()
+            .flatten()
+            .find_map(|message| match message {
+                tokio_postgres::SimpleQueryMessage::Row(row) => row.get(0).map(str::to_string),
+                _ => None,
+            })
+            .ok_or_else(|| StoreError::Database("EXPLAIN showed no plan".into()))?;
+        serde_json::from_str(&text)
+            .map(Some)
+            .map_err(|e| StoreError::Database(format!("EXPLAIN's plan is not JSON: {e}")))
     }
 
     /// Runs the store's own `sql` with typed parameters (arrays, for one statement per batch).
@@ -229,23 +312,51 @@ impl Conn {
         Ok(stmt)
     }
 
-    /// Runs `op` on the client, after a pending `BEGIN` in the same round trip (the two are
-    /// pipelined: both are written before either answer is read, and run in that order).
+    /// Runs `op` on the client, after a pending `BEGIN` and the handler's time left (or the
+    /// session's own `statement_timeout` again) in the same round trip (pipelined: all are
+    /// written before any answer is read, and run in that order).
     fn run<'a, T, F>(&'a mut self, op: impl FnOnce(&'a Client) -> F) -> Result<T, StoreError>
     where
         F: std::future::Future<Output = Result<T, tokio_postgres::Error>>,
     {
-        let begin = std::mem::take(&mut self.begin_pending);
+        let left = match self.deadline {
+            Some(at) => match at.checked_duration_since(Instant::now()) {
+                Some(left) if !left.is_zero() => Some(left),
+                _ => return Err(over_time()),
+            },
+            None => None,
+        };
+        let mut first = Vec::new();
+        if std::mem::take(&mut self.begin_pending) {
+            first.push("BEGIN".to_string());
+        }
+        match left {
+            Some(left) => {
+                self.limited = true;
+                first.push(format!(
+                    "SET LOCAL statement_timeout = {}",
+                    left.as_millis().max(1)
+                ));
+            }
+            None if self.limited => first.push(UNLIMITED.to_string()),
+            None => {}
+        }
         let client = &self.client;
         let op = op(client);
-        if !begin {
-            return Ok(self.runtime.block_on(op)?);
-        }
-        let (begun, result) = self
-            .runtime
-            .block_on(async { tokio::join!(biased; client.batch_execute("BEGIN"), op) });
-        begun?;
-        Ok(result?)
+        let result = if first.is_empty() {
+            self.runtime.block_on(op)
+        } else {
+            let first = first.join("; ");
+            let (done, result) = self
+                .runtime
+                .block_on(async { tokio::join!(biased; client.batch_execute(&first), op) });
+            done?;
+            result
+        };
+        result.map_err(|e| match left {
+            Some(_) if e.code() == Some(&SqlState::QUERY_CANCELED) => over_time(),
+            _ => e.into(),
+        })
     }
 }
 
@@ -285,6 +396,15 @@ impl Session for PgSession {
             })
             .collect()
     }
+}
+
+/// Sets `statement_timeout` back to the session's own, in the open transaction.
+const UNLIMITED: &str = "SET LOCAL statement_timeout TO DEFAULT";
+
+/// What a handler's statement cancelled at its deadline fails with: an error of its event (a
+/// 500, which its sender retries), not a busy database.
+fn over_time() -> StoreError {
+    StoreError::Database("ran over its time limit (writer.effect_timeout)".to_string())
 }
 
 /// The batch's transaction belongs to the writer: a handler's statement may not end it or

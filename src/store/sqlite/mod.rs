@@ -27,12 +27,13 @@ use r2d2_sqlite::SqliteConnectionManager;
 use rusqlite::hooks::{AuthAction, Authorization};
 use rusqlite::{Connection, ErrorCode, OpenFlags};
 
-use crate::config::DEFAULT_BUSY_TIMEOUT;
+use crate::config::{DEFAULT_BUSY_TIMEOUT, DEFAULT_EFFECT_TIMEOUT};
 use crate::event::Event;
 use crate::handler::{Handler, Prepared};
 use crate::outbox::PendingRow;
 use crate::sql::{Session, StoreError, Tx};
 use crate::store::app_schema;
+use crate::store::owned::{self, Change};
 use crate::store::pipeline;
 use crate::store::seam::{Done, OutboxReader, Store, Work};
 
@@ -48,6 +49,11 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0005_heartbeat.sql"),
     include_str!("migrations/0006_outbox_text_identity.sql"),
 ];
+
+/// SQLite's virtual machine steps between two looks at a running handler's deadline: a few
+/// microseconds of work, so the look (a clock read) costs nothing and the deadline is kept to
+/// well under a millisecond.
+const PROGRESS_STEPS: std::ffi::c_int = 1000;
 
 /// Prepared statements kept per connection: every hot statement of the ledger, the handlers
 /// and the outbox, with room to spare.
@@ -72,6 +78,11 @@ impl From<rusqlite::Error> for StoreError {
 pub(crate) struct SqliteStore {
     conn: Connection,
     handler: HandlerGuard,
+    /// How long one handler run may take ([`Store::limit_handlers`]).
+    handler_limit: Duration,
+    /// The event whose handler, interrupted at its deadline, lost the transaction (SQLite
+    /// rolls all of it back when it interrupts a write): its source and id.
+    over_time: Option<(String, String)>,
     /// Stops with the store: the last checkpoint runs after the last commit.
     _checkpoints: Option<Checkpointer>,
 }
@@ -131,27 +142,25 @@ impl SqliteStore {
     fn new(conn: Connection) -> rusqlite::Result<SqliteStore> {
         let handler = HandlerGuard::default();
         let running = handler.clone();
-        conn.authorizer(Some(
-            move |ctx: rusqlite::hooks::AuthContext<'_>| match ctx.action {
-                // ATTACH too: a transaction across attached WAL databases is not atomic on a
-                // crash, so a handler's effects stay in this file. And PRAGMA: it changes the
-                // writer's connection for every later event (query_only, foreign_keys, ...),
-                // and a savepoint does not roll it back.
-                AuthAction::Transaction { .. }
-                | AuthAction::Savepoint { .. }
-                | AuthAction::Attach { .. }
-                | AuthAction::Detach { .. }
-                | AuthAction::Pragma { .. }
-                    if running.running() =>
-                {
+        conn.authorizer(Some(move |ctx: rusqlite::hooks::AuthContext<'_>| {
+            if !running.running() {
+                return Authorization::Allow;
+            }
+            match refusal(&ctx.action) {
+                Some(why) => {
+                    running.refuse(why);
                     Authorization::Deny
                 }
-                _ => Authorization::Allow,
-            },
-        ))?;
+                None => Authorization::Allow,
+            }
+        }))?;
+        let interrupt = handler.clone();
+        conn.progress_handler(PROGRESS_STEPS, Some(move || interrupt.past_deadline()))?;
         Ok(SqliteStore {
             conn,
             handler,
+            handler_limit: DEFAULT_EFFECT_TIMEOUT,
+            over_time: None,
             _checkpoints: None,
         })
     }
@@ -170,15 +179,28 @@ impl SqliteStore {
 
 impl Store for SqliteStore {
     /// `BEGIN IMMEDIATE`, the jobs through the pipeline (a savepoint each), `COMMIT`; a
-    /// `ROLLBACK` when the transaction failed.
-    fn run_batch(&mut self, work: Vec<Work<'_>>, now: i64) -> Result<Vec<Done>, StoreError> {
-        self.conn.execute_batch("BEGIN IMMEDIATE")?;
-        let result = pipeline::run_each(self, work, now)
-            .and_then(|done| Ok(self.conn.execute_batch("COMMIT").map(|()| done)?));
-        if result.is_err() {
+    /// `ROLLBACK` when the transaction failed. A handler interrupted at its time limit in the
+    /// middle of a write makes SQLite roll back the whole transaction: then that event fails
+    /// alone and the batch runs again without running it.
+    fn run_batch(&mut self, mut work: Vec<Work<'_>>, now: i64) -> Result<Vec<Done>, StoreError> {
+        loop {
+            self.over_time = None;
+            self.conn.execute_batch("BEGIN IMMEDIATE")?;
+            let result = pipeline::run_each(self, &mut work, now)
+                .and_then(|done| Ok(self.conn.execute_batch("COMMIT").map(|()| done)?));
+            let Err(e) = result else {
+                return result;
+            };
             self.rollback();
+            // Each run fails one more event, which runs no handler again: this ends.
+            match self.over_time.take() {
+                Some((source, id)) if pipeline::fail_event(&mut work, (&source, &id), &e) => {
+                    log::warn!("writer: {e}; the batch runs again without that event");
+                    pipeline::prepare_again(&mut work);
+                }
+                _ => return Err(e),
+            }
         }
-        result
     }
 
     fn migrate_app(&mut self, folder: &Path) -> anyhow::Result<usize> {
@@ -192,16 +214,94 @@ impl Store for SqliteStore {
         app_schema::migrate(&migrator, folder)
     }
 
+    fn limit_handlers(&mut self, limit: Duration) {
+        self.handler_limit = limit;
+    }
+
     fn check_statement(&mut self, sql: &str, parameters: usize) -> Result<bool, String> {
         // Prepared as a handler's statement would be: what a handler may not do is refused
-        // here too (and a PRAGMA, which SQLite applies when preparing, never reaches the
-        // connection). Errors are SQLite's own (no such table, a syntax error, more than one
-        // statement).
+        // here too, with the authorizer's reason (and a PRAGMA, which SQLite applies when
+        // preparing, never reaches the connection). Other errors are SQLite's own (no such
+        // table, a syntax error, more than one statement).
         let was = self.handler.running();
         self.handler.set(true);
-        let stmt = self.conn.prepare(sql);
+        let checked = self.check_as_handler(sql, parameters);
         self.handler.set(was);
-        let stmt = stmt.map_err(|e| e.to_string())?;
+        checked
+    }
+}
+
+/// Why a handler may not prepare a statement that does `action`; `None` when it may.
+fn refusal(action: &AuthAction<'_>) -> Option<String> {
+    match *action {
+        AuthAction::Transaction { .. } | AuthAction::Savepoint { .. } => {
+            Some("hookledger owns the transaction (and its savepoints)".into())
+        }
+        // A transaction across attached WAL databases is not atomic on a crash, so a handler's
+        // effects stay in this file.
+        AuthAction::Attach { .. } | AuthAction::Detach { .. } => {
+            Some("ATTACH and DETACH are not allowed: effects stay in the ledger's file".into())
+        }
+        // It changes the writer's connection for every later event (query_only,
+        // foreign_keys, ...), and a savepoint does not roll it back.
+        AuthAction::Pragma { .. } => Some(
+            "PRAGMA is not allowed: it would change the writer's connection for every later event"
+                .into(),
+        ),
+        // Loading a shared library runs its code in hookledger's process (and the extension
+        // loader is off, so every event would fail).
+        AuthAction::Function { function_name }
+            if function_name.eq_ignore_ascii_case("load_extension") =>
+        {
+            Some(
+                "load_extension is not allowed: it would load code into hookledger's process"
+                    .into(),
+            )
+        }
+        _ => {
+            let (table, change) = change_of(action)?;
+            owned::refused(table, change)
+        }
+    }
+}
+
+/// The table `action` changes, and how (SQLite names the table of each insert, update and
+/// delete, its triggers' included, and of each schema change).
+fn change_of<'a>(action: &AuthAction<'a>) -> Option<(&'a str, Change)> {
+    Some(match *action {
+        AuthAction::Insert { table_name } => (table_name, Change::Insert),
+        AuthAction::Update { table_name, .. } => (table_name, Change::Update),
+        AuthAction::Delete { table_name } => (table_name, Change::Delete),
+        AuthAction::CreateTable { table_name }
+        | AuthAction::CreateTempTable { table_name }
+        | AuthAction::DropTable { table_name }
+        | AuthAction::DropTempTable { table_name }
+        | AuthAction::AlterTable { table_name, .. }
+        | AuthAction::CreateIndex { table_name, .. }
+        | AuthAction::CreateTempIndex { table_name, .. }
+        | AuthAction::DropIndex { table_name, .. }
+        | AuthAction::DropTempIndex { table_name, .. }
+        | AuthAction::CreateTrigger { table_name, .. }
+        | AuthAction::CreateTempTrigger { table_name, .. }
+        | AuthAction::DropTrigger { table_name, .. }
+        | AuthAction::DropTempTrigger { table_name, .. }
+        | AuthAction::CreateVtable { table_name, .. }
+        | AuthAction::DropVtable { table_name, .. } => (table_name, Change::Schema),
+        AuthAction::CreateView { view_name }
+        | AuthAction::CreateTempView { view_name }
+        | AuthAction::DropView { view_name }
+        | AuthAction::DropTempView { view_name } => (view_name, Change::Schema),
+        _ => return None,
+    })
+}
+
+impl SqliteStore {
+    /// [`Store::check_statement`], the guard on.
+    fn check_as_handler(&self, sql: &str, parameters: usize) -> Result<bool, String> {
+        self.handler.take_refusal();
+        let failed =
+            |e: rusqlite::Error| self.handler.take_refusal().unwrap_or_else(|| e.to_string());
+        let stmt = self.conn.prepare(sql).map_err(failed)?;
         if stmt.parameter_count() < parameters {
             return Err(format!(
                 "SQLite counts {} parameter(s) where {parameters} are named (is a :name \
@@ -215,7 +315,37 @@ impl Store for SqliteStore {
                 return Err(format!("unknown parameter `{}`", name.unwrap_or("?")));
             }
         }
-        Ok(stmt.column_count() > 0)
+        if stmt.column_count() > 0 {
+            return Ok(true);
+        }
+        // What the authorizer is not asked about, the statement's program shows: VACUUM (which
+        // SQLite compiles without a word to the authorizer, and cannot run inside the event's
+        // transaction: every event would fail), and the rows an INSERT OR REPLACE deletes (the
+        // authorizer sees an insert): each `Delete` names its table.
+        let mut program = self
+            .conn
+            .prepare(&format!("EXPLAIN {sql}"))
+            .map_err(failed)?;
+        let mut steps = program.raw_query();
+        while let Some(step) = steps.next().map_err(|e| e.to_string())? {
+            // EXPLAIN's columns: addr, opcode, p1, p2, p3, p4, ...
+            let text = |i: usize| step.get_ref(i).ok().and_then(|v| v.as_str().ok());
+            match text(1) {
+                Some("Vacuum") => {
+                    return Err(
+                        "VACUUM is not allowed: it cannot run inside the event's transaction"
+                            .into(),
+                    )
+                }
+                Some("Delete") => {
+                    if let Some(why) = text(5).and_then(|t| owned::refused(t, Change::Delete)) {
+                        return Err(why);
+                    }
+                }
+                _ => {}
+            }
+        }
+        Ok(false)
     }
 }
 
@@ -261,17 +391,28 @@ impl pipeline::Batch for SqliteStore {
         self.conn.is_autocommit()
     }
 
-    /// The handler runs under the authorizer's guard (no transaction control, ATTACH or
-    /// PRAGMA), and must leave the transaction open.
+    /// The handler runs under the authorizer's guard (no transaction control, ATTACH,
+    /// PRAGMA, or change to hookledger's own tables), within its time limit (the progress
+    /// handler interrupts its statement at the deadline: the event fails), and must leave the
+    /// transaction open.
     fn run_handler(
         &mut self,
         handler: &dyn Handler,
         event: &Event,
         prepared: Prepared,
     ) -> Result<(), StoreError> {
-        self.handler.set(true);
+        self.handler.start(self.handler_limit);
         let result = handler.handle(&Tx::new(&self.conn), event, prepared);
-        self.handler.set(false);
+        if self.handler.stop() {
+            if self.conn.is_autocommit() {
+                self.over_time = Some((event.source.to_string(), event.id.clone()));
+            }
+            return Err(StoreError::Database(format!(
+                "{} ran over its time limit (writer.effect_timeout){}",
+                handler.name(),
+                result.err().map(|e| format!(": {e}")).unwrap_or_default()
+            )));
+        }
         result?;
         if self.conn.is_autocommit() {
             return Err(StoreError::Database(format!(
@@ -599,6 +740,128 @@ mod tests {
             matches!(StoreError::from(err), StoreError::ReadOnly(_)),
             "classified as read-only"
         );
+    }
+
+    /// VACUUM (which the authorizer never hears of) and load_extension pass no start-up check.
+    #[test]
+    fn vacuum_and_load_extension_are_refused_at_the_check() {
+        let mut store = SqliteStore::open_in_memory().unwrap();
+        for (sql, why) in [
+            ("VACUUM", "VACUUM is not allowed"),
+            ("vacuum main", "VACUUM is not allowed"),
+            (
+                "VACUUM INTO '/nonexistent/copy.db'",
+                "VACUUM is not allowed",
+            ),
+            (
+                "INSERT INTO counters (name, value) VALUES (load_extension('/tmp/x.so'), 1)",
+                "load_extension is not allowed",
+            ),
+            (
+                "INSERT INTO counters SELECT 'x', LOAD_EXTENSION('/tmp/x.so', 'init')",
+                "load_extension is not allowed",
+            ),
+        ] {
+            let err = store.check_statement(sql, 0).unwrap_err();
+            assert!(err.contains(why), "{sql}: {err}");
+        }
+        assert_eq!(
+            store.check_statement("INSERT INTO counters (name, value) VALUES ('x', 1)", 0),
+            Ok(false)
+        );
+        assert!(!store.handler.running(), "the guard is off again");
+    }
+
+    /// An effect may read hookledger's tables and add outbox rows, and change nothing else of
+    /// them: refused at the check with the reason, and denied to a running handler (through an
+    /// app trigger too).
+    #[test]
+    fn writes_to_hookledgers_own_tables_are_refused_at_the_check_and_at_run_time() {
+        let mut store = SqliteStore::open_in_memory().unwrap();
+        let outbox_row = "INSERT INTO outbox (kind, source, key, payload, status, \
+                          next_attempt_at, created_at) VALUES ('k', 's', 'x', x'', 'pending', 0, 0)";
+        for (sql, why) in [
+            (
+                "DELETE FROM webhook_events WHERE event_id = 'x'",
+                "is the ledger",
+            ),
+            ("DELETE FROM main.\"WEBHOOK_EVENTS\"", "is the ledger"),
+            ("UPDATE webhook_events SET payload = NULL", "is the ledger"),
+            (
+                "INSERT INTO webhook_events (source, event_id, event_type, received_at) \
+                 VALUES ('s', 'x', 't', 0)",
+                "is the ledger",
+            ),
+            ("DROP TABLE webhook_events", "is the ledger"),
+            ("ALTER TABLE webhook_events ADD COLUMN z", "is the ledger"),
+            (
+                "CREATE INDEX i ON webhook_events (payload)",
+                "is the ledger",
+            ),
+            (
+                "CREATE TRIGGER tr AFTER INSERT ON outbox BEGIN DELETE FROM counters; END",
+                "only add rows to `outbox`",
+            ),
+            (
+                "UPDATE outbox SET status = 'pending'",
+                "only add rows to `outbox`",
+            ),
+            ("DELETE FROM outbox", "only add rows to `outbox`"),
+            (
+                &format!("{outbox_row} ON CONFLICT DO UPDATE SET status = 'pending'"),
+                "only add rows to `outbox`",
+            ),
+            (
+                &outbox_row.replace("INSERT INTO", "INSERT OR REPLACE INTO"),
+                "only add rows to `outbox`",
+            ),
+            (
+                &outbox_row.replace("INSERT INTO", "REPLACE INTO"),
+                "only add rows to `outbox`",
+            ),
+            ("DELETE FROM hookledger_heartbeat", "hookledger's own table"),
+            (
+                "CREATE TABLE hookledger_extra (x)",
+                "hookledger's own table",
+            ),
+        ] {
+            let err = store.check_statement(sql, 0).unwrap_err();
+            assert!(err.contains(why), "{sql}: {err}");
+        }
+        for sql in [
+            format!("{outbox_row} ON CONFLICT DO NOTHING"),
+            outbox_row.to_string(),
+            "INSERT INTO counters SELECT event_id, 1 FROM webhook_events".into(),
+            "INSERT OR REPLACE INTO counters (name, value) VALUES ('x', 1)".into(),
+            "UPDATE accounts SET credits = credits + 1".into(),
+        ] {
+            assert_eq!(store.check_statement(&sql, 0), Ok(false), "{sql}");
+        }
+        // At run time, whatever prepares it: the handler's statement, or an app trigger it
+        // fires (made by a migration, the guard off).
+        store
+            .conn
+            .execute_batch(
+                "CREATE TABLE orders (id TEXT);
+                 CREATE TRIGGER forget AFTER INSERT ON orders BEGIN DELETE FROM webhook_events; END;
+                 INSERT INTO webhook_events (source, event_id, event_type, received_at)
+                 VALUES ('s', 'evt_1', 't', 0);",
+            )
+            .unwrap();
+        store.handler.set(true);
+        for sql in [
+            "DELETE FROM webhook_events",
+            "INSERT INTO orders VALUES ('o')",
+        ] {
+            assert!(store.tx().execute(sql, &[]).is_err(), "{sql} ran");
+        }
+        assert!(store.tx().execute(outbox_row, &[]).is_ok());
+        store.handler.set(false);
+        let claims: i64 = store
+            .conn
+            .query_row("SELECT count(*) FROM webhook_events", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(claims, 1);
     }
 
     #[test]

@@ -1,8 +1,9 @@
 //! The SQLite side of [`Tx`](crate::sql::Tx): statements on the writer's connection, cached,
 //! with `$1, $2, …` bound by name.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use rusqlite::types::{ToSqlOutput, ValueRef};
 use rusqlite::{CachedStatement, Connection};
@@ -82,17 +83,84 @@ fn value_of(v: ValueRef<'_>) -> Value {
 }
 
 /// Whether a handler is running on the writer's connection: while it is, the authorizer
-/// refuses to prepare transaction control. The store sets it around each handler call.
-/// Shared with the authorizer callback, which SQLite calls on the same (writer) thread.
+/// refuses to prepare what a handler may not do, and notes why, and the progress handler
+/// interrupts it past its deadline. The store sets it around each handler call. Shared with
+/// those callbacks, which SQLite calls on the same (writer) thread.
 #[derive(Clone, Default)]
-pub(crate) struct HandlerGuard(Arc<AtomicBool>);
+pub(crate) struct HandlerGuard(Arc<Guarded>);
+
+struct Guarded {
+    running: AtomicBool,
+    /// Why the authorizer last refused a handler's statement.
+    refusal: Mutex<Option<String>>,
+    /// When the running handler must stop, in nanoseconds after `epoch`; 0: no deadline.
+    deadline: AtomicU64,
+    /// Whether the progress handler interrupted the running handler at its deadline.
+    interrupted: AtomicBool,
+    epoch: Instant,
+}
+
+impl Default for Guarded {
+    fn default() -> Self {
+        Guarded {
+            running: AtomicBool::new(false),
+            refusal: Mutex::new(None),
+            deadline: AtomicU64::new(0),
+            interrupted: AtomicBool::new(false),
+            epoch: Instant::now(),
+        }
+    }
+}
 
 impl HandlerGuard {
     pub(crate) fn running(&self) -> bool {
-        self.0.load(Ordering::Relaxed)
+        self.0.running.load(Ordering::Relaxed)
     }
 
     pub(crate) fn set(&self, running: bool) {
-        self.0.store(running, Ordering::Relaxed);
+        self.0.running.store(running, Ordering::Relaxed);
+    }
+
+    /// Notes why the authorizer refused a statement.
+    pub(crate) fn refuse(&self, why: String) {
+        *self.0.refusal.lock().unwrap_or_else(|e| e.into_inner()) = Some(why);
+    }
+
+    /// Why the authorizer refused a statement since the last call, if it did.
+    pub(crate) fn take_refusal(&self) -> Option<String> {
+        self.0
+            .refusal
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+    }
+
+    /// A handler starts, to be interrupted after `limit`.
+    pub(crate) fn start(&self, limit: Duration) {
+        let at = (self.0.epoch.elapsed() + limit).as_nanos();
+        self.0.interrupted.store(false, Ordering::Relaxed);
+        self.0.deadline.store(
+            u64::try_from(at).unwrap_or(u64::MAX).max(1),
+            Ordering::Relaxed,
+        );
+        self.set(true);
+    }
+
+    /// The handler ended: whether it was interrupted at its deadline.
+    pub(crate) fn stop(&self) -> bool {
+        self.set(false);
+        self.0.deadline.store(0, Ordering::Relaxed);
+        self.0.interrupted.swap(false, Ordering::Relaxed)
+    }
+
+    /// For SQLite's progress handler: whether to interrupt the statement running now (a
+    /// handler's, past its deadline).
+    pub(crate) fn past_deadline(&self) -> bool {
+        let deadline = self.0.deadline.load(Ordering::Relaxed);
+        if deadline == 0 || (self.0.epoch.elapsed().as_nanos() as u64) < deadline {
+            return false;
+        }
+        self.0.interrupted.store(true, Ordering::Relaxed);
+        true
     }
 }

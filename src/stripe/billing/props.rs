@@ -286,6 +286,7 @@ proptest! {
         let config = WriterConfig {
             batch_max,
             queue_depth: QUEUE_DEPTH,
+            ..WriterConfig::default()
         };
         let (handle, writer) = writer::spawn(Box::new(store), config, None, Default::default()).unwrap();
         let billing: Arc<dyn Handler> = Arc::new(StripeBilling {
