@@ -122,7 +122,10 @@ impl Config {
             kind: e.kind(),
         })?;
         let folder = path.parent().unwrap_or(Path::new(".")).to_path_buf();
-        Ok((Config::parse(&text, &folder)?, folder))
+        Ok((
+            Config::parse(&text, &folder, &crate::source::catalog::keys())?,
+            folder,
+        ))
     }
 }
 

@@ -13,23 +13,25 @@
 //!    lines of one kind a second, the rest counted.
 //! 2. `event.rs` (leaf): the verified [`Event`], the same for every source.
 //! 3. `sql/` (leaf): [`Tx`], parameters, rows and [`StoreError`]: what handlers and stores share.
-//! 4. `config/` (leaf): one [`Config`], every default with its reason; errors name their key.
-//! 5. `error.rs`: [`Error`], what the library's public functions return.
-//! 6. `outbox.rs`: an outbox row, the `Target` trait that attempts it, the retry schedule.
-//! 7. `handler/`: the [`Handler`] trait, run inside the claim's transaction; SQL effects.
-//! 8. `source/`: who sends and how their requests are verified and read: one scheme shape,
-//!    Stripe's, Standard Webhooks and the body HMACs behind it.
-//! 9. `store/`: the seam (`Store::run_batch`: a store owns its transaction), the pipeline
+//! 4. `config/` (leaf): one [`Config`], every default with its reason; errors name their key;
+//!    a source's `preset` filled in from a catalog it is handed.
+//! 5. `outbox.rs`: an outbox row, the `Target` trait that attempts it, the retry schedule.
+//! 6. `handler/`: the [`Handler`] trait, run inside the claim's transaction; SQL effects.
+//! 7. `source/`: who sends and how their requests are verified and read: one scheme shape,
+//!    Stripe's, Standard Webhooks and the body HMACs behind it; the preset catalog (data).
+//! 8. `store/`: the seam (`Store::run_batch`: a store owns its transaction), the pipeline
 //!    written once, the SQL both stores share, `sqlite/` and `postgres/`, the contract suite
 //!    every store passes; the stores are opened once here.
-//! 10. `metrics.rs`: what `/metrics` and `/status` count.
-//! 11. `writer.rs`: the single writer thread, its queue and the replies after COMMIT (no SQL,
+//! 9. `metrics.rs`: what `/metrics` and `/status` count.
+//! 10. `writer.rs`: the single writer thread, its queue and the replies after COMMIT (no SQL,
 //!     no provider, no transaction).
-//! 12. `delivery.rs`: the outbox worker and its POST target.
-//! 13. `retention.rs`: pruning what the provider can no longer resend.
-//! 14. `stripe/`: the Stripe wing: billing (and its batch form), the refresh on ties, the API
+//! 11. `delivery.rs`: the outbox worker and its POST target.
+//! 12. `retention.rs`: pruning what the provider can no longer resend.
+//! 13. `stripe/`: the Stripe wing: billing (and its batch form), the refresh on ties, the API
 //!     client, reconcile, its settings, sample events; `stripe/mod.rs` is what the composition
 //!     root calls.
+//! 14. `error.rs`: [`Error`], what the library's public functions return; `Config::load`
+//!     (the file, with the catalog's presets).
 //! 15. `http/`: the webhook routes (`ingest.rs`) and the operators' (`ops/`).
 //! 16. `app.rs`: [`Hookledger`], the one composition root (serve, router, reconcile).
 //! 17. `dev/`: a client that signs and sends as a provider does.
@@ -85,6 +87,15 @@ pub mod internals {
     pub use crate::source::Envelope;
     pub use crate::stripe::samples::{invoice_event, subscription_event};
     pub use crate::time::unix_now;
+
+    /// The preset catalog: each preset's name, keys (TOML), fixture under `tests/fixtures/`
+    /// and the event type to send it as (empty where the body has it).
+    pub fn presets() -> Vec<(&'static str, &'static str, &'static str, &'static str)> {
+        crate::source::catalog::PRESETS
+            .iter()
+            .map(|p| (p.name, p.keys, p.fixture.0, p.fixture.1))
+            .collect()
+    }
 
     /// Stripe's signature scheme: sign, parse and verify.
     pub mod stripe {

@@ -100,6 +100,9 @@ pub enum Command {
     },
     /// Print a new random forwarding secret (whsec_<base64>).
     GenSecret,
+    /// List the providers' presets (`preset = "NAME"` on a source): what each verifies, how a
+    /// replay is stopped, and where the provider documents it.
+    Presets,
 }
 
 #[derive(Debug, Args)]
@@ -197,6 +200,10 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
         Command::Reconcile(args) => reconcile::run(args),
         Command::MigrateTo { target, db } => migrate_to(&db.db, &target),
         Command::GenSecret => gen_secret(),
+        Command::Presets => {
+            print!("{}", presets());
+            Ok(Exit::Ok)
+        }
     }
 }
 
@@ -242,6 +249,22 @@ fn prune(retention: &config::RetentionConfig, db: &DbArg) -> anyhow::Result<Exit
     let pruned = reader.read(|ledger| admin::prune(&mut *writer, ledger, retention))?;
     println!("{}", pruned.describe(retention));
     Ok(Exit::Ok)
+}
+
+/// The preset catalog as a table.
+fn presets() -> String {
+    let rows: Vec<Vec<String>> = crate::source::catalog::PRESETS
+        .iter()
+        .map(|p| {
+            vec![
+                p.name.to_string(),
+                p.verifies.to_string(),
+                p.replay.to_string(),
+                p.docs.to_string(),
+            ]
+        })
+        .collect();
+    table::render(&["preset", "verifies", "replay stopped by", "docs"], &rows)
 }
 
 fn gen_secret() -> anyhow::Result<Exit> {

@@ -21,7 +21,8 @@ use crate::source::Source;
   hmac:      hookledger send --config hookledger.toml --source acme --type order.paid order.json
 
 With --source, the request is signed as that source's scheme with its first secret, with the
-headers the provider sends (an event id is made up unless --id is given), and goes to
+headers the provider sends (the event id is made from the file's bytes unless --id or
+--new-id is given: the same file again is a duplicate), and goes to
 http://<listen>/webhooks/<source> unless --url says otherwise.")]
 pub struct SendArgs {
     /// The event file; its bytes are sent exactly as stored.
@@ -42,9 +43,14 @@ pub struct SendArgs {
     /// Signature timestamp (default: now).
     #[arg(long)]
     pub timestamp: Option<i64>,
-    /// The event id, for schemes that send it in a header (default: a random one).
-    #[arg(long)]
+    /// The event id, for schemes that send it in a header (default: one made from the file's
+    /// bytes, so sending the same file again is a duplicate; see --new-id).
+    #[arg(long, conflicts_with = "new_id")]
     pub id: Option<String>,
+    /// Make up a fresh event id (schemes that send it in a header), so the same file is a
+    /// new event each time.
+    #[arg(long)]
+    pub new_id: bool,
     /// The event type, for schemes that send it in a header (github, shopify, some hmac).
     #[arg(long = "type")]
     pub kind: Option<String>,
@@ -142,7 +148,8 @@ pub(crate) fn signed_as_source(
     source.validate()?;
     let id = match &args.id {
         Some(id) => id.clone(),
-        None => random_id()?,
+        None if args.new_id => random_id()?,
+        None => stable_id(body),
     };
     let scheme = Source::from_config(&source, false, usize::MAX)?.scheme;
     let url = args
@@ -150,6 +157,13 @@ pub(crate) fn signed_as_source(
         .clone()
         .unwrap_or_else(|| format!("http://{}/webhooks/{name}", config.listen));
     Ok((url, scheme.sign(body, timestamp, &id, &kind)))
+}
+
+/// The id of a file's event: `hl_` and the first 16 hex digits of the SHA-256 of its bytes, the
+/// same each time the file is sent.
+fn stable_id(body: &[u8]) -> String {
+    use sha2::Digest;
+    format!("hl_{}", &hex::encode(sha2::Sha256::digest(body))[..16])
 }
 
 /// A fresh delivery id (`hl_` and 16 random hex digits).

@@ -691,7 +691,7 @@ mod tests {
         let args = parsed(args);
         let flags = args.keys_set();
         let config = match file {
-            Some(text) => Config::parse(text, Path::new(".")).unwrap(),
+            Some(text) => Config::parse(text, Path::new("."), &[]).unwrap(),
             None => Config::default(),
         };
         let config = args.overlay(config, file.is_some()).unwrap();

@@ -11,35 +11,25 @@ impl Config {
     /// Parses a config file's `text` and reads its secrets, relative paths against `folder`.
     #[cfg(test)]
     pub(crate) fn from_toml(text: &str, folder: &Path) -> Result<Config, ConfigError> {
-        let mut config = Config::parse(text, folder)?;
+        let mut config = Config::parse(text, folder, &[])?;
         config.resolve_secrets(folder)?;
         Ok(config)
     }
 
     /// Parses a config file's `text`, resolving relative paths against `folder` (the file's);
-    /// secrets stay as written (`env:`, `file:`) until [`Config::resolve_secrets`]. An error
-    /// names the table (``source `gh` ``, `http`) and the line.
-    pub(crate) fn parse(text: &str, folder: &Path) -> Result<Config, ConfigError> {
-        let mut config: Config = toml::from_str(text).map_err(|e| {
-            // The parser's own text quotes the offending line, which may hold a literal
-            // secret: the message alone, with where it is.
-            let (key, place) = match e.span() {
-                Some(span) => {
-                    let before = &text[..span.start.min(text.len())];
-                    let line = before.matches('\n').count() + 1;
-                    let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
-                    (
-                        table_around(text, span.start),
-                        format!("line {line}, column {column}: "),
-                    )
-                }
-                None => (String::new(), String::new()),
-            };
-            ConfigError::new(
-                key,
-                format!("{place}{}", without_values(e.message().trim_end())),
-            )
-        })?;
+    /// secrets stay as written (`env:`, `file:`) until [`Config::resolve_secrets`]. A source's
+    /// `preset = "NAME"` takes its keys from `presets` (name, the preset's TOML), the file's
+    /// own keys over them. An error names the table (``source `gh` ``, `http`) and, for a file
+    /// without presets, the line.
+    pub(crate) fn parse(
+        text: &str,
+        folder: &Path,
+        presets: &[(&str, &str)],
+    ) -> Result<Config, ConfigError> {
+        let mut config = match with_presets(text, presets)? {
+            None => toml::from_str(text).map_err(|e| parse_error(text, &e))?,
+            Some(merged) => from_table(merged)?,
+        };
         if let Database::Sqlite(path) = &mut config.database {
             if path.is_relative() {
                 *path = folder.join(&*path);
@@ -66,6 +56,102 @@ impl Config {
         }
         Ok(())
     }
+}
+
+/// The TOML parser's or serde's error on `text`, without the line it quotes (which may hold a
+/// literal secret): the message alone, with where it is.
+fn parse_error(text: &str, e: &toml::de::Error) -> ConfigError {
+    let (key, place) = match e.span() {
+        Some(span) => {
+            let before = &text[..span.start.min(text.len())];
+            let line = before.matches('\n').count() + 1;
+            let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+            (
+                table_around(text, span.start),
+                format!("line {line}, column {column}: "),
+            )
+        }
+        None => (String::new(), String::new()),
+    };
+    ConfigError::new(
+        key,
+        format!("{place}{}", without_values(e.message().trim_end())),
+    )
+}
+
+/// `text` as a table with each source's `preset` filled in (the preset's keys under the
+/// source's own, tables merged key by key), or `None` when no source names a preset. The
+/// `preset` key stays, so the source shows where its keys came from.
+fn with_presets(text: &str, presets: &[(&str, &str)]) -> Result<Option<toml::Table>, ConfigError> {
+    if !text.contains("preset") {
+        return Ok(None);
+    }
+    let mut doc: toml::Table = toml::from_str(text).map_err(|e| parse_error(text, &e))?;
+    let Some(toml::Value::Array(sources)) = doc.get_mut("source") else {
+        return Ok(None);
+    };
+    let mut any = false;
+    for (i, source) in sources.iter_mut().enumerate() {
+        let toml::Value::Table(table) = source else {
+            continue;
+        };
+        let Some(wanted) = table.get("preset") else {
+            continue;
+        };
+        let key = match table.get("name").and_then(toml::Value::as_str) {
+            Some(name) if is_name(name) => super::source_key(name, "preset"),
+            _ => format!("source {}.preset", i + 1),
+        };
+        let wanted = wanted.as_str().filter(|w| is_name(w));
+        let Some(preset) = wanted.and_then(|w| presets.iter().find(|(name, _)| *name == w)) else {
+            let known: Vec<&str> = presets.iter().map(|(name, _)| *name).collect();
+            return Err(ConfigError::new(
+                key,
+                format!("not a preset; the presets are: {}", known.join(", ")),
+            ));
+        };
+        let mut merged: toml::Table =
+            toml::from_str(preset.1).expect("the catalog's presets are valid TOML");
+        merge(&mut merged, std::mem::take(table));
+        *table = merged;
+        any = true;
+    }
+    Ok(any.then_some(doc))
+}
+
+/// `over`'s keys into `under`: a table in both is merged key by key, anything else in `over`
+/// replaces `under`'s.
+fn merge(under: &mut toml::Table, over: toml::Table) {
+    for (key, value) in over {
+        match (under.get_mut(&key), value) {
+            (Some(toml::Value::Table(below)), toml::Value::Table(above)) => merge(below, above),
+            (_, value) => {
+                under.insert(key, value);
+            }
+        }
+    }
+}
+
+/// The config of a file whose presets were filled in: no line to show (the table is not the
+/// file's text), so an error about a source names it.
+fn from_table(doc: toml::Table) -> Result<Config, ConfigError> {
+    use serde::Deserialize;
+    if let Some(toml::Value::Array(sources)) = doc.get("source") {
+        for (i, source) in sources.iter().enumerate() {
+            if let Err(e) = super::SourceConfig::deserialize(source.clone()) {
+                let key = match source.get("name").and_then(toml::Value::as_str) {
+                    Some(name) if is_name(name) => format!("source `{name}`"),
+                    _ => format!("source {}", i + 1),
+                };
+                return Err(ConfigError::new(
+                    key,
+                    without_values(e.message().trim_end()),
+                ));
+            }
+        }
+    }
+    Config::deserialize(toml::Value::Table(doc))
+        .map_err(|e| ConfigError::new(String::new(), without_values(e.message().trim_end())))
 }
 
 /// `message` (serde's or the TOML parser's) without the value it quotes. serde names the
@@ -158,6 +244,53 @@ fn is_name(text: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const PRESETS: &[(&str, &str)] = &[(
+        "acme",
+        "scheme = \"hmac\"\nmax_body = 1000\nid = { header = \"X-Acme-Id\" }\ntype = { header = \"X-Acme-Type\" }\nhmac = { header = \"X-Acme-Signature\", prefix = \"sha256=\" }",
+    )];
+
+    #[test]
+    fn a_preset_fills_in_keys_and_the_files_own_keys_win_table_by_table() {
+        let text = r#"
+[[source]]
+name = "shop"
+preset = "acme"
+secrets = ["s3cret-of-some-length"]
+max_body = 2000
+hmac = { encoding = "base64" }
+"#;
+        let config = Config::parse(text, Path::new("."), PRESETS).unwrap();
+        let source = &config.sources[0];
+        assert_eq!(source.preset.as_deref(), Some("acme"));
+        assert_eq!(source.scheme, super::super::SchemeName::Hmac);
+        assert_eq!(source.max_body, Some(2000), "the file's key wins");
+        let hmac = source.hmac.as_ref().unwrap();
+        assert_eq!(hmac.header, "X-Acme-Signature", "the preset's, merged in");
+        assert_eq!(hmac.prefix, "sha256=");
+        assert_eq!(
+            hmac.encoding,
+            super::super::HmacEncoding::Base64,
+            "the file's"
+        );
+    }
+
+    #[test]
+    fn an_unknown_preset_is_refused_naming_the_key_and_the_presets() {
+        let text = "[[source]]\nname = \"shop\"\npreset = \"acmee\"\n";
+        let err = Config::parse(text, Path::new("."), PRESETS).unwrap_err();
+        assert_eq!(err.key, "source `shop`.preset");
+        assert!(err.message.contains("the presets are: acme"), "{err}");
+        // A value that is not a name is not repeated (it may be a pasted secret).
+        let text = "[[source]]\nname = \"shop\"\npreset = \"whsec_x y\"\n";
+        let err = Config::parse(text, Path::new("."), PRESETS).unwrap_err();
+        assert!(!err.to_string().contains("whsec"), "{err}");
+        // A key the preset does not know is an error about the source.
+        let text = "[[source]]\nname = \"shop\"\npreset = \"acme\"\nsecret = [\"x\"]\n";
+        let err = Config::parse(text, Path::new("."), PRESETS).unwrap_err();
+        assert_eq!(err.key, "source `shop`");
+        assert!(err.message.contains("unknown field"), "{err}");
+    }
 
     const TWO_SOURCES: &str = r#"
 [[source]]

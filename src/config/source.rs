@@ -58,6 +58,10 @@ pub struct SourceConfig {
     /// object: when the object's current state is fetched after commit. Default: on ties.
     #[serde(default)]
     pub refresh: Refresh,
+    /// The catalog preset its keys were filled in from (`preset = "clerk"`), if any: the keys
+    /// written in the file are over the preset's.
+    #[serde(default)]
+    pub preset: Option<String>,
 }
 
 /// `reconcile = { every = "1h", since = "3d" }` of a source: how often the ledger is
@@ -218,6 +222,7 @@ impl SourceConfig {
             api_base: None,
             reconcile: None,
             refresh: Refresh::default(),
+            preset: None,
         }
     }
 

@@ -8,6 +8,7 @@
 //! Standard Webhooks (which is also how hookledger signs its deliveries to the app), and the
 //! body-only HMACs (GitHub, Shopify, configured `hmac`).
 
+pub(crate) mod catalog;
 pub(crate) mod hmac;
 pub(crate) mod standard;
 pub(crate) mod stripe;

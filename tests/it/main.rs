@@ -18,6 +18,7 @@ mod hostile;
 mod operations;
 mod outbox;
 mod postgres;
+mod presets;
 mod receiver;
 mod reconcile;
 mod secrets;

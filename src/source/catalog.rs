@@ -1,0 +1,99 @@
+//! The preset catalog: `preset = "NAME"` on a source fills in its scheme, header names, where
+//! its id, type and time are, its tolerance, handshake and batch rules, from the entries here
+//! (data, not code paths). Any key written in the config file is over the preset's. Each entry
+//! names the provider's documentation of what it sends and signs, and has a real-shaped
+//! fixture under `tests/fixtures/<provider>/` that `hookledger send` can sign.
+
+/// One provider's preset.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Preset {
+    pub(crate) name: &'static str,
+    /// The provider's documentation of its webhooks' signature (where the facts come from).
+    pub(crate) docs: &'static str,
+    /// The source's keys, as a config file would write them.
+    pub(crate) keys: &'static str,
+    /// What is verified, for the catalog table.
+    pub(crate) verifies: &'static str,
+    /// How a replay of a captured request is stopped: a signed time, or the claim only.
+    pub(crate) replay: &'static str,
+    /// The fixture under `tests/fixtures/`, and the event type to send it as where the scheme
+    /// sends the type in a header.
+    pub(crate) fixture: (&'static str, &'static str),
+}
+
+/// The catalog, by name.
+pub(crate) const PRESETS: &[Preset] = &[
+    Preset {
+        name: "stripe",
+        docs: "https://docs.stripe.com/webhooks#verify-manually",
+        keys: r#"scheme = "stripe""#,
+        verifies: "HMAC-SHA256 of `{t}.{body}` in `Stripe-Signature` (`v1=`), any of several",
+        replay: "signed time (5 min)",
+        fixture: ("stripe/events/invoice.paid.json", ""),
+    },
+    Preset {
+        name: "github",
+        docs: "https://docs.github.com/en/webhooks/using-webhooks/validating-webhook-deliveries",
+        keys: r#"scheme = "github""#,
+        verifies: "HMAC-SHA256 of the body in `X-Hub-Signature-256`",
+        replay: "claim only (`X-GitHub-Delivery`)",
+        fixture: ("github/push.json", "push"),
+    },
+    Preset {
+        name: "shopify",
+        docs: "https://shopify.dev/docs/apps/build/webhooks/subscribe/https#step-2-validate-the-origin-of-your-webhook-to-ensure-its-coming-from-shopify",
+        keys: r#"scheme = "shopify""#,
+        verifies: "HMAC-SHA256 of the body, base64, in `X-Shopify-Hmac-Sha256`",
+        replay: "claim only (`X-Shopify-Webhook-Id`)",
+        fixture: ("shopify/orders-create.json", "orders/create"),
+    },
+    Preset {
+        name: "svix",
+        docs: "https://docs.svix.com/receiving/verifying-payloads/how-manual",
+        keys: r#"scheme = "standard""#,
+        verifies: "Standard Webhooks: HMAC-SHA256 of `{id}.{timestamp}.{body}` (`svix-*` or `webhook-*` headers)",
+        replay: "signed time (5 min)",
+        fixture: ("svix/invoice.paid.json", ""),
+    },
+    Preset {
+        name: "clerk",
+        docs: "https://clerk.com/docs/webhooks/sync-data",
+        keys: r#"scheme = "standard""#,
+        verifies: "Standard Webhooks through Svix (`svix-*` headers)",
+        replay: "signed time (5 min)",
+        fixture: ("clerk/user.created.json", ""),
+    },
+    Preset {
+        name: "resend",
+        docs: "https://resend.com/docs/dashboard/webhooks/verify-webhooks-requests",
+        keys: r#"scheme = "standard""#,
+        verifies: "Standard Webhooks through Svix (`svix-*` headers)",
+        replay: "signed time (5 min)",
+        fixture: ("resend/email.delivered.json", ""),
+    },
+];
+
+/// The catalog as the config file's reader takes it: each preset's name and keys.
+pub(crate) fn keys() -> Vec<(&'static str, &'static str)> {
+    PRESETS.iter().map(|p| (p.name, p.keys)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_preset_parses_names_its_docs_and_has_a_unique_name() {
+        let mut names = std::collections::HashSet::new();
+        for preset in PRESETS {
+            assert!(names.insert(preset.name), "{} twice", preset.name);
+            assert!(
+                preset.docs.starts_with("https://"),
+                "{}: its documentation",
+                preset.name
+            );
+            let keys: Result<toml::Table, _> = toml::from_str(preset.keys);
+            assert!(keys.is_ok(), "{}: {keys:?}", preset.name);
+        }
+    }
+}

@@ -1,0 +1,155 @@
+//! Every preset of the catalog as a user meets it: a source with `preset = "NAME"` and its
+//! secret; the preset's real-shaped fixture, signed by `hookledger send` as that provider
+//! signs, is processed, the same file again is a duplicate (its id comes from the file), and
+//! one changed byte is refused with nothing claimed.
+
+use crate::util::*;
+
+/// A secret of the right form for each scheme, as the provider shows it.
+fn secret_for(scheme: &str) -> &'static str {
+    match scheme {
+        "stripe" => "whsec_presets_test_secret_0123456789",
+        // The Standard Webhooks specification's example key.
+        "standard" => "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+        _ => "a-shared-secret-of-some-length",
+    }
+}
+
+fn scheme_of(keys: &str) -> String {
+    let table: toml::Table = toml::from_str(keys).unwrap();
+    table["scheme"].as_str().unwrap().to_string()
+}
+
+#[test]
+fn every_preset_takes_its_fixture_once_and_refuses_a_changed_byte() {
+    let presets = hookledger::internals::presets();
+    let dir = test_dir();
+    let mut config = String::new();
+    for (name, keys, _, _) in &presets {
+        let secret = secret_for(&scheme_of(keys));
+        config.push_str(&format!(
+            "[[source]]\nname = \"{name}\"\npreset = \"{name}\"\nsecrets = [\"{secret}\"]\n\n"
+        ));
+    }
+    let config_path = dir.path().join("presets.toml");
+    std::fs::write(&config_path, &config).unwrap();
+    let config_arg = config_path.to_str().unwrap();
+    let mut server = Server::start_in(dir.path(), &["--config", config_arg]);
+    for (name, _, fixture, kind) in &presets {
+        let file = fixtures_dir().join(fixture);
+        assert!(file.exists(), "{name}: its fixture {fixture}");
+        let url = format!("http://{}/webhooks/{name}", server.addr);
+        let send = |file: &std::path::Path| {
+            let mut args = vec![
+                "send", "--config", config_arg, "--source", name, "--url", &url,
+            ];
+            if !kind.is_empty() {
+                args.extend(["--type", kind]);
+            }
+            let file = file.to_str().unwrap();
+            args.push(file);
+            cli(&args)
+        };
+        let (code, out, err) = send(&file);
+        assert_eq!(code, 0, "{name}: {out} {err}");
+        assert!(
+            out.starts_with("200") && out.contains("processed"),
+            "{name}: {out}"
+        );
+        let rows = |server: &Server| {
+            server.db().strings(&format!(
+                "SELECT event_id FROM webhook_events WHERE source = '{name}'"
+            ))
+        };
+        assert_eq!(rows(&server).len(), 1, "{name}: one claim");
+        let (_, again, _) = send(&file);
+        assert!(
+            again.contains("duplicate"),
+            "{name}: the same file again: {again}"
+        );
+        // One byte changed after signing: `send` signs what it sends, so the change goes
+        // through a proxy of our own: the signed headers of the file, another body.
+        let reply = tampered(&server, name, &file, config_arg, kind);
+        assert_eq!(reply.0, 400, "{name}: a changed byte: {}", reply.1);
+        assert_eq!(rows(&server).len(), 1, "{name}: nothing more claimed");
+    }
+    server.keep(dir);
+}
+
+/// Sends `file` to `name` with the headers `hookledger send` signs it with, but with its
+/// first `{` replaced by ` {`... a byte changed after signing.
+fn tampered(
+    server: &Server,
+    name: &str,
+    file: &std::path::Path,
+    config: &str,
+    kind: &str,
+) -> (u16, String) {
+    // `send --print-headers` is not a thing: capture the request instead, with a listener of
+    // our own as the URL, then replay it with one byte changed.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/webhooks/{name}", listener.local_addr().unwrap());
+    let mut args = vec!["send", "--config", config, "--source", name, "--url", &url];
+    if !kind.is_empty() {
+        args.extend(["--type", kind]);
+    }
+    let path = file.to_str().unwrap().to_string();
+    args.push(&path);
+    let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+    let sender = std::thread::spawn(move || cli(&strs(&args)));
+    let (mut stream, _) = listener.accept().unwrap();
+    let request = read_request(&mut stream);
+    use std::io::Write;
+    let _ = stream.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
+    drop(stream);
+    let _ = sender.join();
+    let (head, body) = request;
+    let mut body = body;
+    let at = body.iter().position(|b| *b == b'"').expect("a JSON body");
+    body[at + 1] ^= 0x01;
+    let headers: Vec<(String, String)> = head
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split_once(": "))
+        .filter(|(k, _)| {
+            !k.eq_ignore_ascii_case("content-length") && !k.eq_ignore_ascii_case("host")
+        })
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    let headers: Vec<(&str, &str)> = headers
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    let reply = server.post(&format!("/webhooks/{name}"), &body, &headers);
+    (reply.status, reply.body)
+}
+
+/// One HTTP/1.1 request: its head and its body (by `Content-Length`).
+fn read_request(stream: &mut std::net::TcpStream) -> (String, Vec<u8>) {
+    use std::io::Read;
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 8192];
+    loop {
+        let n = stream.read(&mut chunk).unwrap();
+        assert!(n > 0, "the request ended early");
+        buf.extend_from_slice(&chunk[..n]);
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..end]).to_string();
+            let length: usize = head
+                .lines()
+                .find_map(|l| {
+                    let (k, v) = l.split_once(": ")?;
+                    k.eq_ignore_ascii_case("content-length")
+                        .then(|| v.trim().parse().ok())?
+                })
+                .unwrap_or(0);
+            let mut body = buf[end + 4..].to_vec();
+            while body.len() < length {
+                let n = stream.read(&mut chunk).unwrap();
+                assert!(n > 0, "the body ended early");
+                body.extend_from_slice(&chunk[..n]);
+            }
+            return (head, body);
+        }
+    }
+}
