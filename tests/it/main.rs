@@ -16,6 +16,7 @@ mod faults;
 mod fixtures;
 mod hostile;
 mod operations;
+mod oracles;
 mod outbox;
 mod postgres;
 mod presets;

@@ -76,8 +76,8 @@ fn every_preset_takes_its_fixture_once_and_refuses_a_changed_byte() {
     server.keep(dir);
 }
 
-/// Sends `file` to `name` with the headers `hookledger send` signs it with, but with its
-/// first `{` replaced by ` {`... a byte changed after signing.
+/// Sends `file` to `name` with the headers `hookledger send` signs it with, one byte of its
+/// body changed after signing.
 fn tampered(
     server: &Server,
     name: &str,
@@ -85,71 +85,19 @@ fn tampered(
     config: &str,
     kind: &str,
 ) -> (u16, String) {
-    // `send --print-headers` is not a thing: capture the request instead, with a listener of
-    // our own as the URL, then replay it with one byte changed.
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let url = format!("http://{}/webhooks/{name}", listener.local_addr().unwrap());
-    let mut args = vec!["send", "--config", config, "--source", name, "--url", &url];
+    let mut args = vec!["--config", config, "--source", name];
     if !kind.is_empty() {
         args.extend(["--type", kind]);
     }
-    let path = file.to_str().unwrap().to_string();
-    args.push(&path);
-    let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
-    let sender = std::thread::spawn(move || cli(&strs(&args)));
-    let (mut stream, _) = listener.accept().unwrap();
-    let request = read_request(&mut stream);
-    use std::io::Write;
-    let _ = stream.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
-    drop(stream);
-    let _ = sender.join();
-    let (head, body) = request;
-    let mut body = body;
+    let path = file.to_str().unwrap();
+    args.push(path);
+    let (headers, mut body) = capture_send(&args);
     let at = body.iter().position(|b| *b == b'"').expect("a JSON body");
     body[at + 1] ^= 0x01;
-    let headers: Vec<(String, String)> = head
-        .lines()
-        .skip(1)
-        .filter_map(|l| l.split_once(": "))
-        .filter(|(k, _)| {
-            !k.eq_ignore_ascii_case("content-length") && !k.eq_ignore_ascii_case("host")
-        })
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
     let headers: Vec<(&str, &str)> = headers
         .iter()
         .map(|(k, v)| (k.as_str(), v.as_str()))
         .collect();
     let reply = server.post(&format!("/webhooks/{name}"), &body, &headers);
     (reply.status, reply.body)
-}
-
-/// One HTTP/1.1 request: its head and its body (by `Content-Length`).
-fn read_request(stream: &mut std::net::TcpStream) -> (String, Vec<u8>) {
-    use std::io::Read;
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 8192];
-    loop {
-        let n = stream.read(&mut chunk).unwrap();
-        assert!(n > 0, "the request ended early");
-        buf.extend_from_slice(&chunk[..n]);
-        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            let head = String::from_utf8_lossy(&buf[..end]).to_string();
-            let length: usize = head
-                .lines()
-                .find_map(|l| {
-                    let (k, v) = l.split_once(": ")?;
-                    k.eq_ignore_ascii_case("content-length")
-                        .then(|| v.trim().parse().ok())?
-                })
-                .unwrap_or(0);
-            let mut body = buf[end + 4..].to_vec();
-            while body.len() < length {
-                let n = stream.read(&mut chunk).unwrap();
-                assert!(n > 0, "the body ended early");
-                body.extend_from_slice(&chunk[..n]);
-            }
-            return (head, body);
-        }
-    }
 }

@@ -742,3 +742,62 @@ pub fn stream_until<T>(
         stopped,
     }
 }
+
+/// What `hookledger send ARGS` sends (`--url` is added: a listener of the test's own): the
+/// signature headers (not `Host` or `Content-Length`) and the body, exactly as signed.
+pub fn capture_send(args: &[&str]) -> (Vec<(String, String)>, Vec<u8>) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!(
+        "http://{}/webhooks/captured",
+        listener.local_addr().unwrap()
+    );
+    let mut all: Vec<String> = vec!["send".into(), "--url".into(), url];
+    all.extend(args.iter().map(|a| a.to_string()));
+    let sender = std::thread::spawn(move || cli(&strs(&all)));
+    let (mut stream, _) = listener.accept().unwrap();
+    let (head, body) = read_request(&mut stream);
+    use std::io::Write;
+    let _ = stream.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
+    drop(stream);
+    let _ = sender.join();
+    let headers = head
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split_once(": "))
+        .filter(|(k, _)| {
+            !k.eq_ignore_ascii_case("content-length") && !k.eq_ignore_ascii_case("host")
+        })
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    (headers, body)
+}
+
+/// One HTTP/1.1 request: its head and its body (by `Content-Length`).
+fn read_request(stream: &mut std::net::TcpStream) -> (String, Vec<u8>) {
+    use std::io::Read;
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 8192];
+    loop {
+        let n = stream.read(&mut chunk).unwrap();
+        assert!(n > 0, "the request ended early");
+        buf.extend_from_slice(&chunk[..n]);
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..end]).to_string();
+            let length: usize = head
+                .lines()
+                .find_map(|l| {
+                    let (k, v) = l.split_once(": ")?;
+                    k.eq_ignore_ascii_case("content-length")
+                        .then(|| v.trim().parse().ok())?
+                })
+                .unwrap_or(0);
+            let mut body = buf[end + 4..].to_vec();
+            while body.len() < length {
+                let n = stream.read(&mut chunk).unwrap();
+                assert!(n > 0, "the body ended early");
+                body.extend_from_slice(&chunk[..n]);
+            }
+            return (head, body);
+        }
+    }
+}
