@@ -102,7 +102,11 @@ pub enum Command {
     GenSecret,
     /// List the providers' presets (`preset = "NAME"` on a source): what each verifies, how a
     /// replay is stopped, and where the provider documents it.
-    Presets,
+    Presets {
+        /// As a Markdown table (the README's).
+        #[arg(long)]
+        markdown: bool,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -200,8 +204,11 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
         Command::Reconcile(args) => reconcile::run(args),
         Command::MigrateTo { target, db } => migrate_to(&db.db, &target),
         Command::GenSecret => gen_secret(),
-        Command::Presets => {
-            print!("{}", presets());
+        Command::Presets { markdown } => {
+            match markdown {
+                true => print!("{}", crate::source::catalog::markdown()),
+                false => print!("{}", presets()),
+            }
             Ok(Exit::Ok)
         }
     }

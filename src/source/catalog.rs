@@ -16,6 +16,10 @@ pub(crate) struct Preset {
     pub(crate) verifies: &'static str,
     /// How a replay of a captured request is stopped: a signed time, or the claim only.
     pub(crate) replay: &'static str,
+    /// The handshake the provider needs answered before it delivers, if any.
+    pub(crate) handshake: &'static str,
+    /// How a request with several events is taken apart, if the provider sends those.
+    pub(crate) batch: &'static str,
     /// The fixture under `tests/fixtures/`, and the event type to send it as where the scheme
     /// sends the type in a header.
     pub(crate) fixture: (&'static str, &'static str),
@@ -29,6 +33,8 @@ pub(crate) const PRESETS: &[Preset] = &[
         keys: r#"scheme = "stripe""#,
         verifies: "HMAC-SHA256 of `{t}.{body}` in `Stripe-Signature` (`v1=`), any of several",
         replay: "signed time (5 min)",
+        handshake: "",
+        batch: "",
         fixture: ("stripe/events/invoice.paid.json", ""),
     },
     Preset {
@@ -37,6 +43,8 @@ pub(crate) const PRESETS: &[Preset] = &[
         keys: r#"scheme = "github""#,
         verifies: "HMAC-SHA256 of the body in `X-Hub-Signature-256`",
         replay: "claim only (`X-GitHub-Delivery`)",
+        handshake: "",
+        batch: "",
         fixture: ("github/push.json", "push"),
     },
     Preset {
@@ -45,6 +53,8 @@ pub(crate) const PRESETS: &[Preset] = &[
         keys: r#"scheme = "shopify""#,
         verifies: "HMAC-SHA256 of the body, base64, in `X-Shopify-Hmac-Sha256`",
         replay: "claim only (`X-Shopify-Webhook-Id`)",
+        handshake: "",
+        batch: "",
         fixture: ("shopify/orders-create.json", "orders/create"),
     },
     Preset {
@@ -53,6 +63,8 @@ pub(crate) const PRESETS: &[Preset] = &[
         keys: r#"scheme = "standard""#,
         verifies: "Standard Webhooks: HMAC-SHA256 of `{id}.{timestamp}.{body}` (`svix-*` or `webhook-*` headers)",
         replay: "signed time (5 min)",
+        handshake: "",
+        batch: "",
         fixture: ("svix/invoice.paid.json", ""),
     },
     Preset {
@@ -61,6 +73,8 @@ pub(crate) const PRESETS: &[Preset] = &[
         keys: r#"scheme = "standard""#,
         verifies: "Standard Webhooks through Svix (`svix-*` headers)",
         replay: "signed time (5 min)",
+        handshake: "",
+        batch: "",
         fixture: ("clerk/user.created.json", ""),
     },
     Preset {
@@ -69,9 +83,38 @@ pub(crate) const PRESETS: &[Preset] = &[
         keys: r#"scheme = "standard""#,
         verifies: "Standard Webhooks through Svix (`svix-*` headers)",
         replay: "signed time (5 min)",
+        handshake: "",
+        batch: "",
         fixture: ("resend/email.delivered.json", ""),
     },
 ];
+
+/// The catalog as a Markdown table (the README's, which a test keeps equal to this).
+pub(crate) fn markdown() -> String {
+    let dash = |s: &str| {
+        if s.is_empty() {
+            "—".to_string()
+        } else {
+            s.to_string()
+        }
+    };
+    let mut out = String::from(
+        "| preset | verifies | replay stopped by | handshake | batch | provider's docs |\n\
+         | --- | --- | --- | --- | --- | --- |\n",
+    );
+    for p in PRESETS {
+        out.push_str(&format!(
+            "| `{}` | {} | {} | {} | {} | <{}> |\n",
+            p.name,
+            p.verifies,
+            p.replay,
+            dash(p.handshake),
+            dash(p.batch),
+            p.docs
+        ));
+    }
+    out
+}
 
 /// The catalog as the config file's reader takes it: each preset's name and keys.
 pub(crate) fn keys() -> Vec<(&'static str, &'static str)> {

@@ -101,3 +101,28 @@ fn tampered(
     let reply = server.post(&format!("/webhooks/{name}"), &body, &headers);
     (reply.status, reply.body)
 }
+
+/// The README's table of presets is the catalog's (`hookledger presets --markdown`).
+#[test]
+fn the_readmes_table_of_presets_is_the_catalogs() {
+    let (code, table, err) = cli(&["presets", "--markdown"]);
+    assert_eq!(code, 0, "{err}");
+    let readme =
+        std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))
+            .unwrap();
+    let begin = readme
+        .find("<!-- presets:begin")
+        .expect("the table's start marker");
+    let begin = begin + readme[begin..].find('\n').unwrap() + 1;
+    let end = readme
+        .find("<!-- presets:end -->")
+        .expect("the table's end marker");
+    assert_eq!(
+        &readme[begin..end],
+        table,
+        "README's table: regenerate it with `hookledger presets --markdown`"
+    );
+    for (name, ..) in hookledger::internals::presets() {
+        assert!(table.contains(&format!("| `{name}` |")), "{name}");
+    }
+}
