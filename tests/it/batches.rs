@@ -234,6 +234,16 @@ fn an_array_of_events_is_claimed_and_applied_event_by_event_in_one_answer() {
         ])
     );
     assert_eq!(db.count("SELECT count(*) FROM seen"), 6, "each effect once");
+
+    // Two copies of one event in one array: the first claims it.
+    let twice = format!("[{0},{0}]", sg("sg_6", "open"));
+    let reply = sendgrid(&server, &twice);
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert_eq!(
+        outcomes(&reply),
+        pairs(&[("sg_6", "processed"), ("sg_6", "duplicate")])
+    );
+    assert_eq!(db.count("SELECT count(*) FROM seen"), 7);
 }
 
 #[test]
