@@ -62,6 +62,7 @@ mod time;
 mod writer;
 
 pub use app::{Builder, Hookledger, RunningServer};
+pub use config::Handshake;
 pub use config::{
     Config, ConfigError, Database, DeliveryConfig, EffectConfig, ForwardConfig, HandlerSettings,
     HmacAlgorithm, HmacConfig, HmacEncoding, HttpConfig, Locator, ReconcileConfig, Refresh,

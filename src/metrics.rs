@@ -35,6 +35,8 @@ pub(crate) enum Outcome {
     Duplicate,
     /// Verified and read, then not committed (a handler refused it, or the database did).
     Failed,
+    /// A handshake the sender requires before it delivers, answered; nothing claimed.
+    Challenge,
 }
 
 impl Outcome {
@@ -43,6 +45,7 @@ impl Outcome {
             Outcome::Processed => "processed",
             Outcome::Duplicate => "duplicate",
             Outcome::Failed => "failed",
+            Outcome::Challenge => "challenge",
         }
     }
 }
@@ -149,6 +152,7 @@ impl Activity {
                 Outcome::Processed => m.processed += 1,
                 Outcome::Duplicate => m.duplicate += 1,
                 Outcome::Failed => m.failed += 1,
+                Outcome::Challenge => {}
             }
         }
         if self.recent.len() == RECENT {
@@ -187,7 +191,8 @@ impl Metrics {
         let events = Family::<EventLabels, Counter>::default();
         registry.register(
             "events",
-            "Verified events answered, by source, type and outcome (processed, duplicate, failed)",
+            "Verified events answered, by source, type and outcome (processed, duplicate, failed; \
+             challenge: a handshake answered, nothing claimed)",
             events.clone(),
         );
         let rejected = Family::<RejectedLabels, Counter>::default();
@@ -262,6 +267,31 @@ impl Metrics {
     /// A verified event of `source` answered after `seconds`.
     pub(crate) fn event(&self, source: &Arc<str>, seen: Seen, seconds: f64) {
         self.request_seconds.observe(seconds);
+        self.count(source, seen);
+    }
+
+    /// The events of one request of `source` (an array of them), answered after `seconds`:
+    /// one request, each event counted.
+    pub(crate) fn events(&self, source: &Arc<str>, seen: Vec<Seen>, seconds: f64) {
+        self.request_seconds.observe(seconds);
+        for one in seen {
+            self.count(source, one);
+        }
+    }
+
+    /// A handshake of type `kind` that `source`'s sender requires, answered after `seconds`:
+    /// counted as outcome `challenge`; not an event of `/status`.
+    pub(crate) fn challenge(&self, source: &Arc<str>, kind: &str, seconds: f64) {
+        self.request_seconds.observe(seconds);
+        let labels = EventLabels {
+            source: source.clone(),
+            r#type: self.type_label(source, kind),
+            outcome: Outcome::Challenge.label(),
+        };
+        self.events.get_or_create(&labels).inc();
+    }
+
+    fn count(&self, source: &Arc<str>, seen: Seen) {
         let labels = EventLabels {
             source: source.clone(),
             r#type: self.type_label(source, &seen.kind),
@@ -449,6 +479,38 @@ mod tests {
         let text = m.encode(&OutboxSummary::default(), 130);
         assert!(!text.contains("hookledger_outbox_rows{"), "{text}");
         assert!(text.contains("hookledger_outbox_oldest_pending_seconds 0"));
+    }
+
+    #[test]
+    fn a_challenge_and_each_event_of_an_array_are_counted_in_one_request_each() {
+        let slack: Arc<str> = Arc::from("slack");
+        let m = Metrics::new([&slack]);
+        m.challenge(&slack, "url_verification", 0.001);
+        let mut failed = seen(1, "evt_3", Outcome::Failed);
+        failed.reason = "internal";
+        let array = vec![
+            seen(1, "evt_1", Outcome::Processed),
+            seen(1, "evt_2", Outcome::Duplicate),
+            failed,
+        ];
+        m.events(&slack, array, 0.002);
+        let text = m.encode(&OutboxSummary::default(), 1);
+        for line in [
+            r#"hookledger_events_total{source="slack",type="url_verification",outcome="challenge"} 1"#,
+            r#"hookledger_events_total{source="slack",type="invoice.paid",outcome="processed"} 1"#,
+            r#"hookledger_events_total{source="slack",type="invoice.paid",outcome="duplicate"} 1"#,
+            r#"hookledger_events_total{source="slack",type="invoice.paid",outcome="failed"} 1"#,
+            r#"hookledger_rejected_total{source="slack",reason="internal"} 1"#,
+            "hookledger_request_duration_seconds_count 2",
+        ] {
+            assert!(text.lines().any(|l| l == line), "no `{line}` in\n{text}");
+        }
+        let activity = m.activity();
+        assert_eq!(
+            activity[0].1.recent.len(),
+            3,
+            "the challenge is not an event"
+        );
     }
 
     #[test]

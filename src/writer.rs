@@ -1,6 +1,7 @@
 //! The single writer: one thread owns the only write connection and applies every write.
 //!
-//! Request handlers (and the outbox worker, and retention) send [`Job`]s over a bounded queue.
+//! Request handlers (and the outbox worker, and retention) send [`Job`]s over a bounded queue;
+//! the events of a request that posts an array of them are one job, never split across batches.
 //! The thread takes every queued job (up to `batch_max`), and hands them to the [`Store`] as one
 //! batch ([`Store::run_batch`]): one transaction, each job undone alone when it fails, one
 //! commit: group commit, one fsync for the whole batch. The writer knows no SQL and no
@@ -60,6 +61,13 @@ pub(crate) enum Job {
         submission: Option<Submission>,
         reply: oneshot::Sender<Result<Outcome, StoreError>>,
     },
+    /// The events of one request (a body that is an array of them): one job, so all of them
+    /// run in the same batch, each in its own savepoint (empty once the writer has taken
+    /// them). `reply` receives their outcomes, in order, after COMMIT.
+    Events {
+        submissions: Vec<Submission>,
+        reply: oneshot::Sender<Vec<Result<Outcome, StoreError>>>,
+    },
     /// Any other write (outbox results, retention, replays). `reply` receives the count of
     /// rows it changed, after COMMIT.
     Write {
@@ -68,16 +76,11 @@ pub(crate) enum Job {
     },
 }
 
-impl Job {
-    /// The ledger key an event job claims.
-    fn claim_key(&self) -> Option<(&str, &str)> {
-        match self {
-            Job::Event {
-                submission: Some(s),
-                ..
-            } => Some((&s.event.source, &s.event.id)),
-            _ => None,
-        }
+/// The ledger key an event claims; `None` for another write.
+fn claim_key<'w>(work: &'w Work<'_>) -> Option<(&'w str, &'w str)> {
+    match work {
+        Work::Event(s) => Some((&s.event.source, &s.event.id)),
+        Work::Write(_) => None,
     }
 }
 
@@ -103,6 +106,21 @@ impl WriterHandle {
         submission: Submission,
     ) -> Result<oneshot::Receiver<Result<Outcome, StoreError>>, StoreError> {
         let (job, rx) = event_job(submission);
+        self.try_send(job).map(|()| rx)
+    }
+
+    /// Queues the events of one request as one job, without waiting: they run in one batch,
+    /// each alone in its savepoint; a full queue is `QueueFull` at once.
+    pub(crate) fn try_submit_all(
+        &self,
+        submissions: Vec<Submission>,
+    ) -> Result<oneshot::Receiver<Vec<Result<Outcome, StoreError>>>, StoreError> {
+        let (reply, rx) = oneshot::channel();
+        let job = Job::Events { submissions, reply };
+        self.try_send(Message::Job(job)).map(|()| rx)
+    }
+
+    fn try_send(&self, job: Message) -> Result<(), StoreError> {
         // Counted before it is sent, so the writer never takes a job not counted yet.
         self.depth.inc();
         let sent = self.queue.try_send(job);
@@ -110,7 +128,7 @@ impl WriterHandle {
             self.depth.dec();
         }
         match sent {
-            Ok(()) => Ok(rx),
+            Ok(()) => Ok(()),
             Err(TrySendError::Full(_)) => Err(StoreError::QueueFull),
             Err(TrySendError::Disconnected(_)) => Err(StoreError::ShuttingDown),
         }
@@ -268,6 +286,11 @@ fn fail(job: Job, err: &StoreError) {
         Job::Event { reply, .. } => {
             let _ = reply.send(Err(err.clone()));
         }
+        Job::Events {
+            submissions, reply, ..
+        } => {
+            let _ = reply.send(vec![Err(err.clone()); submissions.len()]);
+        }
         Job::Write { reply, .. } => {
             let _ = reply.send(Err(err.clone()));
         }
@@ -280,19 +303,37 @@ fn fail(job: Job, err: &StoreError) {
 fn run_batch(store: &mut dyn Store, batch: &mut Vec<Job>) -> Result<bool, StoreError> {
     let started = Instant::now();
     let mut busy = None;
+    // Each event is a job of the store's batch, the events of a request's array too; each
+    // remembers its place (the writer's job, the element in it) for the replies.
+    let mut sizes = Vec::with_capacity(batch.len());
+    let mut work = Vec::with_capacity(batch.len());
+    for (j, job) in batch.iter_mut().enumerate() {
+        match job {
+            Job::Event { submission, .. } => {
+                let submission = submission.take().expect("each job runs once");
+                work.push(((j, 0), Work::Event(submission)));
+                sizes.push(1);
+            }
+            Job::Events { submissions, .. } => {
+                sizes.push(submissions.len());
+                let events = std::mem::take(submissions).into_iter().enumerate();
+                work.extend(events.map(|(e, s)| ((j, e), Work::Event(s))));
+            }
+            Job::Write { write, .. } => {
+                work.push(((j, 0), Work::Write(write)));
+                sizes.push(1);
+            }
+        }
+    }
     // Claims in key order: two writers sharing a database (PostgreSQL instances) then lock
     // claim rows in the same order and cannot deadlock on them. A stable sort: two copies of
     // one event keep their order, and other writes (no key) go first, in queue order.
-    batch.sort_by(|a, b| a.claim_key().cmp(&b.claim_key()));
-    let work = batch
-        .iter_mut()
-        .map(|job| match job {
-            Job::Event { submission, .. } => {
-                Work::Event(submission.take().expect("each job runs once"))
-            }
-            Job::Write { write, .. } => Work::Write(write),
-        })
-        .collect();
+    work.sort_by(|a, b| claim_key(&a.1).cmp(&claim_key(&b.1)));
+    let (places, work): (Vec<(usize, usize)>, Vec<Work<'_>>) = work.into_iter().unzip();
+    let events = work
+        .iter()
+        .map(|w| matches!(w, Work::Event(_)))
+        .collect::<Vec<_>>();
     let results = match store.run_batch(work, unix_now()) {
         Ok(done) => done,
         Err(e) => {
@@ -302,11 +343,14 @@ fn run_batch(store: &mut dyn Store, batch: &mut Vec<Job>) -> Result<bool, StoreE
             if e.is_busy() {
                 busy = Some(e.clone());
             }
-            batch
+            events
                 .iter()
-                .map(|job| match job {
-                    Job::Event { .. } => Done::Event(Err(e.clone())),
-                    Job::Write { .. } => Done::Write(Err(e.clone())),
+                .map(|&event| {
+                    if event {
+                        Done::Event(Err(e.clone()))
+                    } else {
+                        Done::Write(Err(e.clone()))
+                    }
                 })
                 .collect()
         }
@@ -319,14 +363,32 @@ fn run_batch(store: &mut dyn Store, batch: &mut Vec<Job>) -> Result<bool, StoreE
     let processed = results
         .iter()
         .any(|d| matches!(d, Done::Event(Ok(Outcome::Processed))));
-    for (job, done) in batch.drain(..).zip(results) {
+    // Back in each job's place: the events of an array in their order.
+    let mut answers: Vec<Vec<Option<Done>>> = sizes
+        .iter()
+        .map(|&n| std::iter::repeat_with(|| None).take(n).collect())
+        .collect();
+    for ((j, e), done) in places.into_iter().zip(results) {
+        answers[j][e] = Some(done);
+    }
+    for (job, done) in batch.drain(..).zip(answers) {
+        let mut done = done
+            .into_iter()
+            .map(|d| d.expect("one result per job of the store's batch"));
         // A dropped receiver means the client went away; the write stands either way.
-        match (job, done) {
-            (Job::Event { reply, .. }, Done::Event(r)) => {
+        match (job, done.next()) {
+            (Job::Event { reply, .. }, Some(Done::Event(r))) => {
                 let _ = reply.send(r);
             }
-            (Job::Write { reply, .. }, Done::Write(r)) => {
+            (Job::Write { reply, .. }, Some(Done::Write(r))) => {
                 let _ = reply.send(r);
+            }
+            (Job::Events { reply, .. }, first) => {
+                let all = first.into_iter().chain(done).map(|d| match d {
+                    Done::Event(r) => r,
+                    Done::Write(_) => unreachable!("an array holds events only"),
+                });
+                let _ = reply.send(all.collect());
             }
             _ => unreachable!("results are built in job order"),
         }
@@ -366,6 +428,17 @@ mod tests {
     }
 
     fn event_job(id: &str) -> (Job, oneshot::Receiver<Result<Outcome, StoreError>>) {
+        let (reply, rx) = oneshot::channel();
+        (
+            Job::Event {
+                submission: Some(submission(id)),
+                reply,
+            },
+            rx,
+        )
+    }
+
+    fn submission(id: &str) -> Submission {
         let event = Event {
             source: "test".into(),
             id: id.into(),
@@ -373,19 +446,11 @@ mod tests {
             created: Some(1),
             body: bytes::Bytes::from(format!(r#"{{"id":"{id}"}}"#)),
         };
-        let submission = Submission {
+        Submission {
             event,
             handlers: vec![(Arc::new(Record) as Arc<dyn Handler>, Prepared::none())],
             forward: true,
-        };
-        let (reply, rx) = oneshot::channel();
-        (
-            Job::Event {
-                submission: Some(submission),
-                reply,
-            },
-            rx,
-        )
+        }
     }
 
     fn count(store: &SqliteStore, sql: &str) -> i64 {
@@ -431,6 +496,55 @@ mod tests {
         assert_eq!(count(&store, "SELECT count(*) FROM webhook_events"), 2);
         assert_eq!(count(&store, "SELECT count(*) FROM outbox"), 2);
         assert_eq!(count(&store, "SELECT count(*) FROM seen"), 2);
+    }
+
+    #[test]
+    fn the_events_of_an_array_run_in_one_batch_each_alone_and_answer_in_their_order() {
+        let mut store = store();
+        store
+            .connection()
+            .execute_batch(
+                "CREATE TRIGGER fail BEFORE INSERT ON seen
+                 WHEN new.event_id = 'evt_bad' BEGIN SELECT RAISE(ABORT, 'injected'); END;",
+            )
+            .unwrap();
+        let (claimed, claimed_rx) = event_job("evt_b");
+        assert_eq!(run_batch(&mut store, &mut vec![claimed]), Ok(true));
+        assert_eq!(claimed_rx.blocking_recv().unwrap(), Ok(Outcome::Processed));
+        // Out of key order on purpose: the answers keep the array's order.
+        let (reply, rx) = oneshot::channel();
+        let array = Job::Events {
+            submissions: ["evt_c", "evt_bad", "evt_b", "evt_a"]
+                .into_iter()
+                .map(submission)
+                .collect(),
+            reply,
+        };
+        let (single, single_rx) = event_job("evt_0");
+        let mut batch = vec![array, single];
+        assert_eq!(run_batch(&mut store, &mut batch), Ok(true));
+        let outcomes = rx.blocking_recv().unwrap();
+        assert_eq!(outcomes.len(), 4);
+        assert_eq!(outcomes[0], Ok(Outcome::Processed));
+        assert!(matches!(outcomes[1], Err(StoreError::Database(_))));
+        assert_eq!(outcomes[2], Ok(Outcome::Duplicate));
+        assert_eq!(outcomes[3], Ok(Outcome::Processed));
+        assert_eq!(single_rx.blocking_recv().unwrap(), Ok(Outcome::Processed));
+        assert_eq!(
+            count(&store, "SELECT count(*) FROM webhook_events"),
+            4,
+            "evt_b, evt_c, evt_a and evt_0"
+        );
+        assert_eq!(count(&store, "SELECT count(*) FROM seen"), 4);
+
+        // An array whose transaction fails gets the error for each of its events.
+        let (reply, rx) = oneshot::channel();
+        let array = Job::Events {
+            submissions: vec![submission("evt_d")],
+            reply,
+        };
+        fail(array, &StoreError::QueueFull);
+        assert_eq!(rx.blocking_recv().unwrap(), [Err(StoreError::QueueFull)]);
     }
 
     #[test]

@@ -39,6 +39,7 @@ pub use handler::HandlerSettings;
 pub(crate) use secret::decode_standard_secret;
 pub use secret::Secret;
 pub(crate) use source::one_secret;
+pub use source::Handshake;
 pub use source::{
     HmacAlgorithm, HmacConfig, HmacEncoding, Locator, ReconcileConfig, Refresh, SchemeName,
     SourceConfig,

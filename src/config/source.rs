@@ -62,6 +62,16 @@ pub struct SourceConfig {
     /// written in the file are over the preset's.
     #[serde(default)]
     pub preset: Option<String>,
+    /// The handshake the sender requires before it delivers (`handshake = "slack"`,
+    /// `"zoom"` or `"twitch"`), answered once the request's signature verifies; nothing is
+    /// claimed for it.
+    #[serde(default)]
+    pub handshake: Option<Handshake>,
+    /// A sender that posts a JSON array of events: a JSON pointer to the array (`"/"` or `""`:
+    /// the body itself). Each element is an event of its own, its id and type read inside it
+    /// (`id = { json = "/sg_event_id" }`, `type = { json = "/event" }`).
+    #[serde(default)]
+    pub split: Option<String>,
 }
 
 /// `reconcile = { every = "1h", since = "3d" }` of a source: how often the ledger is
@@ -223,6 +233,8 @@ impl SourceConfig {
             reconcile: None,
             refresh: Refresh::default(),
             preset: None,
+            handshake: None,
+            split: None,
         }
     }
 
@@ -376,15 +388,16 @@ impl SourceConfig {
         } else {
             for (field, set) in [
                 ("hmac", self.hmac.is_some()),
-                ("id", self.id.is_some()),
-                ("type", self.kind.is_some()),
+                ("id", self.id.is_some() && self.split.is_none()),
+                ("type", self.kind.is_some() && self.split.is_none()),
             ] {
                 if set {
                     refuse!(key(field), "applies to scheme hmac only, not {scheme}");
                 }
             }
         }
-        self.validate_api()
+        self.validate_api()?;
+        self.validate_split()
     }
 }
 
@@ -469,4 +482,127 @@ pub(crate) fn resolve_secrets(
         }
     }
     Ok(resolved)
+}
+
+/// `handshake = "slack" | "zoom" | "twitch"` of a source: the challenge its sender posts
+/// before it delivers, answered only once the request's signature verifies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum Handshake {
+    /// Slack's `url_verification`: the challenge back.
+    Slack,
+    /// Zoom's `endpoint.url_validation`: the plain token and its HMAC-SHA256 with the
+    /// source's first secret (Zoom's secret token).
+    Zoom,
+    /// Twitch EventSub's `webhook_callback_verification`: the challenge back, as text.
+    Twitch,
+}
+
+impl SourceConfig {
+    /// Answering `handshake` before the sender delivers.
+    pub fn with_handshake(mut self, handshake: Handshake) -> Self {
+        self.handshake = Some(handshake);
+        self
+    }
+
+    /// With a body that is a JSON array of events at `pointer`, each element's id and type
+    /// read inside it at the JSON pointers `id` and `kind`.
+    pub fn with_split(
+        mut self,
+        pointer: impl Into<String>,
+        id: impl Into<String>,
+        kind: impl Into<String>,
+    ) -> Self {
+        self.split = Some(pointer.into());
+        self.id = Some(Locator::Json(id.into()));
+        self.kind = Some(Locator::Json(kind.into()));
+        self
+    }
+
+    /// `split`, and the `id` and `type` it needs inside each element.
+    fn validate_split(&self) -> Result<(), ConfigError> {
+        let key = |field: &str| source_key(&self.name, field);
+        let Some(pointer) = &self.split else {
+            return Ok(());
+        };
+        if !pointer.is_empty() && !pointer.starts_with('/') {
+            refuse!(
+                key("split"),
+                "must be a JSON pointer to the array of events, such as \"/\" (the body \
+                 itself) or \"/events\""
+            );
+        }
+        for (field, locator) in [("id", &self.id), ("type", &self.kind)] {
+            match locator {
+                Some(Locator::Json(pointer)) if pointer.starts_with('/') => {}
+                Some(Locator::Json(_)) => refuse!(
+                    key(&format!("{field}.json")),
+                    "must be a JSON pointer such as \"/id\""
+                ),
+                _ => refuse!(
+                    key(field),
+                    "with split, must be {field} = {{ json = \"/field\" }}: it is read inside \
+                     each element of the array"
+                ),
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod split_and_handshake_tests {
+    use std::path::Path;
+
+    use super::super::Config;
+    use super::*;
+
+    fn source(keys: &str) -> Result<Config, ConfigError> {
+        let toml = format!(
+            "[[source]]\nname = \"sg\"\nscheme = \"github\"\n\
+             secrets = [\"sg_literal_secret_123\"]\n{keys}\n"
+        );
+        let config = Config::from_toml(&toml, Path::new("."))?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    #[test]
+    fn split_takes_id_and_type_as_json_pointers_on_any_scheme() {
+        let config = source(
+            "split = \"/\"\nid = { json = \"/sg_event_id\" }\ntype = { json = \"/event\" }\n\
+             handshake = \"zoom\"",
+        )
+        .unwrap();
+        let sg = &config.sources[0];
+        assert_eq!(sg.split.as_deref(), Some("/"));
+        assert_eq!(sg.id, Some(Locator::Json("/sg_event_id".into())));
+        assert_eq!(sg.handshake, Some(Handshake::Zoom));
+        for (keys, key) in [
+            (
+                "split = \"/\"\ntype = { json = \"/event\" }",
+                "source `sg`.id",
+            ),
+            (
+                "split = \"/\"\nid = { header = \"X-Id\" }\ntype = { json = \"/event\" }",
+                "source `sg`.id",
+            ),
+            (
+                "split = \"/\"\nid = { json = \"/id\" }\ntype = { json = \"event\" }",
+                "source `sg`.type.json",
+            ),
+            (
+                "split = \"events\"\nid = { json = \"/id\" }\ntype = { json = \"/t\" }",
+                "source `sg`.split",
+            ),
+            ("id = { json = \"/id\" }", "source `sg`.id"),
+        ] {
+            let err = source(keys).unwrap_err();
+            assert_eq!(err.key, key, "{keys}: {err}");
+            assert!(!err.to_string().contains("X-Id"), "{err}");
+        }
+        let err = source("handshake = \"teams\"").unwrap_err();
+        assert!(!err.to_string().contains("teams"), "{err}");
+    }
 }

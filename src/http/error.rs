@@ -185,6 +185,23 @@ impl Rejection {
         .close()
     }
 
+    /// The answer to a request whose events (a body that is an array of them) did not all
+    /// commit; `first` is the first event's error. An event its handler or the database
+    /// refused is a 500: the others committed, and the sender's retry finds them
+    /// duplicates. When the database was not available, none committed: its 503 and
+    /// `Retry-After`. The body lists each event's outcome (`events`).
+    pub(crate) fn of_events(first: &StoreError, events: serde_json::Value) -> Response {
+        let mut rejection = Rejection::of_store(first);
+        if rejection.status == StatusCode::INTERNAL_SERVER_ERROR {
+            rejection.message = "some events could not be recorded (their outcome is failed); \
+                the others were stored, and a retry finds them duplicates"
+                .into();
+        }
+        let body =
+            json!({ "error": rejection.kind, "message": rejection.message, "events": events });
+        rejection.respond(body.to_string())
+    }
+
     fn body(&self) -> String {
         json!({ "error": self.kind, "message": self.message }).to_string()
     }
@@ -209,10 +226,18 @@ impl Rejection {
 
 impl IntoResponse for Rejection {
     fn into_response(self) -> Response {
+        let body = self.body();
+        self.respond(body)
+    }
+}
+
+impl Rejection {
+    /// The response with `body`, with this rejection's status and headers.
+    fn respond(self, body: String) -> Response {
         let mut response = (
             self.status,
             [(header::CONTENT_TYPE, "application/json")],
-            self.body(),
+            body,
         )
             .into_response();
         let headers = response.headers_mut();
@@ -251,6 +276,12 @@ mod tests {
             assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE);
             assert!(r.retry_after);
         }
+        let partial = Rejection::of_events(&StoreError::Database("x".into()), json!([]));
+        assert_eq!(partial.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        assert!(partial.headers().get(header::RETRY_AFTER).is_none());
+        let none = Rejection::of_events(&StoreError::Busy("b".into()), json!([]));
+        assert_eq!(none.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert!(none.headers().get(header::RETRY_AFTER).is_some());
         let big = Rejection::of(&IngestError::TooLarge { limit: 1 });
         assert_eq!(
             (big.status, big.close),

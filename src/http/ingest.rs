@@ -1,6 +1,8 @@
 //! THE request path, top to bottom: find the source → check the signature headers → reserve
 //! room in the body budget → read the body (bounded) → verify the signature on the raw bytes →
-//! read the envelope → prepare the handlers → submit to the writer → answer after COMMIT.
+//! answer a handshake (nothing claimed) → read the envelope (or, for a body that is an array of
+//! events, cut it into its elements) → prepare the handlers → submit to the writer → answer
+//! after COMMIT.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -9,6 +11,8 @@ use std::time::Instant;
 use axum::extract::{Path, Request, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use serde_json::json;
 
 use crate::config::HttpConfig;
 use crate::event::Event;
@@ -16,7 +20,7 @@ use crate::http::body::{declared_size, read_body, BodyBudget};
 use crate::http::error::{IngestError, Rejection};
 use crate::log_budget::LogBudget;
 use crate::metrics::{self, Metrics, Seen};
-use crate::source::Source;
+use crate::source::{Challenge, Source, Split};
 use crate::sql::StoreError;
 use crate::store::Outcome;
 use crate::time::unix_now;
@@ -48,65 +52,164 @@ pub(crate) async fn webhook(
     };
     let result = receive(&ingest, source, request).await;
     let seconds = started.elapsed().as_secs_f64();
-    let ms = seconds * 1000.0;
     let name = &source.name;
     match result {
-        Ok((event, outcome)) => {
-            let label = match outcome {
-                Outcome::Processed => "processed",
-                Outcome::Duplicate => "duplicate",
-            };
-            let (id, kind) = (&event.id, &event.kind);
-            log::info!("{name} {id} {kind} {label} {ms:.1}ms");
-            // Built by hand: this is the hot path, and the id is the only dynamic part.
-            let id = serde_json::to_string(id).unwrap_or_default();
-            let body = format!(r#"{{"event_id":{id},"outcome":"{label}"}}"#);
+        Ok(Answer::Event(event, outcome)) => answer_event(&ingest, name, event, outcome, seconds),
+        Ok(Answer::Challenge(challenge)) => answer_challenge(&ingest, name, challenge, seconds),
+        Ok(Answer::Events(events)) => answer_events(&ingest, name, events, seconds),
+        Err((known, err)) => refuse(&ingest, name, known, err, seconds),
+    }
+}
+
+/// What a request is answered with, when it is not refused.
+enum Answer {
+    /// One event, committed (new or a duplicate).
+    Event(Event, Outcome),
+    /// A handshake the sender requires before it delivers: nothing claimed.
+    Challenge(Challenge),
+    /// The events of a body that is an array of them, in order, each with its outcome.
+    Events(Vec<(Known, Result<Outcome, StoreError>)>),
+}
+
+/// 200 with the event's outcome.
+fn answer_event(
+    ingest: &Ingest,
+    name: &Arc<str>,
+    event: Event,
+    outcome: Outcome,
+    seconds: f64,
+) -> Response {
+    let ms = seconds * 1000.0;
+    let label = metrics::Outcome::from(outcome).label();
+    let (id, kind) = (&event.id, &event.kind);
+    log::info!("{name} {id} {kind} {label} {ms:.1}ms");
+    // Built by hand: this is the hot path, and the id is the only dynamic part.
+    let id = serde_json::to_string(id).unwrap_or_default();
+    let body = format!(r#"{{"event_id":{id},"outcome":"{label}"}}"#);
+    let seen = Seen {
+        at: unix_now(),
+        id: event.id,
+        kind: event.kind,
+        outcome: outcome.into(),
+        reason: "",
+        millis: ms,
+    };
+    ingest.metrics.event(name, seen, seconds);
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "application/json")],
+        body,
+    )
+        .into_response()
+}
+
+/// 200 with what the handshake asks for.
+fn answer_challenge(
+    ingest: &Ingest,
+    name: &Arc<str>,
+    challenge: Challenge,
+    seconds: f64,
+) -> Response {
+    let ms = seconds * 1000.0;
+    let kind = challenge.kind;
+    log::info!("{name} - {kind} challenge {ms:.1}ms");
+    ingest.metrics.challenge(name, kind, seconds);
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, challenge.content_type)],
+        challenge.body,
+    )
+        .into_response()
+}
+
+/// 200 with each event's outcome when all committed; else the status of the first failure
+/// (`Rejection::of_events`), with each event's outcome too.
+fn answer_events(
+    ingest: &Ingest,
+    name: &Arc<str>,
+    events: Vec<(Known, Result<Outcome, StoreError>)>,
+    seconds: f64,
+) -> Response {
+    let ms = seconds * 1000.0;
+    let mut first_error = None;
+    let mut listed = Vec::with_capacity(events.len());
+    let mut seen = Vec::with_capacity(events.len());
+    for (Known { id, kind }, result) in events {
+        let (outcome, reason) = match &result {
+            Ok(outcome) => (metrics::Outcome::from(*outcome), ""),
+            Err(e) => (metrics::Outcome::Failed, Rejection::of_store_kind(e)),
+        };
+        let label = outcome.label();
+        match result {
+            Ok(_) => {
+                log::info!("{name} {id} {kind} {label} {ms:.1}ms");
+                listed.push(json!({ "event_id": id, "outcome": label }));
+            }
+            Err(e) => {
+                if let Some(more) = ingest.rejection_log.admit(unix_now(), "rejections") {
+                    log::error!("{name} {id} {kind} {reason}: {e} {ms:.1}ms{more}");
+                }
+                listed.push(json!({ "event_id": id, "outcome": label, "error": reason }));
+                first_error.get_or_insert(e);
+            }
+        }
+        seen.push(Seen {
+            at: unix_now(),
+            id,
+            kind,
+            outcome,
+            reason,
+            millis: ms,
+        });
+    }
+    ingest.metrics.events(name, seen, seconds);
+    match first_error {
+        None => (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, "application/json")],
+            json!({ "events": listed }).to_string(),
+        )
+            .into_response(),
+        Some(first) => Rejection::of_events(&first, listed.into()),
+    }
+}
+
+/// The error's answer (`Rejection::of`), logged and counted.
+fn refuse(
+    ingest: &Ingest,
+    name: &Arc<str>,
+    known: Option<Known>,
+    err: IngestError,
+    seconds: f64,
+) -> Response {
+    let ms = seconds * 1000.0;
+    let rejection = Rejection::of(&err);
+    if let Some(more) = ingest.rejection_log.admit(unix_now(), "rejections") {
+        let (code, kind) = (rejection.status.as_u16(), rejection.kind);
+        let id = known.as_ref().map_or("-", |k| k.id.as_str());
+        if rejection.status.is_server_error() {
+            log::error!("{name} {id} {kind} {code}: {err} {ms:.1}ms{more}");
+        } else {
+            // Client faults: the kind and our own message; never the body.
+            let text = err.log_text();
+            log::warn!("{name} {id} rejected {kind} {code}: {text} {ms:.1}ms{more}");
+        }
+    }
+    match known {
+        Some(Known { id, kind }) => {
             let seen = Seen {
                 at: unix_now(),
-                id: event.id,
-                kind: event.kind,
-                outcome: outcome.into(),
-                reason: "",
+                id,
+                kind,
+                outcome: metrics::Outcome::Failed,
+                reason: rejection.kind,
                 millis: ms,
             };
             ingest.metrics.event(name, seen, seconds);
-            (
-                StatusCode::OK,
-                [(header::CONTENT_TYPE, "application/json")],
-                body,
-            )
-                .into_response()
         }
-        Err((known, err)) => {
-            let rejection = Rejection::of(&err);
-            if let Some(more) = ingest.rejection_log.admit(unix_now(), "rejections") {
-                let (code, kind) = (rejection.status.as_u16(), rejection.kind);
-                let id = known.as_ref().map_or("-", |k| k.id.as_str());
-                if rejection.status.is_server_error() {
-                    log::error!("{name} {id} {kind} {code}: {err} {ms:.1}ms{more}");
-                } else {
-                    // Client faults: the kind and our own message; never the body.
-                    let text = err.log_text();
-                    log::warn!("{name} {id} rejected {kind} {code}: {text} {ms:.1}ms{more}");
-                }
-            }
-            match known {
-                Some(Known { id, kind }) => {
-                    let seen = Seen {
-                        at: unix_now(),
-                        id,
-                        kind,
-                        outcome: metrics::Outcome::Failed,
-                        reason: rejection.kind,
-                        millis: ms,
-                    };
-                    ingest.metrics.event(name, seen, seconds);
-                }
-                None => ingest.metrics.rejected(Some(name), rejection.kind, seconds),
-            }
-            rejection.into_response()
-        }
+        None => ingest.metrics.rejected(Some(name), rejection.kind, seconds),
     }
+    rejection.into_response()
 }
 
 /// An event's id and type, once read: for the log and the counts of an event that failed.
@@ -130,7 +233,7 @@ async fn receive(
     ingest: &Ingest,
     source: &Source,
     request: Request,
-) -> Result<(Event, Outcome), (Option<Known>, IngestError)> {
+) -> Result<Answer, (Option<Known>, IngestError)> {
     let (parts, body) = request.into_parts();
     let http = &ingest.http;
     let no_id = |e: IngestError| (None, e);
@@ -147,6 +250,15 @@ async fn receive(
         .scheme
         .verify(&parts.headers, &body, unix_now())
         .map_err(|e| no_id(e.into()))?;
+    let challenge = source
+        .challenge(&parts.headers, &body)
+        .map_err(|e| no_id(e.into()))?;
+    if let Some(challenge) = challenge {
+        return Ok(Answer::Challenge(challenge));
+    }
+    if let Some(split) = &source.split {
+        return receive_events(ingest, source, split, body).await;
+    }
     let envelope = source
         .scheme
         .envelope(&parts.headers, &body)
@@ -167,5 +279,47 @@ async fn receive(
         .await
         .map_err(|_| fail(StoreError::ShuttingDown))?
         .map_err(fail)?;
-    Ok((event, outcome))
+    Ok(Answer::Event(event, outcome))
+}
+
+/// The rest of the path for a body that is an array of events: each element an event of its
+/// own (its own bytes, id and type), all of them one writer job (one transaction, a savepoint
+/// each). An array or an element that cannot be read refuses the whole request, before
+/// anything is claimed.
+async fn receive_events(
+    ingest: &Ingest,
+    source: &Source,
+    split: &Split,
+    body: Bytes,
+) -> Result<Answer, (Option<Known>, IngestError)> {
+    let no_id = |e: IngestError| (None, e);
+    let elements = split.elements(&body).map_err(|e| no_id(e.into()))?;
+    let events: Vec<Event> = elements
+        .into_iter()
+        .map(|(envelope, body)| Event {
+            source: source.name.clone(),
+            id: envelope.id,
+            kind: envelope.kind,
+            created: envelope.created,
+            body,
+        })
+        .collect();
+    let submissions = events
+        .iter()
+        .map(|event| {
+            source
+                .submission(event.clone())
+                .map_err(|e| (Some(Known::of(event)), IngestError::Parse(e)))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let reply = ingest
+        .writer
+        .try_submit_all(submissions)
+        .map_err(|e| no_id(e.into()))?;
+    let outcomes = reply
+        .await
+        .map_err(|_| no_id(StoreError::ShuttingDown.into()))?;
+    Ok(Answer::Events(
+        events.iter().map(Known::of).zip(outcomes).collect(),
+    ))
 }

@@ -7,9 +7,15 @@
 //! per kind of scheme, sign and verify side by side with known-answer vectors: Stripe,
 //! Standard Webhooks (which is also how hookledger signs its deliveries to the app), and the
 //! body-only HMACs (GitHub, Shopify, configured `hmac`).
+//!
+//! What a source may add once a request verified: a [`Handshaker`] answers the challenge its
+//! sender posts before it delivers (`handshake.rs`), and a [`Split`] cuts a body that is an
+//! array of events into its elements (`split.rs`).
 
 pub(crate) mod catalog;
+pub(crate) mod handshake;
 pub(crate) mod hmac;
+pub(crate) mod split;
 pub(crate) mod standard;
 pub(crate) mod stripe;
 
@@ -17,9 +23,11 @@ use std::sync::Arc;
 
 use axum::http::HeaderMap;
 
-use crate::config::{SchemeName, SourceConfig};
+use crate::config::{Locator, SchemeName, SourceConfig};
 use crate::event::{Event, ParseError};
 use crate::handler::{Handler, Submission};
+pub(crate) use handshake::{Challenge, Handshaker};
+pub(crate) use split::Split;
 
 /// One signature scheme with its secrets and settings.
 pub(crate) trait Scheme: Send + Sync + 'static {
@@ -61,6 +69,10 @@ pub(crate) struct Source {
     pub(crate) forward: bool,
     /// Largest body in bytes.
     pub(crate) max_body: usize,
+    /// The handshake its sender posts before it delivers, if any.
+    pub(crate) handshake: Option<Handshaker>,
+    /// Where its events are when a body is an array of them.
+    pub(crate) split: Option<Split>,
 }
 
 impl Source {
@@ -77,6 +89,19 @@ impl Source {
             handlers,
             forward: self.forward,
         })
+    }
+
+    /// The answer to the verified request when it is a handshake its sender requires before
+    /// it delivers; `None` when it is an event (or the source has no handshake).
+    pub(crate) fn challenge(
+        &self,
+        headers: &HeaderMap,
+        body: &[u8],
+    ) -> Result<Option<Challenge>, ParseError> {
+        match &self.handshake {
+            Some(handshake) => handshake.answer(headers, body),
+            None => Ok(None),
+        }
     }
 
     /// Builds the source `config` describes (validated), with no handlers yet (the
@@ -117,7 +142,22 @@ impl Source {
             handlers: Vec::new(),
             forward,
             max_body: config.max_body(default_max_body),
+            handshake: config
+                .handshake
+                .zip(config.secrets.first())
+                .map(|(h, secret)| Handshaker::new(h, secret.clone())),
+            split: split_of(config),
         })
+    }
+}
+
+/// The split `config` describes: its `split` pointer, and the `id` and `type` JSON pointers
+/// read inside each element (validated with the config).
+fn split_of(config: &SourceConfig) -> Option<Split> {
+    let array = config.split.as_deref()?;
+    match (&config.id, &config.kind) {
+        (Some(Locator::Json(id)), Some(Locator::Json(kind))) => Some(Split::new(array, id, kind)),
+        _ => None,
     }
 }
 

@@ -7,6 +7,7 @@ mod util;
 
 mod admin;
 mod api;
+mod batches;
 mod billing;
 mod browser;
 mod crash;
