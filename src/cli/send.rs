@@ -118,7 +118,7 @@ pub(crate) fn signed_as_source(
     let header_type = match source.scheme {
         SchemeName::Github => Some("X-GitHub-Event"),
         SchemeName::Shopify => Some("X-Shopify-Topic"),
-        SchemeName::Hmac => match &source.kind {
+        SchemeName::Hmac | SchemeName::Token | SchemeName::Basic => match &source.kind {
             Some(Locator::Header(name)) => Some(name.as_str()),
             _ => None,
         },
