@@ -19,6 +19,8 @@ use crate::source::Source;
   Shopify:   hookledger send --config hookledger.toml --source shop --type orders/create order.json
   Standard:  hookledger send --config hookledger.toml --source clerk user.json
   hmac:      hookledger send --config hookledger.toml --source acme --type order.paid order.json
+  token:     hookledger send --config hookledger.toml --source gitlab --type \"Push Hook\" push.json
+  basic:     hookledger send --config hookledger.toml --source postmark delivery.json
 
 With --source, the request is signed as that source's scheme with its first secret, with the
 headers the provider sends (an event id is made up unless --id is given), and goes to
@@ -45,7 +47,8 @@ pub struct SendArgs {
     /// The event id, for schemes that send it in a header (default: a random one).
     #[arg(long)]
     pub id: Option<String>,
-    /// The event type, for schemes that send it in a header (github, shopify, some hmac).
+    /// The event type, for schemes that send it in a header (github, shopify, some hmac,
+    /// token and basic sources).
     #[arg(long = "type")]
     pub kind: Option<String>,
 }

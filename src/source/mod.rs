@@ -9,8 +9,8 @@
 //! HMACs (GitHub, Shopify, configured `hmac`), and the shared secrets sent as they are
 //! (`token`, `basic`).
 
+pub(crate) mod credential;
 pub(crate) mod hmac;
-pub(crate) mod shared;
 pub(crate) mod standard;
 pub(crate) mod stripe;
 
@@ -123,7 +123,7 @@ impl Source {
                 else {
                     anyhow::bail!("source `{}`: token, id and type are needed", config.name);
                 };
-                Box::new(shared::Token {
+                Box::new(credential::Token {
                     keys: secrets,
                     header: hmac::leak(&token.header),
                     id: hmac::Place::from_locator(id),
@@ -134,7 +134,7 @@ impl Source {
                 let (Some(id), Some(kind)) = (&config.id, &config.kind) else {
                     anyhow::bail!("source `{}`: id and type are needed", config.name);
                 };
-                Box::new(shared::Basic {
+                Box::new(credential::Basic {
                     keys: secrets,
                     id: hmac::Place::from_locator(id),
                     kind: hmac::Place::from_locator(kind),
