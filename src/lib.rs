@@ -66,7 +66,8 @@ pub use config::Handshake;
 pub use config::{
     Config, ConfigError, Database, DeliveryConfig, EffectConfig, ForwardConfig, HandlerSettings,
     HmacAlgorithm, HmacConfig, HmacEncoding, HttpConfig, Locator, ReconcileConfig, Refresh,
-    RetentionConfig, SchemaConfig, SchemeName, Secret, SourceConfig, StorageConfig, WriterConfig,
+    RetentionConfig, SchemaConfig, SchemeName, Secret, SourceConfig, StorageConfig,
+    TimestampConfig, TokenConfig, WriterConfig,
 };
 pub use error::Error;
 pub use event::{Event, JsonError, ParseError};

@@ -19,6 +19,8 @@ use crate::source::Source;
   Shopify:   hookledger send --config hookledger.toml --source shop --type orders/create order.json
   Standard:  hookledger send --config hookledger.toml --source clerk user.json
   hmac:      hookledger send --config hookledger.toml --source acme --type order.paid order.json
+  token:     hookledger send --config hookledger.toml --source gitlab --type \"Push Hook\" push.json
+  basic:     hookledger send --config hookledger.toml --source postmark delivery.json
 
 With --source, the request is signed as that source's scheme with its first secret, with the
 headers the provider sends (the event id is made from the file's bytes unless --id or
@@ -51,7 +53,8 @@ pub struct SendArgs {
     /// new event each time.
     #[arg(long)]
     pub new_id: bool,
-    /// The event type, for schemes that send it in a header (github, shopify, some hmac).
+    /// The event type, for schemes that send it in a header (github, shopify, some hmac,
+    /// token and basic sources).
     #[arg(long = "type")]
     pub kind: Option<String>,
 }
@@ -124,7 +127,7 @@ pub(crate) fn signed_as_source(
     let header_type = match source.scheme {
         SchemeName::Github => Some("X-GitHub-Event"),
         SchemeName::Shopify => Some("X-Shopify-Topic"),
-        SchemeName::Hmac => match &source.kind {
+        SchemeName::Hmac | SchemeName::Token | SchemeName::Basic => match &source.kind {
             Some(Locator::Header(name)) => Some(name.as_str()),
             _ => None,
         },

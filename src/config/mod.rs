@@ -38,11 +38,11 @@ pub(crate) use error::{refuse, source_key};
 pub use handler::HandlerSettings;
 pub(crate) use secret::decode_standard_secret;
 pub use secret::Secret;
-pub(crate) use source::one_secret;
 pub use source::Handshake;
+pub(crate) use source::{one_secret, Signed};
 pub use source::{
     HmacAlgorithm, HmacConfig, HmacEncoding, Locator, ReconcileConfig, Refresh, SchemeName,
-    SourceConfig,
+    SourceConfig, TimestampConfig, TokenConfig,
 };
 
 use std::net::SocketAddr;

@@ -22,8 +22,9 @@ pub struct SourceConfig {
     /// discouraged, the secret itself; once loaded, the secrets themselves.
     #[serde(default)]
     pub secrets: Vec<Secret>,
-    /// How far a signed timestamp may be from now (schemes that sign one: `stripe` and
-    /// `standard`; `0s` turns the check off). Default: 5 minutes.
+    /// How far a signed timestamp may be from now (schemes that sign one: `stripe`,
+    /// `standard`, and `hmac` with `hmac.timestamp`; `0s` turns the check off). Default: 5
+    /// minutes.
     #[serde(default, with = "super::tolerance")]
     pub tolerance: Option<Duration>,
     /// Built-in handlers run for its events inside the claim's transaction, in order.
@@ -36,10 +37,18 @@ pub struct SourceConfig {
     /// Scheme `hmac` only: how the signature is made.
     #[serde(default)]
     pub hmac: Option<HmacConfig>,
-    /// Scheme `hmac` only: where the event id is.
+    /// Scheme `token` only: the header that carries the shared token.
+    #[serde(default)]
+    pub token: Option<TokenConfig>,
+    /// The URL the provider calls (`https://hooks.example.com/webhooks/twilio`), exactly as
+    /// configured at the provider, for a scheme that signs it (`{url}` in `hmac.signed`).
+    /// Behind a proxy, the URL the request reached is not the one signed: hence a setting.
+    #[serde(default)]
+    pub public_url: Option<String>,
+    /// Schemes `hmac`, `token` and `basic`: where the event id is.
     #[serde(default)]
     pub id: Option<Locator>,
-    /// Scheme `hmac` only: where the event type is.
+    /// Schemes `hmac`, `token` and `basic`: where the event type is.
     #[serde(default, rename = "type")]
     pub kind: Option<Locator>,
     /// The provider's API: the secret key of `reconcile` and of the fresh-state refresh (in a
@@ -112,6 +121,10 @@ pub enum SchemeName {
     Github,
     Shopify,
     Hmac,
+    /// A shared token in a header, compared with each secret (GitLab's `X-Gitlab-Token`).
+    Token,
+    /// HTTP Basic credentials; each secret is `user:password` (Postmark).
+    Basic,
 }
 
 impl ReconcileConfig {
@@ -122,9 +135,18 @@ impl ReconcileConfig {
 }
 
 impl SchemeName {
-    /// Whether the scheme signs a timestamp (and so has a tolerance).
+    /// Whether the scheme always signs a timestamp (and so has a tolerance); `hmac` does
+    /// when configured to (see [`SourceConfig::signs_time`]).
     pub(crate) fn signs_time(self) -> bool {
         matches!(self, SchemeName::Stripe | SchemeName::Standard)
+    }
+
+    /// The schemes whose event id and type are configured (`id`, `type`).
+    pub(crate) fn configured(self) -> bool {
+        matches!(
+            self,
+            SchemeName::Hmac | SchemeName::Token | SchemeName::Basic
+        )
     }
 
     pub(crate) fn as_str(self) -> &'static str {
@@ -134,11 +156,14 @@ impl SchemeName {
             SchemeName::Github => "github",
             SchemeName::Shopify => "shopify",
             SchemeName::Hmac => "hmac",
+            SchemeName::Token => "token",
+            SchemeName::Basic => "basic",
         }
     }
 }
 
-/// A plain HMAC over the body, as in-house senders make it.
+/// An HMAC over the body, or over a template of the body, a signed timestamp, the event id
+/// and the public URL, as most providers and in-house senders make it.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 #[non_exhaustive]
@@ -149,15 +174,139 @@ pub struct HmacConfig {
     pub algorithm: HmacAlgorithm,
     #[serde(default)]
     pub encoding: HmacEncoding,
-    /// Text before the encoded signature in the header (`sha256=`), if any.
+    /// Text before each encoded signature (`sha256=`, `v0=`, `v1,`), if any. With a
+    /// `separator`, entries without it are other versions and are skipped.
     #[serde(default)]
     pub prefix: String,
+    /// What is signed: a template of `{body}`, `{timestamp}`, `{id}` and `{url}` (the
+    /// source's `public_url`) and literal text: Slack's `v0:{timestamp}:{body}`, Svix's
+    /// `{id}.{timestamp}.{body}`, Square's `{url}{body}`. Default: `{body}`.
+    #[serde(default)]
+    pub signed: Option<String>,
+    /// The signed timestamp, checked against the source's `tolerance` both ways.
+    #[serde(default)]
+    pub timestamp: Option<TimestampConfig>,
+    /// Several entries in the signature header, split at this (`","`, `" "`, `";"`): any
+    /// signature may match, and a timestamp `part` may be one of them.
+    #[serde(default)]
+    pub separator: Option<String>,
+}
+
+/// Where the signed timestamp of an `hmac` source is: `{ header = "X-Slack-Request-Timestamp" }`,
+/// or `{ part = "t" }`, the entry `t=<value>` of the signature header (Stripe-like
+/// `t=…,v1=…`, Paddle's `ts=…;h1=…`); `unit` is `"s"` (the default) or `"ms"`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct TimestampConfig {
+    #[serde(default)]
+    pub header: Option<String>,
+    #[serde(default)]
+    pub part: Option<String>,
+    #[serde(default)]
+    pub unit: Option<String>,
+}
+
+impl TimestampConfig {
+    /// In the header `header`, in seconds.
+    pub fn header(header: impl Into<String>) -> TimestampConfig {
+        TimestampConfig {
+            header: Some(header.into()),
+            ..TimestampConfig::default()
+        }
+    }
+
+    /// In the entry `<part>=<value>` of the signature header, in seconds.
+    pub fn part(part: impl Into<String>) -> TimestampConfig {
+        TimestampConfig {
+            part: Some(part.into()),
+            ..TimestampConfig::default()
+        }
+    }
+
+    /// In milliseconds.
+    pub fn in_millis(mut self) -> Self {
+        self.unit = Some("ms".into());
+        self
+    }
+
+    /// Whether the unit is milliseconds (validated: `s` or `ms`).
+    pub(crate) fn millis(&self) -> bool {
+        self.unit.as_deref() == Some("ms")
+    }
+}
+
+/// `token = { header = "X-Gitlab-Token" }` of a `token` source.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct TokenConfig {
+    pub header: String,
+}
+
+impl TokenConfig {
+    pub fn new(header: impl Into<String>) -> TokenConfig {
+        TokenConfig {
+            header: header.into(),
+        }
+    }
+}
+
+/// One piece of a signed-content template (`hmac.signed`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Signed {
+    Text(String),
+    Body,
+    Timestamp,
+    Id,
+    Url,
+}
+
+/// The default signed content: the body alone.
+pub(crate) const SIGNED_BODY: &str = "{body}";
+
+/// `template` in pieces; `{` always opens a placeholder (no literal braces: no provider signs
+/// one around its placeholders).
+pub(crate) fn parse_signed(template: &str) -> Result<Vec<Signed>, String> {
+    let mut pieces = Vec::new();
+    let mut rest = template;
+    while let Some(open) = rest.find(['{', '}']) {
+        if open > 0 {
+            pieces.push(Signed::Text(rest[..open].to_string()));
+        }
+        let close = rest[open..]
+            .find('}')
+            .filter(|_| rest[open..].starts_with('{'))
+            .ok_or("has a `{` or `}` that is not part of {body}, {timestamp}, {id} or {url}")?;
+        pieces.push(match &rest[open + 1..open + close] {
+            "body" => Signed::Body,
+            "timestamp" => Signed::Timestamp,
+            "id" => Signed::Id,
+            "url" => Signed::Url,
+            _ => {
+                return Err(
+                    "has an unknown placeholder (known: {body}, {timestamp}, {id}, {url})".into(),
+                )
+            }
+        });
+        rest = &rest[open + close + 1..];
+    }
+    if !rest.is_empty() {
+        pieces.push(Signed::Text(rest.to_string()));
+    }
+    if !pieces.contains(&Signed::Body) {
+        return Err("must contain {body}".into());
+    }
+    Ok(pieces)
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
 #[non_exhaustive]
 pub enum HmacAlgorithm {
+    /// Legacy only (GitHub's `X-Hub-Signature`, Twilio): SHA-1 HMACs are not broken, but
+    /// prefer SHA-256 where the sender offers it.
+    Sha1,
     #[default]
     Sha256,
     Sha512,
@@ -173,13 +322,17 @@ pub enum HmacEncoding {
 }
 
 /// Where a value is: `{ header = "X-Acme-Delivery" }` or `{ json = "/id" }` (a JSON pointer
-/// into the body).
+/// into the body); for the event id also `{ body_sha256 = true }`: the hex SHA-256 of the raw
+/// body, for senders whose events carry no id. Then a resend of the same bytes is a duplicate,
+/// and any two different bodies are two events (a sender that stamps each retry with a new
+/// time in the body makes each retry a new event).
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase", deny_unknown_fields)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
 #[non_exhaustive]
 pub enum Locator {
     Header(String),
     Json(String),
+    BodySha256(bool),
 }
 
 impl HmacConfig {
@@ -190,7 +343,33 @@ impl HmacConfig {
             algorithm: HmacAlgorithm::default(),
             encoding: HmacEncoding::default(),
             prefix: String::new(),
+            signed: None,
+            timestamp: None,
+            separator: None,
         }
+    }
+
+    /// Signing `template` (see [`HmacConfig::signed`]) instead of the body alone.
+    pub fn with_signed(mut self, template: impl Into<String>) -> Self {
+        self.signed = Some(template.into());
+        self
+    }
+
+    /// With a signed timestamp where `timestamp` says.
+    pub fn with_timestamp(mut self, timestamp: TimestampConfig) -> Self {
+        self.timestamp = Some(timestamp);
+        self
+    }
+
+    /// With several entries in the signature header, split at `separator`.
+    pub fn with_separator(mut self, separator: impl Into<String>) -> Self {
+        self.separator = Some(separator.into());
+        self
+    }
+
+    /// The signed-content template in pieces (validated).
+    pub(crate) fn pieces(&self) -> Vec<Signed> {
+        parse_signed(self.signed.as_deref().unwrap_or(SIGNED_BODY)).unwrap_or_default()
     }
 
     pub fn with_algorithm(mut self, algorithm: HmacAlgorithm) -> Self {
@@ -226,6 +405,8 @@ impl SourceConfig {
             handlers: Vec::new(),
             max_body: None,
             hmac: None,
+            token: None,
+            public_url: None,
             id: None,
             kind: None,
             api_key: None,
@@ -253,6 +434,49 @@ impl SourceConfig {
             kind: Some(kind),
             ..SourceConfig::new(name, SchemeName::Hmac, secrets)
         }
+    }
+
+    /// A sender of scheme token: the token in header `token`.
+    pub fn token(
+        name: impl Into<String>,
+        secrets: Vec<Secret>,
+        token: TokenConfig,
+        id: Locator,
+        kind: Locator,
+    ) -> SourceConfig {
+        SourceConfig {
+            token: Some(token),
+            id: Some(id),
+            kind: Some(kind),
+            ..SourceConfig::new(name, SchemeName::Token, secrets)
+        }
+    }
+
+    /// A sender of scheme basic: each secret is `user:password`.
+    pub fn basic(
+        name: impl Into<String>,
+        secrets: Vec<Secret>,
+        id: Locator,
+        kind: Locator,
+    ) -> SourceConfig {
+        SourceConfig {
+            id: Some(id),
+            kind: Some(kind),
+            ..SourceConfig::new(name, SchemeName::Basic, secrets)
+        }
+    }
+
+    /// With the URL the provider calls, for a scheme that signs it.
+    pub fn with_public_url(mut self, public_url: impl Into<String>) -> Self {
+        self.public_url = Some(public_url.into());
+        self
+    }
+
+    /// Whether this source signs a timestamp (and so has a tolerance).
+    pub(crate) fn signs_time(&self) -> bool {
+        self.scheme.signs_time()
+            || (self.scheme == SchemeName::Hmac
+                && self.hmac.as_ref().is_some_and(|h| h.timestamp.is_some()))
     }
 
     /// The quick start's source: `stripe` with the `stripe-billing` handler.
@@ -348,31 +572,38 @@ impl SourceConfig {
         for secret in &self.secrets {
             let checked = match self.scheme {
                 SchemeName::Standard => decode_standard_secret(secret.expose()).map(drop),
+                SchemeName::Basic if !secret.expose().contains(':') => {
+                    Err("a basic secret is `user:password` and this one has no `:`".into())
+                }
                 _ => check_secret(secret.expose()),
             };
             checked.map_err(|why| ConfigError::new(key("secrets"), format!("refused: {why}")))?;
         }
-        if self.tolerance.is_some() && !self.scheme.signs_time() {
+        if self.tolerance.is_some() && !self.signs_time() {
             refuse!(
                 key("tolerance"),
-                "does not apply: scheme {scheme} signs no timestamp (the ledger is its only \
+                "does not apply: scheme {scheme} signs no timestamp here (the ledger is its only \
                  replay protection; see retention.claim_days)"
             );
         }
-        if self.scheme == SchemeName::Hmac {
-            let Some(hmac) = &self.hmac else {
+        for (field, set, applies) in [
+            ("hmac", self.hmac.is_some(), SchemeName::Hmac),
+            ("token", self.token.is_some(), SchemeName::Token),
+        ] {
+            if set && self.scheme != applies {
                 refuse!(
-                    key("hmac"),
-                    "missing: scheme hmac needs \
-                     hmac = {{ header = \"X-Signature\", algorithm = \"sha256\", encoding = \"hex\" }}"
+                    key(field),
+                    "applies to scheme {} only, not {scheme}",
+                    applies.as_str()
                 );
-            };
-            check_header_name(&key("hmac.header"), &hmac.header)?;
+            }
+        }
+        if self.scheme.configured() {
             for (field, locator) in [("id", &self.id), ("type", &self.kind)] {
                 match locator {
                     None => refuse!(
                         key(field),
-                        "missing: scheme hmac needs {field} = {{ header = \"X-...\" }} or \
+                        "missing: scheme {scheme} needs {field} = {{ header = \"X-...\" }} or \
                          {{ json = \"/field\" }}"
                     ),
                     Some(Locator::Header(header)) => {
@@ -383,18 +614,81 @@ impl SourceConfig {
                         "must be a JSON pointer such as \"/id\""
                     ),
                     Some(Locator::Json(_)) => {}
+                    Some(Locator::BodySha256(_)) if field == "type" => refuse!(
+                        key("type.body_sha256"),
+                        "applies to id only (a type is read from a header or the body)"
+                    ),
+                    Some(Locator::BodySha256(on)) => {
+                        if !on {
+                            refuse!(
+                                key("id.body_sha256"),
+                                "must be true (or say where the id is: {{ header = \"X-...\" }})"
+                            );
+                        }
+                    }
                 }
             }
         } else {
             for (field, set) in [
-                ("hmac", self.hmac.is_some()),
                 ("id", self.id.is_some() && self.split.is_none()),
                 ("type", self.kind.is_some() && self.split.is_none()),
             ] {
                 if set {
-                    refuse!(key(field), "applies to scheme hmac only, not {scheme}");
+                    refuse!(
+                        key(field),
+                        "applies to schemes hmac, token and basic only, not {scheme}"
+                    );
                 }
             }
+        }
+        match self.scheme {
+            SchemeName::Hmac => {
+                let Some(hmac) = &self.hmac else {
+                    refuse!(
+                        key("hmac"),
+                        "missing: scheme hmac needs \
+                         hmac = {{ header = \"X-Signature\", algorithm = \"sha256\", encoding = \"hex\" }}"
+                    );
+                };
+                self.validate_hmac(hmac)?;
+            }
+            SchemeName::Token => {
+                let Some(token) = &self.token else {
+                    refuse!(
+                        key("token"),
+                        "missing: scheme token needs token = {{ header = \"X-Gitlab-Token\" }}"
+                    );
+                };
+                check_header_name(&key("token.header"), &token.header)?;
+            }
+            _ => {}
+        }
+        let signs_url = self.scheme == SchemeName::Hmac
+            && self
+                .hmac
+                .as_ref()
+                .is_some_and(|h| h.pieces().contains(&Signed::Url));
+        match &self.public_url {
+            None if signs_url => refuse!(
+                key("public_url"),
+                "missing: hmac.signed has {{url}}, so the URL the provider calls must be set \
+                 (public_url = \"https://hooks.example.com/webhooks/{name}\")"
+            ),
+            Some(_) if !signs_url => refuse!(
+                key("public_url"),
+                "does not apply: nothing this source checks signs the URL ({{url}} in hmac.signed)"
+            ),
+            Some(url) => {
+                let parsed = url::Url::parse(url)
+                    .map_err(|e| ConfigError::new(key("public_url"), format!("not a URL ({e})")))?;
+                if !matches!(parsed.scheme(), "http" | "https") || !parsed.has_host() {
+                    refuse!(
+                        key("public_url"),
+                        "must be an http:// or https:// URL with a host"
+                    );
+                }
+            }
+            None => {}
         }
         self.validate_api()?;
         self.validate_split()
@@ -402,6 +696,70 @@ impl SourceConfig {
 }
 
 impl SourceConfig {
+    /// `hmac = { … }` of an hmac source: a valid header, template, timestamp and separator,
+    /// each placeholder with what it needs.
+    fn validate_hmac(&self, hmac: &HmacConfig) -> Result<(), ConfigError> {
+        let key = |field: &str| source_key(&self.name, field);
+        check_header_name(&key("hmac.header"), &hmac.header)?;
+        let pieces = parse_signed(hmac.signed.as_deref().unwrap_or(SIGNED_BODY))
+            .map_err(|why| ConfigError::new(key("hmac.signed"), why))?;
+        if let Some(separator) = &hmac.separator {
+            if separator.is_empty() {
+                refuse!(key("hmac.separator"), "is empty");
+            }
+        }
+        match (&hmac.timestamp, pieces.contains(&Signed::Timestamp)) {
+            (None, true) => refuse!(
+                key("hmac.timestamp"),
+                "missing: hmac.signed has {{timestamp}}; say where it is: \
+                 timestamp = {{ header = \"X-Timestamp\" }} or {{ part = \"t\" }}"
+            ),
+            (Some(_), false) => refuse!(
+                key("hmac.signed"),
+                "has no {{timestamp}}, so hmac.timestamp would be unsigned (anyone could change it)"
+            ),
+            (None, false) => {}
+            (Some(t), true) => {
+                match (&t.header, &t.part) {
+                    (Some(header), None) => {
+                        check_header_name(&key("hmac.timestamp.header"), header)?
+                    }
+                    (None, Some(part)) => {
+                        if hmac.separator.is_none() {
+                            refuse!(
+                                key("hmac.timestamp.part"),
+                                "needs hmac.separator: the part is one entry of the signature \
+                                 header (t=…,v1=…)"
+                            );
+                        }
+                        let bad = |c: char| c == '=' || c.is_whitespace();
+                        if part.is_empty() || part.contains(bad) {
+                            refuse!(
+                                key("hmac.timestamp.part"),
+                                "must be the name before `=` of the entry (`t` for t=…)"
+                            );
+                        }
+                    }
+                    _ => refuse!(
+                        key("hmac.timestamp"),
+                        "needs exactly one of header = \"X-Timestamp\" or part = \"t\""
+                    ),
+                }
+                if !matches!(t.unit.as_deref(), None | Some("s" | "ms")) {
+                    refuse!(key("hmac.timestamp.unit"), "must be \"s\" or \"ms\"");
+                }
+            }
+        }
+        if pieces.contains(&Signed::Id) && !matches!(self.id, Some(Locator::Header(_))) {
+            refuse!(
+                key("hmac.signed"),
+                "has {{id}}, which needs id = {{ header = \"X-...\" }} (the body is not read \
+                 before its signature is checked)"
+            );
+        }
+        Ok(())
+    }
+
     /// The provider's API settings, as far as they do not depend on the provider: a URL, a
     /// key, a reconcile with a key and bounds. (Which schemes have an API, and how far back
     /// it lists events, are the provider wing's rules, checked at start-up.)
@@ -604,5 +962,117 @@ mod split_and_handshake_tests {
         }
         let err = source("handshake = \"teams\"").unwrap_err();
         assert!(!err.to_string().contains("teams"), "{err}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The key a `[[source]]` named `s` with `text` (after its name) is refused at, or `ok`.
+    fn refused_at(text: &str) -> String {
+        let source: SourceConfig = toml::from_str(&format!("name = \"s\"\n{text}")).unwrap();
+        match source.validate() {
+            Ok(()) => "ok".into(),
+            Err(e) => {
+                assert!(!e.message.contains("secret_12345"), "{e}");
+                e.key
+            }
+        }
+    }
+
+    const HMAC: &str = "scheme = \"hmac\"\nsecrets = [\"secret_12345\"]\nid = { header = \"X-Id\" }\ntype = { json = \"/type\" }\n";
+
+    #[test]
+    fn templates_are_split_into_placeholders_and_text() {
+        assert_eq!(
+            parse_signed("v0:{timestamp}:{body}").unwrap(),
+            [
+                Signed::Text("v0:".into()),
+                Signed::Timestamp,
+                Signed::Text(":".into()),
+                Signed::Body
+            ]
+        );
+        assert_eq!(
+            parse_signed("{url}{body}").unwrap(),
+            [Signed::Url, Signed::Body]
+        );
+        for bad in [
+            "{timestamp}",
+            "{body",
+            "{body}}",
+            "{Body}",
+            "{ts}.{body}",
+            "}{body}",
+        ] {
+            assert!(parse_signed(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_generalized_hmac_is_refused_naming_the_key_that_cannot_work() {
+        let slack = "hmac = { header = \"X-Slack-Signature\", prefix = \"v0=\", signed = \"v0:{timestamp}:{body}\", timestamp = { header = \"X-Slack-Request-Timestamp\" } }\ntolerance = \"1m\"\n";
+        assert_eq!(refused_at(&format!("{HMAC}{slack}")), "ok");
+        for (text, key) in [
+            ("hmac = { header = \"X-S\", signed = \"{url}{body}\" }", "source `s`.public_url"),
+            ("hmac = { header = \"X-S\" }\npublic_url = \"https://h.example/w\"", "source `s`.public_url"),
+            ("hmac = { header = \"X-S\", signed = \"{url}{body}\" }\npublic_url = \"ftp://h.example/w\"", "source `s`.public_url"),
+            ("hmac = { header = \"X-S\", signed = \"{body}{extra}\" }", "source `s`.hmac.signed"),
+            ("hmac = { header = \"X-S\", signed = \"{timestamp}.{body}\" }", "source `s`.hmac.timestamp"),
+            ("hmac = { header = \"X-S\", timestamp = { header = \"X-T\" } }", "source `s`.hmac.signed"),
+            ("hmac = { header = \"X-S\", signed = \"{timestamp}.{body}\", timestamp = { header = \"X-T\", unit = \"minutes\" } }", "source `s`.hmac.timestamp.unit"),
+            ("hmac = { header = \"X-S\", signed = \"{timestamp}.{body}\", timestamp = { part = \"t\" } }", "source `s`.hmac.timestamp.part"),
+            ("hmac = { header = \"X-S\", separator = \",\", signed = \"{timestamp}.{body}\", timestamp = { part = \"t\", header = \"X-T\" } }", "source `s`.hmac.timestamp"),
+            ("hmac = { header = \"X-S\", separator = \"\" }", "source `s`.hmac.separator"),
+            ("hmac = { header = \"X-S\" }\ntolerance = \"1m\"", "source `s`.tolerance"),
+            ("hmac = { header = \"X-S\" }\ntoken = { header = \"X-T\" }", "source `s`.token"),
+        ] {
+            assert_eq!(refused_at(&format!("{HMAC}{text}\n")), key, "{text}");
+        }
+        let by_json = HMAC.replace("{ header = \"X-Id\" }", "{ json = \"/id\" }");
+        assert_eq!(
+            refused_at(&format!(
+                "{by_json}hmac = {{ header = \"X-S\", signed = \"{{id}}.{{body}}\" }}\n"
+            )),
+            "source `s`.hmac.signed"
+        );
+    }
+
+    #[test]
+    fn token_basic_and_body_sha256_are_refused_naming_the_key_that_cannot_work() {
+        let ids = "id = { header = \"X-Id\" }\ntype = { header = \"X-Type\" }\n";
+        for (text, key) in [
+            ("scheme = \"token\"\nsecrets = [\"secret_12345\"]\ntoken = { header = \"X-Gitlab-Token\" }\n", "ok"),
+            ("scheme = \"token\"\nsecrets = [\"secret_12345\"]\n", "source `s`.token"),
+            ("scheme = \"token\"\nsecrets = [\"secret_12345\"]\ntoken = { header = \"bad header\" }\n", "source `s`.token.header"),
+            ("scheme = \"basic\"\nsecrets = [\"user:secret_12345\"]\n", "ok"),
+            ("scheme = \"basic\"\nsecrets = [\"secret_12345\"]\n", "source `s`.secrets"),
+            ("scheme = \"basic\"\nsecrets = [\"u:p\"]\n", "source `s`.secrets"),
+            ("scheme = \"github\"\nsecrets = [\"secret_12345\"]\n", "source `s`.id"),
+        ] {
+            assert_eq!(refused_at(&format!("{text}{ids}")), key, "{text}");
+        }
+        let basic = "scheme = \"basic\"\nsecrets = [\"user:secret_12345\"]\n";
+        assert_eq!(
+            refused_at(&format!("{basic}type = {{ json = \"/t\" }}\n")),
+            "source `s`.id"
+        );
+        for (id, key) in [
+            (
+                "id = { body_sha256 = true }\ntype = { json = \"/t\" }",
+                "ok",
+            ),
+            (
+                "id = { body_sha256 = false }\ntype = { json = \"/t\" }",
+                "source `s`.id.body_sha256",
+            ),
+            (
+                "id = { json = \"/id\" }\ntype = { body_sha256 = true }",
+                "source `s`.type.body_sha256",
+            ),
+        ] {
+            assert_eq!(refused_at(&format!("{basic}{id}\n")), key, "{id}");
+        }
     }
 }

@@ -1,22 +1,43 @@
-//! Schemes that sign the body alone with an HMAC: GitHub, Shopify, and any in-house sender
-//! (`hmac`, configured). None signs a timestamp, so the ledger claim is their only replay
-//! protection (retention keeps claims for `retention.claim_days`).
+//! Schemes that sign with an HMAC: GitHub, Shopify, and any sender described by data
+//! (`hmac`, configured): the algorithm, the encoding, what is signed (a template of the body,
+//! a signed timestamp, the event id and the public URL), and how the signature header holds
+//! one or several signatures. GitHub and Shopify sign no timestamp, so the ledger claim is
+//! their only replay protection (retention keeps claims for `retention.claim_days`); a
+//! configured source with `hmac.timestamp` also refuses a timestamp outside its tolerance.
 //!
 //! | scheme | signature header | key | event id | type | event time |
 //! | --- | --- | --- | --- | --- | --- |
 //! | github | `X-Hub-Signature-256: sha256=<hex>` | secret as UTF-8 | `X-GitHub-Delivery` | `X-GitHub-Event` (+ `.` + body `action`) | none |
 //! | shopify | `X-Shopify-Hmac-Sha256: <base64>` | app client secret | `X-Shopify-Webhook-Id`, else `X-Shopify-Event-Id` | `X-Shopify-Topic` | `X-Shopify-Triggered-At`, unsigned |
 //! | hmac | configured | secret as UTF-8 | configured | configured | none |
+//!
+//! What configured sources look like (`hmac = { … }`):
+//! - Slack: `header = "X-Slack-Signature", prefix = "v0=", signed = "v0:{timestamp}:{body}",
+//!   timestamp = { header = "X-Slack-Request-Timestamp" }`.
+//! - Svix-like: `header = "svix-signature", encoding = "base64", prefix = "v1,", separator =
+//!   " ", signed = "{id}.{timestamp}.{body}", timestamp = { header = "svix-timestamp" }`
+//!   (with `id = { header = "svix-id" }`; the key is the secret's UTF-8, not Svix's decoded
+//!   `whsec_` key).
+//! - Stripe-like: `header = "X-Signature", prefix = "v1=", separator = ",", signed =
+//!   "{timestamp}.{body}", timestamp = { part = "t" }`; Paddle the same with `separator =
+//!   ";"`, `prefix = "h1="`, `signed = "{timestamp}:{body}"`, `part = "ts"`.
+//! - Square: `signed = "{url}{body}"`, base64, with the source's `public_url`. HubSpot v3:
+//!   `signed = "POST{url}{body}{timestamp}"`, `timestamp = { header =
+//!   "X-HubSpot-Request-Timestamp", unit = "ms" }`. Twilio signs the URL followed by the
+//!   sorted form parameters, not the raw body: `{url}{body}` (sha1, base64) matches it only
+//!   for a request without form parameters (a JSON body with `bodySHA256` in the URL).
 
 use axum::http::HeaderMap;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine;
+use hmac::digest::KeyInit;
 use hmac::{Hmac as HmacMac, Mac};
-use sha2::{Sha256, Sha512};
+use sha1::Sha1;
+use sha2::{Digest, Sha256, Sha512};
 
-use super::{header, Envelope, Scheme, VerifyError};
+use super::{check_timestamp, header, Envelope, Scheme, VerifyError, MAX_SIGNATURES};
 use crate::config::Secret;
-use crate::config::{HmacAlgorithm, HmacConfig, HmacEncoding, Locator};
+use crate::config::{HmacAlgorithm, HmacConfig, HmacEncoding, Locator, Signed};
 use crate::event::{check_id, ParseError};
 
 /// Where a value of the request is, with header names fixed for the life of the process.
@@ -25,14 +46,22 @@ pub(crate) enum Place {
     Header(&'static str),
     /// A JSON pointer into the body.
     Json(String),
+    /// The hex SHA-256 of the raw body.
+    BodySha256,
+}
+
+/// `name`, kept for the life of the process: sources are built once, at start-up.
+pub(crate) fn leak(name: &str) -> &'static str {
+    Box::leak(name.to_string().into_boxed_str())
 }
 
 impl Place {
-    /// From a configured locator. Header names are leaked: sources are built once, at start-up.
-    fn from_locator(locator: &Locator) -> Place {
+    /// From a configured locator.
+    pub(crate) fn from_locator(locator: &Locator) -> Place {
         match locator {
-            Locator::Header(name) => Place::Header(Box::leak(name.clone().into_boxed_str())),
+            Locator::Header(name) => Place::Header(leak(name)),
             Locator::Json(pointer) => Place::Json(pointer.clone()),
+            Locator::BodySha256(_) => Place::BodySha256,
         }
     }
 
@@ -40,17 +69,96 @@ impl Place {
         match self {
             Place::Header(name) => format!("{name} header"),
             Place::Json(pointer) => format!("`{pointer}` in the body"),
+            Place::BodySha256 => "the body's SHA-256".into(),
         }
     }
 }
 
-/// A body-only HMAC scheme (see the module doc).
+/// The event id and type of a verified request, read from the places given (the first `id`
+/// place present is the id). GitHub's `action_suffix`: the type is followed by `.` and the
+/// body's `action` when it has one. `time_header`: an unsigned RFC 3339 event time.
+pub(crate) fn read_envelope(
+    headers: &HeaderMap,
+    body: &[u8],
+    ids: &[Place],
+    kind: &Place,
+    action_suffix: bool,
+    time_header: Option<&'static str>,
+) -> Result<Envelope, ParseError> {
+    // The body is parsed only if a value is read from it (it need not be JSON otherwise).
+    let mut json: Option<Option<serde_json::Value>> = None;
+    let mut read = |place: &Place| -> Option<String> {
+        match place {
+            Place::Header(name) => header(headers, name)
+                .and_then(|v| std::str::from_utf8(v).ok())
+                .map(str::to_string),
+            Place::Json(pointer) => {
+                let value = json.get_or_insert_with(|| serde_json::from_slice(body).ok());
+                match value.as_ref()?.pointer(pointer)? {
+                    serde_json::Value::String(s) => Some(s.clone()),
+                    serde_json::Value::Number(n) => Some(n.to_string()),
+                    _ => None,
+                }
+            }
+            Place::BodySha256 => Some(hex::encode(Sha256::digest(body))),
+        }
+    };
+    let id = ids
+        .iter()
+        .find_map(&mut read)
+        .ok_or_else(|| ParseError::Missing(ids[0].what()))?;
+    check_id("id", &id)?;
+    let mut kind = read(kind).ok_or_else(|| ParseError::Missing(kind.what()))?;
+    if action_suffix {
+        if let Some(action) = read(&Place::Json("/action".into())) {
+            kind = format!("{kind}.{action}");
+        }
+    }
+    check_id("type", &kind)?;
+    let created = time_header
+        .and_then(|name| header(headers, name))
+        .and_then(|v| std::str::from_utf8(v).ok())
+        .and_then(crate::time::parse_rfc3339);
+    Ok(Envelope { id, kind, created })
+}
+
+/// One piece of the signed content, the public URL already in place.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Piece {
+    Text(Vec<u8>),
+    Body,
+    Timestamp,
+    Id,
+}
+
+/// Where the signed timestamp is.
+#[derive(Debug, Clone)]
+pub(crate) enum Stamp {
+    Header(&'static str),
+    /// The entry `<name>=<value>` of the signature header.
+    Part(String),
+}
+
+/// A signed timestamp: where it is, and whether it counts milliseconds.
+#[derive(Debug, Clone)]
+pub(crate) struct Timestamp {
+    pub(crate) at: Stamp,
+    pub(crate) millis: bool,
+}
+
+/// An HMAC scheme (see the module doc).
 pub(crate) struct BodyHmac {
     pub(crate) keys: Vec<Secret>,
     pub(crate) header: &'static str,
     pub(crate) algorithm: HmacAlgorithm,
     pub(crate) encoding: HmacEncoding,
     pub(crate) prefix: String,
+    /// What is signed, in order.
+    pub(crate) signed: Vec<Piece>,
+    pub(crate) timestamp: Option<Timestamp>,
+    /// The signature header holds entries split at this.
+    pub(crate) separator: Option<String>,
+    pub(crate) tolerance: u64,
     /// The first of these that is present is the event id.
     pub(crate) id: Vec<Place>,
     pub(crate) kind: Place,
@@ -69,6 +177,13 @@ pub(crate) const SHOPIFY_EVENT_ID: &str = "X-Shopify-Event-Id";
 pub(crate) const SHOPIFY_TOPIC: &str = "X-Shopify-Topic";
 pub(crate) const SHOPIFY_TRIGGERED_AT: &str = "X-Shopify-Triggered-At";
 
+/// What a request's signature header and timestamp say.
+struct Claimed<'h> {
+    signatures: Vec<Vec<u8>>,
+    /// The timestamp as sent (it is signed as text) and in seconds.
+    timestamp: Option<(&'h [u8], i64)>,
+}
+
 impl BodyHmac {
     pub(crate) fn github(keys: Vec<Secret>) -> BodyHmac {
         BodyHmac {
@@ -77,6 +192,10 @@ impl BodyHmac {
             algorithm: HmacAlgorithm::Sha256,
             encoding: HmacEncoding::Hex,
             prefix: "sha256=".into(),
+            signed: vec![Piece::Body],
+            timestamp: None,
+            separator: None,
+            tolerance: 0,
             id: vec![Place::Header(GITHUB_DELIVERY)],
             kind: Place::Header(GITHUB_EVENT),
             action_suffix: true,
@@ -91,6 +210,10 @@ impl BodyHmac {
             algorithm: HmacAlgorithm::Sha256,
             encoding: HmacEncoding::Base64,
             prefix: String::new(),
+            signed: vec![Piece::Body],
+            timestamp: None,
+            separator: None,
+            tolerance: 0,
             id: vec![
                 Place::Header(SHOPIFY_WEBHOOK_ID),
                 Place::Header(SHOPIFY_EVENT_ID),
@@ -101,19 +224,44 @@ impl BodyHmac {
         }
     }
 
-    /// A configured `hmac` source (validated: `id` and `type` are set).
+    /// A configured `hmac` source (validated: `id` and `type` are set, `public_url` is when
+    /// the template has `{url}`).
     pub(crate) fn configured(
         keys: Vec<Secret>,
         hmac: &HmacConfig,
+        public_url: Option<&str>,
+        tolerance: u64,
         id: &Locator,
         kind: &Locator,
     ) -> BodyHmac {
+        let signed = hmac
+            .pieces()
+            .into_iter()
+            .map(|piece| match piece {
+                Signed::Text(text) => Piece::Text(text.into_bytes()),
+                Signed::Url => Piece::Text(public_url.unwrap_or_default().as_bytes().to_vec()),
+                Signed::Body => Piece::Body,
+                Signed::Timestamp => Piece::Timestamp,
+                Signed::Id => Piece::Id,
+            })
+            .collect();
+        let timestamp = hmac.timestamp.as_ref().map(|t| Timestamp {
+            at: match (&t.header, &t.part) {
+                (Some(header), _) => Stamp::Header(leak(header)),
+                (None, part) => Stamp::Part(part.clone().unwrap_or_default()),
+            },
+            millis: t.millis(),
+        });
         BodyHmac {
             keys,
-            header: Box::leak(hmac.header.clone().into_boxed_str()),
+            header: leak(&hmac.header),
             algorithm: hmac.algorithm,
             encoding: hmac.encoding,
             prefix: hmac.prefix.clone(),
+            signed,
+            timestamp,
+            separator: hmac.separator.clone(),
+            tolerance,
             id: vec![Place::from_locator(id)],
             kind: Place::from_locator(kind),
             action_suffix: false,
@@ -123,31 +271,46 @@ impl BodyHmac {
 
     fn digest_len(&self) -> usize {
         match self.algorithm {
+            HmacAlgorithm::Sha1 => 20,
             HmacAlgorithm::Sha256 => 32,
             HmacAlgorithm::Sha512 => 64,
         }
     }
 
-    /// The MAC of `body` under `key`.
-    pub(crate) fn mac(&self, key: &Secret, body: &[u8]) -> Vec<u8> {
+    /// The MAC of the concatenated `parts` under `key`.
+    pub(crate) fn mac(&self, key: &Secret, parts: &[&[u8]]) -> Vec<u8> {
+        fn run<M: Mac + KeyInit>(key: &[u8], parts: &[&[u8]]) -> Vec<u8> {
+            let mut mac = <M as Mac>::new_from_slice(key).expect("any key length");
+            for part in parts {
+                mac.update(part);
+            }
+            mac.finalize().into_bytes().to_vec()
+        }
         let key = key.expose().as_bytes();
         match self.algorithm {
-            HmacAlgorithm::Sha256 => {
-                let mut mac = HmacMac::<Sha256>::new_from_slice(key).expect("any key length");
-                mac.update(body);
-                mac.finalize().into_bytes().to_vec()
-            }
-            HmacAlgorithm::Sha512 => {
-                let mut mac = HmacMac::<Sha512>::new_from_slice(key).expect("any key length");
-                mac.update(body);
-                mac.finalize().into_bytes().to_vec()
-            }
+            HmacAlgorithm::Sha1 => run::<HmacMac<Sha1>>(key, parts),
+            HmacAlgorithm::Sha256 => run::<HmacMac<Sha256>>(key, parts),
+            HmacAlgorithm::Sha512 => run::<HmacMac<Sha512>>(key, parts),
         }
     }
 
-    /// The signature header's value for `body` under `key`.
-    pub(crate) fn signature(&self, key: &Secret, body: &[u8]) -> String {
-        let mac = self.mac(key, body);
+    /// The signed content's parts for `body`, timestamp text `timestamp` and event `id`.
+    fn parts<'a>(&'a self, body: &'a [u8], timestamp: &'a [u8], id: &'a [u8]) -> Vec<&'a [u8]> {
+        self.signed
+            .iter()
+            .map(|piece| match piece {
+                Piece::Text(text) => text.as_slice(),
+                Piece::Body => body,
+                Piece::Timestamp => timestamp,
+                Piece::Id => id,
+            })
+            .collect()
+    }
+
+    /// One encoded signature entry (`v1=<hex>`) for `body` under `key`, with timestamp text
+    /// `timestamp` and event `id` where the template signs them.
+    fn entry(&self, key: &Secret, body: &[u8], timestamp: &str, id: &str) -> String {
+        let mac = self.mac(key, &self.parts(body, timestamp.as_bytes(), id.as_bytes()));
         let encoded = match self.encoding {
             HmacEncoding::Hex => hex::encode(mac),
             HmacEncoding::Base64 => BASE64.encode(mac),
@@ -155,39 +318,151 @@ impl BodyHmac {
         format!("{}{encoded}", self.prefix)
     }
 
-    /// The decoded signature of the request.
-    fn claimed(&self, headers: &HeaderMap) -> Result<Vec<u8>, VerifyError> {
-        let malformed = |reason| VerifyError::MalformedHeader {
+    /// The signature header's value for `body` under `key` (a scheme that signs the body
+    /// alone).
+    #[cfg(test)]
+    pub(crate) fn signature(&self, key: &Secret, body: &[u8]) -> String {
+        self.entry(key, body, "", "")
+    }
+
+    fn malformed(&self, reason: &'static str) -> VerifyError {
+        VerifyError::MalformedHeader {
             header: self.header,
             reason,
-        };
+        }
+    }
+
+    /// The decoded signatures and the timestamp of the request.
+    fn claimed<'h>(&self, headers: &'h HeaderMap) -> Result<Claimed<'h>, VerifyError> {
         let value = header(headers, self.header).ok_or(VerifyError::MissingHeader(self.header))?;
-        let value = std::str::from_utf8(value).map_err(|_| malformed("not UTF-8"))?;
-        let encoded = value
-            .trim()
-            .strip_prefix(self.prefix.as_str())
-            .ok_or(malformed("it does not start with the expected prefix"))?;
-        let decoded = match self.encoding {
-            HmacEncoding::Hex => hex::decode(encoded).ok(),
-            HmacEncoding::Base64 => BASE64.decode(encoded).ok(),
+        let value = std::str::from_utf8(value).map_err(|_| self.malformed("not UTF-8"))?;
+        let part = match &self.timestamp {
+            Some(Timestamp {
+                at: Stamp::Part(name),
+                ..
+            }) => Some(name.as_str()),
+            _ => None,
         };
-        match decoded {
-            Some(mac) if mac.len() == self.digest_len() => Ok(mac),
-            _ => Err(malformed("not an encoded HMAC of the expected length")),
+        let mut signatures = Vec::new();
+        let mut in_header = None;
+        let entries: Box<dyn Iterator<Item = &str>> = match &self.separator {
+            Some(separator) => Box::new(value.split(separator.as_str())),
+            None => Box::new(std::iter::once(value)),
+        };
+        for entry in entries.map(str::trim).filter(|e| !e.is_empty()) {
+            let stamp = part.and_then(|p| entry.strip_prefix(p)?.strip_prefix('='));
+            if let Some(stamp) = stamp {
+                if in_header.replace(stamp).is_some() {
+                    return Err(self.malformed("it has two timestamps"));
+                }
+                continue;
+            }
+            let Some(encoded) = entry.strip_prefix(self.prefix.as_str()) else {
+                if self.separator.is_some() {
+                    // Another version or scheme of signature: not this one's to check.
+                    continue;
+                }
+                return Err(self.malformed("it does not start with the expected prefix"));
+            };
+            if signatures.len() == MAX_SIGNATURES {
+                return Err(VerifyError::TooManySignatures {
+                    header: self.header,
+                    max: MAX_SIGNATURES,
+                });
+            }
+            let decoded = match self.encoding {
+                HmacEncoding::Hex => hex::decode(encoded).ok(),
+                HmacEncoding::Base64 => BASE64.decode(encoded).ok(),
+            };
+            match decoded {
+                Some(mac) if mac.len() == self.digest_len() => signatures.push(mac),
+                _ => return Err(self.malformed("not an encoded HMAC of the expected length")),
+            }
+        }
+        if signatures.is_empty() {
+            return Err(self.malformed("no signature with the expected prefix"));
+        }
+        let timestamp = match &self.timestamp {
+            None => None,
+            Some(t) => {
+                let (text, name) = match t.at {
+                    Stamp::Header(name) => (
+                        header(headers, name).ok_or(VerifyError::MissingHeader(name))?,
+                        name,
+                    ),
+                    Stamp::Part(_) => (
+                        in_header
+                            .ok_or(self.malformed("it has no timestamp entry"))?
+                            .as_bytes(),
+                        self.header,
+                    ),
+                };
+                let seconds = parse_stamp(text, t.millis).ok_or(VerifyError::MalformedHeader {
+                    header: name,
+                    reason: "the timestamp is not a whole number of seconds or milliseconds",
+                })?;
+                Some((text, seconds))
+            }
+        };
+        Ok(Claimed {
+            signatures,
+            timestamp,
+        })
+    }
+
+    /// The event id as sent in its header, for a template that signs `{id}` (validated: the
+    /// id is a header then).
+    fn signed_id<'h>(&self, headers: &'h HeaderMap) -> Result<&'h [u8], VerifyError> {
+        if !self.signed.contains(&Piece::Id) {
+            return Ok(b"");
+        }
+        match self.id.first() {
+            Some(Place::Header(name)) => {
+                header(headers, name).ok_or(VerifyError::MissingHeader(name))
+            }
+            _ => Ok(b""),
         }
     }
 }
 
+/// A timestamp's text in seconds: ASCII digits only (no sign, no fraction), in seconds or
+/// milliseconds.
+fn parse_stamp(text: &[u8], millis: bool) -> Option<i64> {
+    if text.is_empty() || text.len() > 19 || !text.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let n: i64 = std::str::from_utf8(text).ok()?.parse().ok()?;
+    Some(if millis { n / 1000 } else { n })
+}
+
 impl Scheme for BodyHmac {
-    fn precheck(&self, headers: &HeaderMap, _now: i64) -> Result<(), VerifyError> {
-        self.claimed(headers).map(drop)
+    fn precheck(&self, headers: &HeaderMap, now: i64) -> Result<(), VerifyError> {
+        let claimed = self.claimed(headers)?;
+        self.signed_id(headers)?;
+        match claimed.timestamp {
+            Some((_, t)) => check_timestamp(t, now, self.tolerance),
+            None => Ok(()),
+        }
     }
 
-    fn verify(&self, headers: &HeaderMap, body: &[u8], _now: i64) -> Result<(), VerifyError> {
+    fn verify(&self, headers: &HeaderMap, body: &[u8], now: i64) -> Result<(), VerifyError> {
         let claimed = self.claimed(headers)?;
-        // Every key is tried (no early exit), each compared in constant time.
+        let id = self.signed_id(headers)?;
+        let text = match claimed.timestamp {
+            Some((text, t)) => {
+                check_timestamp(t, now, self.tolerance)?;
+                text
+            }
+            None => b"",
+        };
+        let parts = self.parts(body, text, id);
+        // Every key and every signature is tried (no early exit), each compared in constant
+        // time.
         let matched = self.keys.iter().fold(false, |m, key| {
-            m | constant_time_eq::constant_time_eq(&self.mac(key, body), &claimed)
+            let mac = self.mac(key, &parts);
+            claimed.signatures.iter().fold(m, |m, claimed| {
+                m | constant_time_eq::constant_time_eq(&mac, claimed)
+            })
         });
         if matched {
             Ok(())
@@ -197,46 +472,41 @@ impl Scheme for BodyHmac {
     }
 
     fn envelope(&self, headers: &HeaderMap, body: &[u8]) -> Result<Envelope, ParseError> {
-        // The body is parsed only if a value is read from it (it need not be JSON otherwise).
-        let mut json: Option<Option<serde_json::Value>> = None;
-        let mut read = |place: &Place| -> Option<String> {
-            match place {
-                Place::Header(name) => header(headers, name)
-                    .and_then(|v| std::str::from_utf8(v).ok())
-                    .map(str::to_string),
-                Place::Json(pointer) => {
-                    let value = json.get_or_insert_with(|| serde_json::from_slice(body).ok());
-                    match value.as_ref()?.pointer(pointer)? {
-                        serde_json::Value::String(s) => Some(s.clone()),
-                        serde_json::Value::Number(n) => Some(n.to_string()),
-                        _ => None,
-                    }
-                }
-            }
-        };
-        let id = self
-            .id
-            .iter()
-            .find_map(&mut read)
-            .ok_or_else(|| ParseError::Missing(self.id[0].what()))?;
-        check_id("id", &id)?;
-        let mut kind = read(&self.kind).ok_or_else(|| ParseError::Missing(self.kind.what()))?;
-        if self.action_suffix {
-            if let Some(action) = read(&Place::Json("/action".into())) {
-                kind = format!("{kind}.{action}");
-            }
-        }
-        check_id("type", &kind)?;
-        let created = self
-            .time_header
-            .and_then(|name| header(headers, name))
-            .and_then(|v| std::str::from_utf8(v).ok())
-            .and_then(crate::time::parse_rfc3339);
-        Ok(Envelope { id, kind, created })
+        read_envelope(
+            headers,
+            body,
+            &self.id,
+            &self.kind,
+            self.action_suffix,
+            self.time_header,
+        )
     }
 
     fn sign(&self, body: &[u8], now: i64, id: &str, kind: &str) -> Vec<(String, String)> {
-        let mut headers = vec![(self.header.to_string(), self.signature(&self.keys[0], body))];
+        let stamp = match &self.timestamp {
+            Some(t) if t.millis => now.saturating_mul(1000).to_string(),
+            Some(_) => now.to_string(),
+            None => String::new(),
+        };
+        let entry = self.entry(&self.keys[0], body, &stamp, id);
+        let value = match (&self.timestamp, &self.separator) {
+            (
+                Some(Timestamp {
+                    at: Stamp::Part(part),
+                    ..
+                }),
+                Some(separator),
+            ) => format!("{part}={stamp}{separator}{entry}"),
+            _ => entry,
+        };
+        let mut headers = vec![(self.header.to_string(), value)];
+        if let Some(Timestamp {
+            at: Stamp::Header(name),
+            ..
+        }) = &self.timestamp
+        {
+            headers.push((name.to_string(), stamp));
+        }
         if let Some(Place::Header(name)) = self.id.first() {
             headers.push((name.to_string(), id.to_string()));
         }
@@ -363,15 +633,15 @@ mod tests {
 
     #[test]
     fn configured_hmac_reads_json_pointers_with_sha512_base64() {
-        let config = HmacConfig {
-            header: "X-Acme-Signature".into(),
-            algorithm: HmacAlgorithm::Sha512,
-            encoding: HmacEncoding::Base64,
-            prefix: "v1=".into(),
-        };
+        let config = HmacConfig::new("X-Acme-Signature")
+            .with_algorithm(HmacAlgorithm::Sha512)
+            .with_encoding(HmacEncoding::Base64)
+            .with_prefix("v1=");
         let scheme = BodyHmac::configured(
             vec![Secret::new("acme_secret_123")],
             &config,
+            None,
+            300,
             &Locator::Json("/id".into()),
             &Locator::Json("/event/name".into()),
         );
@@ -390,5 +660,454 @@ mod tests {
             scheme.envelope(&headers, b"{}"),
             Err(ParseError::Missing("`/id` in the body".into()))
         );
+    }
+
+    use crate::config::TimestampConfig;
+
+    fn configured(config: HmacConfig, secret: &str, id: Locator) -> BodyHmac {
+        BodyHmac::configured(
+            vec![Secret::new(secret)],
+            &config,
+            Some("https://hooks.example.com/webhooks/sq"),
+            300,
+            &id,
+            &Locator::Json("/type".into()),
+        )
+    }
+
+    fn headers_of(pairs: &[(String, String)]) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        for (k, v) in pairs {
+            headers.append(
+                axum::http::HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                v.parse().unwrap(),
+            );
+        }
+        headers
+    }
+
+    /// An HMAC computed here, apart from the scheme's own code.
+    fn independent<M: Mac + KeyInit>(key: &str, parts: &[&[u8]]) -> Vec<u8> {
+        let mut mac = <M as Mac>::new_from_slice(key.as_bytes()).unwrap();
+        for part in parts {
+            mac.update(part);
+        }
+        mac.finalize().into_bytes().to_vec()
+    }
+
+    fn slack() -> BodyHmac {
+        configured(
+            HmacConfig::new("X-Slack-Signature")
+                .with_prefix("v0=")
+                .with_signed("v0:{timestamp}:{body}")
+                .with_timestamp(TimestampConfig::header("X-Slack-Request-Timestamp")),
+            "8f742231b10e8888abcd99yyyzzz85a5",
+            Locator::BodySha256(true),
+        )
+    }
+
+    const SLACK_BODY: &[u8] = b"token=xyzz0WbapA4vBCDEFasx0q6G&team_id=T1DC2JH3J&team_domain=testteamnow&channel_id=G8PSS9T3V&channel_name=foobar&user_id=U2CERLKJA&user_name=roadrunner&command=%2Fwebhook-collect&text=&response_url=https%3A%2F%2Fhooks.slack.com%2Fcommands%2FT1DC2JH3J%2F397700885554%2F96rGlfmibIGlgcZRskXaIFfN&trigger_id=398738663015.47445629121.803a0bc887a14d10d2c447fce8b6703c";
+
+    /// Slack's documented example ("Verifying requests from Slack").
+    #[test]
+    fn slack_docs_vector() {
+        let scheme = slack();
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            "X-Slack-Signature",
+            "v0=a2114d57b48eac39b9ad189dd8316235a7b4a8d21a10bd27519666489c69b503"
+                .parse()
+                .unwrap(),
+        );
+        headers.insert("X-Slack-Request-Timestamp", "1531420618".parse().unwrap());
+        let now = 1_531_420_618 + 10;
+        assert_eq!(scheme.precheck(&headers, now), Ok(()));
+        assert_eq!(scheme.verify(&headers, SLACK_BODY, now), Ok(()));
+        let mut changed = SLACK_BODY.to_vec();
+        changed[0] ^= 1;
+        assert_eq!(
+            scheme.verify(&headers, &changed, now),
+            Err(VerifyError::NoMatch)
+        );
+        // What `sign` makes at the same time is the documented header.
+        let signed = scheme.sign(SLACK_BODY, 1_531_420_618, "", "");
+        assert_eq!(
+            signed,
+            [
+                (
+                    "X-Slack-Signature".to_string(),
+                    "v0=a2114d57b48eac39b9ad189dd8316235a7b4a8d21a10bd27519666489c69b503"
+                        .to_string()
+                ),
+                (
+                    "X-Slack-Request-Timestamp".to_string(),
+                    "1531420618".to_string()
+                ),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_signed_timestamp_is_checked_both_ways_in_precheck_and_verify() {
+        let scheme = slack();
+        let t = 1_700_000_000;
+        let headers = headers_of(&scheme.sign(b"x=1", t, "", ""));
+        for now in [t - 300, t, t + 300] {
+            assert_eq!(scheme.precheck(&headers, now), Ok(()));
+            assert_eq!(scheme.verify(&headers, b"x=1", now), Ok(()));
+        }
+        assert!(matches!(
+            scheme.precheck(&headers, t + 301),
+            Err(VerifyError::TooOld { age: 301, .. })
+        ));
+        assert!(matches!(
+            scheme.verify(&headers, b"x=1", t + 301),
+            Err(VerifyError::TooOld { .. })
+        ));
+        assert!(matches!(
+            scheme.precheck(&headers, t - 301),
+            Err(VerifyError::InFuture { ahead: 301, .. })
+        ));
+        assert!(matches!(
+            scheme.verify(&headers, b"x=1", t - 301),
+            Err(VerifyError::InFuture { .. })
+        ));
+    }
+
+    #[test]
+    fn a_missing_or_malformed_timestamp_is_refused_before_the_body() {
+        let scheme = slack();
+        let t = 1_700_000_000;
+        let mut headers = headers_of(&scheme.sign(b"x=1", t, "", ""));
+        headers.remove("X-Slack-Request-Timestamp");
+        assert_eq!(
+            scheme.precheck(&headers, t),
+            Err(VerifyError::MissingHeader("X-Slack-Request-Timestamp"))
+        );
+        for bad in ["", "-5", "1.5e9", "17000000000000000000000", " 12a"] {
+            headers.insert("X-Slack-Request-Timestamp", bad.parse().unwrap());
+            assert!(
+                matches!(
+                    scheme.precheck(&headers, t),
+                    Err(VerifyError::MalformedHeader {
+                        header: "X-Slack-Request-Timestamp",
+                        ..
+                    })
+                ),
+                "{bad}"
+            );
+        }
+    }
+
+    /// A signed timestamp in milliseconds, the method and the public URL signed too
+    /// (HubSpot's v3 shape), computed independently.
+    #[test]
+    fn milliseconds_and_the_public_url() {
+        let scheme = configured(
+            HmacConfig::new("X-HubSpot-Signature-v3")
+                .with_encoding(HmacEncoding::Base64)
+                .with_signed("POST{url}{body}{timestamp}")
+                .with_timestamp(TimestampConfig::header("X-HubSpot-Request-Timestamp").in_millis()),
+            "hubspot_client_secret",
+            Locator::Json("/eventId".into()),
+        );
+        let body = br#"[{"eventId":1}]"#;
+        let expected = BASE64.encode(independent::<HmacMac<Sha256>>(
+            "hubspot_client_secret",
+            &[
+                b"POSThttps://hooks.example.com/webhooks/sq",
+                body,
+                b"1700000000123",
+            ],
+        ));
+        let mut headers = HeaderMap::new();
+        headers.insert("X-HubSpot-Signature-v3", expected.parse().unwrap());
+        headers.insert(
+            "X-HubSpot-Request-Timestamp",
+            "1700000000123".parse().unwrap(),
+        );
+        assert_eq!(scheme.verify(&headers, body, 1_700_000_100), Ok(()));
+        assert!(matches!(
+            scheme.verify(&headers, body, 1_700_000_301),
+            Err(VerifyError::TooOld { .. })
+        ));
+        let signed = scheme.sign(body, 1_700_000_000, "", "");
+        assert!(signed.contains(&(
+            "X-HubSpot-Request-Timestamp".to_string(),
+            "1700000000000".to_string()
+        )));
+        assert_eq!(
+            scheme.verify(&headers_of(&signed), body, 1_700_000_000),
+            Ok(())
+        );
+    }
+
+    /// Square's shape: the notification URL then the body, base64.
+    #[test]
+    fn url_then_body() {
+        let scheme = configured(
+            HmacConfig::new("x-square-hmacsha256-signature")
+                .with_encoding(HmacEncoding::Base64)
+                .with_signed("{url}{body}"),
+            "square_signature_key",
+            Locator::Json("/event_id".into()),
+        );
+        let body = br#"{"event_id":"e1","type":"payment.created"}"#;
+        let expected = BASE64.encode(independent::<HmacMac<Sha256>>(
+            "square_signature_key",
+            &[b"https://hooks.example.com/webhooks/sq", body],
+        ));
+        assert_eq!(scheme.signature(&scheme.keys[0], body), expected);
+        let mut headers = HeaderMap::new();
+        headers.insert("x-square-hmacsha256-signature", expected.parse().unwrap());
+        assert_eq!(scheme.verify(&headers, body, 0), Ok(()));
+        assert_eq!(
+            scheme.envelope(&headers, body).unwrap().kind,
+            "payment.created"
+        );
+    }
+
+    /// GitHub's legacy `X-Hub-Signature: sha1=…`.
+    #[test]
+    fn sha1_for_legacy_senders() {
+        let scheme = configured(
+            HmacConfig::new("X-Hub-Signature")
+                .with_algorithm(HmacAlgorithm::Sha1)
+                .with_prefix("sha1="),
+            "It's a Secret to Everybody",
+            Locator::Header("X-GitHub-Delivery".into()),
+        );
+        let expected = format!(
+            "sha1={}",
+            hex::encode(independent::<HmacMac<Sha1>>(
+                "It's a Secret to Everybody",
+                &[b"Hello, World!"]
+            ))
+        );
+        assert_eq!(
+            scheme.signature(&scheme.keys[0], b"Hello, World!"),
+            expected
+        );
+        let mut headers = HeaderMap::new();
+        headers.insert("X-Hub-Signature", expected.parse().unwrap());
+        assert_eq!(scheme.verify(&headers, b"Hello, World!", 0), Ok(()));
+        // A SHA-256 signature is the wrong length for this source.
+        headers.insert(
+            "X-Hub-Signature",
+            "sha1=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17"
+                .parse()
+                .unwrap(),
+        );
+        assert!(matches!(
+            scheme.precheck(&headers, 0),
+            Err(VerifyError::MalformedHeader { .. })
+        ));
+    }
+
+    fn svix_like() -> BodyHmac {
+        configured(
+            HmacConfig::new("svix-signature")
+                .with_encoding(HmacEncoding::Base64)
+                .with_prefix("v1,")
+                .with_separator(" ")
+                .with_signed("{id}.{timestamp}.{body}")
+                .with_timestamp(TimestampConfig::header("svix-timestamp")),
+            "svix_like_secret_1",
+            Locator::Header("svix-id".into()),
+        )
+    }
+
+    /// Several signatures in one header: any may match; other versions are skipped; the id
+    /// header is signed.
+    #[test]
+    fn any_of_several_signatures_matches_and_the_id_is_signed() {
+        let scheme = svix_like();
+        let t = 1_700_000_000;
+        let body = br#"{"type":"user.created"}"#;
+        let good = BASE64.encode(independent::<HmacMac<Sha256>>(
+            "svix_like_secret_1",
+            &[b"msg_1.1700000000.", body],
+        ));
+        let other = BASE64.encode([7u8; 32]);
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            "svix-signature",
+            format!("v2,abc v1,{other}  v1,{good}").parse().unwrap(),
+        );
+        headers.insert("svix-timestamp", "1700000000".parse().unwrap());
+        headers.insert("svix-id", "msg_1".parse().unwrap());
+        assert_eq!(scheme.verify(&headers, body, t), Ok(()));
+        headers.insert("svix-id", "msg_2".parse().unwrap());
+        assert_eq!(scheme.verify(&headers, body, t), Err(VerifyError::NoMatch));
+        headers.remove("svix-id");
+        assert_eq!(
+            scheme.precheck(&headers, t),
+            Err(VerifyError::MissingHeader("svix-id"))
+        );
+        // Only other versions: nothing to check.
+        headers.insert("svix-id", "msg_1".parse().unwrap());
+        headers.insert("svix-signature", "v2,abc".parse().unwrap());
+        assert!(matches!(
+            scheme.precheck(&headers, t),
+            Err(VerifyError::MalformedHeader { .. })
+        ));
+        // What sign makes, verify accepts.
+        let signed = headers_of(&scheme.sign(body, t, "msg_9", "user.created"));
+        assert_eq!(scheme.verify(&signed, body, t), Ok(()));
+    }
+
+    #[test]
+    fn more_signatures_than_the_cap_are_refused_before_the_body() {
+        let scheme = svix_like();
+        let one = format!("v1,{}", BASE64.encode([0u8; 32]));
+        let mut headers = HeaderMap::new();
+        headers.insert("svix-timestamp", "1700000000".parse().unwrap());
+        headers.insert("svix-id", "msg_1".parse().unwrap());
+        headers.insert(
+            "svix-signature",
+            vec![one.as_str(); MAX_SIGNATURES]
+                .join(" ")
+                .parse()
+                .unwrap(),
+        );
+        assert_eq!(scheme.precheck(&headers, 1_700_000_000), Ok(()));
+        headers.insert(
+            "svix-signature",
+            vec![one.as_str(); MAX_SIGNATURES + 1]
+                .join(" ")
+                .parse()
+                .unwrap(),
+        );
+        assert_eq!(
+            scheme.precheck(&headers, 1_700_000_000),
+            Err(VerifyError::TooManySignatures {
+                header: "svix-signature",
+                max: MAX_SIGNATURES
+            })
+        );
+    }
+
+    #[test]
+    fn a_badly_encoded_or_wrong_signature_is_refused() {
+        let scheme = slack();
+        let t = 1_700_000_000;
+        let mut headers = headers_of(&scheme.sign(b"x=1", t, "", ""));
+        for bad in ["v0=zz", "v0=", "v1=00", "a2114d57"] {
+            headers.insert("X-Slack-Signature", bad.parse().unwrap());
+            assert!(
+                matches!(
+                    scheme.precheck(&headers, t),
+                    Err(VerifyError::MalformedHeader { .. })
+                ),
+                "{bad}"
+            );
+        }
+        headers.insert(
+            "X-Slack-Signature",
+            format!("v0={}", hex::encode([1u8; 32])).parse().unwrap(),
+        );
+        assert_eq!(scheme.precheck(&headers, t), Ok(()));
+        assert_eq!(
+            scheme.verify(&headers, b"x=1", t),
+            Err(VerifyError::NoMatch)
+        );
+        headers.remove("X-Slack-Signature");
+        assert_eq!(
+            scheme.precheck(&headers, t),
+            Err(VerifyError::MissingHeader("X-Slack-Signature"))
+        );
+    }
+
+    /// The timestamp inside the signature header: Stripe's `t=…,v1=…` and Paddle's
+    /// `ts=…;h1=…`, as data.
+    #[test]
+    fn a_timestamp_part_inside_the_signature_header() {
+        let paddle = configured(
+            HmacConfig::new("Paddle-Signature")
+                .with_prefix("h1=")
+                .with_separator(";")
+                .with_signed("{timestamp}:{body}")
+                .with_timestamp(TimestampConfig::part("ts")),
+            "pdl_ntfset_secret_1",
+            Locator::Json("/event_id".into()),
+        );
+        let body = br#"{"event_id":"evt_1","event_type":"transaction.paid"}"#;
+        let h1 = hex::encode(independent::<HmacMac<Sha256>>(
+            "pdl_ntfset_secret_1",
+            &[b"1700000000:", body],
+        ));
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            "Paddle-Signature",
+            format!("ts=1700000000;h1={h1}").parse().unwrap(),
+        );
+        assert_eq!(paddle.verify(&headers, body, 1_700_000_000), Ok(()));
+        assert!(matches!(
+            paddle.precheck(&headers, 1_700_000_301),
+            Err(VerifyError::TooOld { .. })
+        ));
+        let signed = paddle.sign(body, 1_700_000_000, "", "");
+        assert_eq!(signed[0].1, format!("ts=1700000000;h1={h1}"));
+        for (bad, why) in [
+            (format!("h1={h1}"), "no timestamp"),
+            (format!("ts=1;ts=2;h1={h1}"), "two timestamps"),
+            (format!("ts=soon;h1={h1}"), "not a number"),
+        ] {
+            headers.insert("Paddle-Signature", bad.parse().unwrap());
+            assert!(
+                matches!(
+                    paddle.precheck(&headers, 1_700_000_000),
+                    Err(VerifyError::MalformedHeader {
+                        header: "Paddle-Signature",
+                        ..
+                    })
+                ),
+                "{why}"
+            );
+        }
+        let stripe_like = configured(
+            HmacConfig::new("X-Signature")
+                .with_prefix("v1=")
+                .with_separator(",")
+                .with_signed("{timestamp}.{body}")
+                .with_timestamp(TimestampConfig::part("t")),
+            "whsec_stripe_like_1",
+            Locator::Json("/id".into()),
+        );
+        let v1 = hex::encode(independent::<HmacMac<Sha256>>(
+            "whsec_stripe_like_1",
+            &[b"1700000000.", body],
+        ));
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            "X-Signature",
+            format!("t=1700000000,v0=abc,v1={v1}").parse().unwrap(),
+        );
+        assert_eq!(stripe_like.verify(&headers, body, 1_700_000_000), Ok(()));
+    }
+
+    /// `{ body_sha256 = true }`: the id is the body's hex SHA-256, so the same bytes are the
+    /// same event and any other bytes another.
+    #[test]
+    fn the_id_may_be_the_bodys_sha256() {
+        let scheme = configured(
+            HmacConfig::new("X-Signature"),
+            "lemon_squeezy_secret",
+            Locator::BodySha256(true),
+        );
+        let body = br#"{"type":"order_created"}"#;
+        let envelope = scheme.envelope(&HeaderMap::new(), body).unwrap();
+        // sha256sum of the same bytes.
+        assert_eq!(
+            envelope.id,
+            "067ab005c40690cea3a1932eca7d008375de2489807a33b0b253b37f737472dd"
+        );
+        assert_eq!(envelope.kind, "order_created");
+        let other = scheme
+            .envelope(&HeaderMap::new(), br#"{"type":"order_created" }"#)
+            .unwrap();
+        assert_ne!(other.id, envelope.id);
+        // No id header is sent for it.
+        assert_eq!(scheme.sign(body, 0, "ignored", "").len(), 1);
     }
 }

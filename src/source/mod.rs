@@ -5,14 +5,16 @@
 //! the body is read, [`Scheme::verify`] checks the signature on the raw bytes,
 //! [`Scheme::envelope`] reads the ledger key and type (from the body or the headers). One file
 //! per kind of scheme, sign and verify side by side with known-answer vectors: Stripe,
-//! Standard Webhooks (which is also how hookledger signs its deliveries to the app), and the
-//! body-only HMACs (GitHub, Shopify, configured `hmac`).
+//! Standard Webhooks (which is also how hookledger signs its deliveries to the app), the
+//! HMACs (GitHub, Shopify, configured `hmac`), and the shared secrets sent as they are
+//! (`token`, `basic`).
 //!
 //! What a source may add once a request verified: a [`Handshaker`] answers the challenge its
 //! sender posts before it delivers (`handshake.rs`), and a [`Split`] cuts a body that is an
 //! array of events into its elements (`split.rs`).
 
 pub(crate) mod catalog;
+pub(crate) mod credential;
 pub(crate) mod handshake;
 pub(crate) mod hmac;
 pub(crate) mod split;
@@ -133,7 +135,36 @@ impl Source {
                 else {
                     anyhow::bail!("source `{}`: hmac, id and type are needed", config.name);
                 };
-                Box::new(hmac::BodyHmac::configured(secrets, body_hmac, id, kind))
+                Box::new(hmac::BodyHmac::configured(
+                    secrets,
+                    body_hmac,
+                    config.public_url.as_deref(),
+                    tolerance,
+                    id,
+                    kind,
+                ))
+            }
+            SchemeName::Token => {
+                let (Some(token), Some(id), Some(kind)) = (&config.token, &config.id, &config.kind)
+                else {
+                    anyhow::bail!("source `{}`: token, id and type are needed", config.name);
+                };
+                Box::new(credential::Token {
+                    keys: secrets,
+                    header: hmac::leak(&token.header),
+                    id: hmac::Place::from_locator(id),
+                    kind: hmac::Place::from_locator(kind),
+                })
+            }
+            SchemeName::Basic => {
+                let (Some(id), Some(kind)) = (&config.id, &config.kind) else {
+                    anyhow::bail!("source `{}`: id and type are needed", config.name);
+                };
+                Box::new(credential::Basic {
+                    keys: secrets,
+                    id: hmac::Place::from_locator(id),
+                    kind: hmac::Place::from_locator(kind),
+                })
             }
         };
         Ok(Source {

@@ -638,3 +638,303 @@ fn a_github_source_takes_bodies_beyond_the_default_limit_and_stripe_does_not() {
     assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
     assert!(answer.contains("body_too_large"), "{answer}");
 }
+
+const SLACK_SECRET: &str = "8f742231b10e8888abcd99yyyzzz85a5";
+const GITLAB_TOKEN: &str = "gitlab_shared_token_1";
+const POSTMARK_CREDENTIALS: &str = "postmark:basic_password_1";
+const LEMON_SECRET: &str = "lemon_squeezy_signing_1";
+
+/// The building blocks of issue 21 as four sources: a Slack-style `v0:` HMAC with a signed
+/// timestamp, a GitLab token, Postmark's Basic credentials, and an HMAC over the body with
+/// the body's SHA-256 as the event id.
+const BLOCKS: &str = r#"
+[[source]]
+name = "slack"
+scheme = "hmac"
+secrets = ["env:TEST_SLACK_SECRET"]
+hmac = { header = "X-Slack-Signature", prefix = "v0=", signed = "v0:{timestamp}:{body}", timestamp = { header = "X-Slack-Request-Timestamp", unit = "s" } }
+id = { json = "/event_id" }
+type = { json = "/event/type" }
+
+[[source]]
+name = "gitlab"
+scheme = "token"
+secrets = ["env:TEST_GITLAB_TOKEN"]
+token = { header = "X-Gitlab-Token" }
+id = { header = "X-Gitlab-Event-UUID" }
+type = { header = "X-Gitlab-Event" }
+
+[[source]]
+name = "postmark"
+scheme = "basic"
+secrets = ["env:TEST_POSTMARK_CREDENTIALS"]
+id = { json = "/MessageID" }
+type = { json = "/RecordType" }
+
+[[source]]
+name = "lemon"
+scheme = "hmac"
+secrets = ["env:TEST_LEMON_SECRET"]
+hmac = { header = "X-Signature" }
+id = { body_sha256 = true }
+type = { json = "/meta/event_name" }
+"#;
+
+fn start_blocks() -> Server {
+    let dir = test_dir();
+    let path = dir.path().join("blocks.toml");
+    std::fs::write(&path, BLOCKS).unwrap();
+    let mut server = start_in(
+        dir.path(),
+        &["--config", path.to_str().unwrap()],
+        &[
+            ("TEST_SLACK_SECRET", SLACK_SECRET),
+            ("TEST_GITLAB_TOKEN", GITLAB_TOKEN),
+            ("TEST_POSTMARK_CREDENTIALS", POSTMARK_CREDENTIALS),
+            ("TEST_LEMON_SECRET", LEMON_SECRET),
+        ],
+    );
+    server.keep(dir);
+    server
+}
+
+fn slack_headers(secret: &str, t: i64, body: &[u8]) -> Headers {
+    let t = t.to_string();
+    let mac = hmac256(secret.as_bytes(), &[b"v0:", t.as_bytes(), b":", body]);
+    vec![
+        (
+            "X-Slack-Signature".into(),
+            format!("v0={}", hex::encode(mac)),
+        ),
+        ("X-Slack-Request-Timestamp".into(), t),
+    ]
+}
+
+/// Accepted → processed with a ledger row; the same again → duplicate; one changed byte of
+/// the body → 400 and nothing claimed.
+fn once_then_duplicate_then_a_changed_byte_is_refused(
+    server: &Server,
+    source: &str,
+    id: &str,
+    kind: &str,
+    body: &[u8],
+    headers: &Headers,
+) {
+    assert_outcome(&post(server, source, body, headers), id, "processed");
+    assert_eq!(claimed(server, source, id), Some((kind.into(), None)));
+    assert_outcome(&post(server, source, body, headers), id, "duplicate");
+    let rows = ledger_count(&server.db());
+    let mut changed = body.to_vec();
+    changed[2] ^= 1;
+    assert_error(
+        &post(server, source, &changed, headers),
+        400,
+        "invalid_signature",
+    );
+    assert_eq!(ledger_count(&server.db()), rows, "refusals write nothing");
+}
+
+#[test]
+fn a_slack_style_source_checks_its_signed_timestamp_both_ways() {
+    let server = start_blocks();
+    let now = hookledger::internals::unix_now();
+    let body = br#"{"event_id":"Ev0PV52K25","event":{"type":"app_mention"}}"#;
+    let good = slack_headers(SLACK_SECRET, now, body);
+    once_then_duplicate_then_a_changed_byte_is_refused(
+        &server,
+        "slack",
+        "Ev0PV52K25",
+        "app_mention",
+        body,
+        &good,
+    );
+    let rows = ledger_count(&server.db());
+    let other = br#"{"event_id":"Ev0PV52K26","event":{"type":"app_mention"}}"#;
+    for (t, says) in [(now - 600, "old"), (now + 600, "future")] {
+        let reply = post(
+            &server,
+            "slack",
+            other,
+            &slack_headers(SLACK_SECRET, t, other),
+        );
+        assert_error(&reply, 400, "timestamp_out_of_tolerance");
+        assert!(reply.body.contains(says), "{}", reply.body);
+    }
+    let forged = slack_headers("not_the_slack_secret", now, other);
+    assert_error(
+        &post(&server, "slack", other, &forged),
+        400,
+        "invalid_signature",
+    );
+    let reply = post(
+        &server,
+        "slack",
+        other,
+        &without(&good, "X-Slack-Request-Timestamp"),
+    );
+    assert_error(&reply, 400, "invalid_signature");
+    assert!(reply.body.contains("missing"), "{}", reply.body);
+    assert_eq!(ledger_count(&server.db()), rows, "refusals write nothing");
+}
+
+#[test]
+fn a_gitlab_token_source_takes_the_token_and_refuses_another() {
+    let server = start_blocks();
+    let body = br#"{"object_kind":"push","ref":"refs/heads/main"}"#;
+    let id = "b1a4b5a8-4a4e-4d8f-9f2c-0d5d7c6f3e21";
+    let headers: Headers = vec![
+        ("X-Gitlab-Token".into(), GITLAB_TOKEN.into()),
+        ("X-Gitlab-Event-UUID".into(), id.into()),
+        ("X-Gitlab-Event".into(), "Push Hook".into()),
+    ];
+    assert_outcome(&post(&server, "gitlab", body, &headers), id, "processed");
+    assert_eq!(
+        claimed(&server, "gitlab", id),
+        Some(("Push Hook".into(), None))
+    );
+    assert_outcome(&post(&server, "gitlab", body, &headers), id, "duplicate");
+    // The token signs no body: what it refuses is another token (one changed byte) or none.
+    let rows = ledger_count(&server.db());
+    let other: Headers = headers
+        .iter()
+        .map(|(k, v)| match k.as_str() {
+            "X-Gitlab-Token" => (k.clone(), "gitlab_shared_token_2".into()),
+            "X-Gitlab-Event-UUID" => (k.clone(), "uuid-forged".into()),
+            _ => (k.clone(), v.clone()),
+        })
+        .collect();
+    assert_error(
+        &post(&server, "gitlab", body, &other),
+        400,
+        "invalid_signature",
+    );
+    let reply = post(&server, "gitlab", body, &without(&other, "X-Gitlab-Token"));
+    assert_error(&reply, 400, "invalid_signature");
+    assert!(reply.body.contains("missing"), "{}", reply.body);
+    assert_eq!(ledger_count(&server.db()), rows, "refusals write nothing");
+    assert_eq!(claimed(&server, "gitlab", "uuid-forged"), None);
+}
+
+#[test]
+fn a_postmark_basic_source_takes_its_credentials_and_refuses_others() {
+    let server = start_blocks();
+    let id = "883953f4-6105-42a2-a16a-77a8eac79483";
+    let body = format!(r#"{{"RecordType":"Delivery","MessageID":"{id}"}}"#).into_bytes();
+    let basic = |credentials: &str| -> Headers {
+        vec![(
+            "Authorization".into(),
+            format!("Basic {}", b64(credentials.as_bytes())),
+        )]
+    };
+    let headers = basic(POSTMARK_CREDENTIALS);
+    assert_outcome(&post(&server, "postmark", &body, &headers), id, "processed");
+    assert_eq!(
+        claimed(&server, "postmark", id),
+        Some(("Delivery".into(), None))
+    );
+    assert_outcome(&post(&server, "postmark", &body, &headers), id, "duplicate");
+    let rows = ledger_count(&server.db());
+    let other = br#"{"RecordType":"Bounce","MessageID":"m-2"}"#;
+    for credentials in ["postmark:basic_password_2", "postmarc:basic_password_1"] {
+        assert_error(
+            &post(&server, "postmark", other, &basic(credentials)),
+            400,
+            "invalid_signature",
+        );
+    }
+    let reply = post(&server, "postmark", other, &Vec::new());
+    assert_error(&reply, 400, "invalid_signature");
+    assert!(reply.body.contains("missing"), "{}", reply.body);
+    assert_eq!(ledger_count(&server.db()), rows, "refusals write nothing");
+}
+
+/// The event id is the body's SHA-256: the same bytes again are a duplicate; one changed
+/// byte (re-signed) is another event.
+#[test]
+fn a_body_sha256_source_keys_events_by_their_bytes() {
+    let server = start_blocks();
+    let body = br#"{"meta":{"event_name":"order_created"},"data":{"id":"1"}}"#;
+    let sign = |body: &[u8]| -> Headers {
+        vec![(
+            "X-Signature".into(),
+            hex::encode(hmac256(LEMON_SECRET.as_bytes(), &[body])),
+        )]
+    };
+    let id = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(body));
+    once_then_duplicate_then_a_changed_byte_is_refused(
+        &server,
+        "lemon",
+        &id,
+        "order_created",
+        body,
+        &sign(body),
+    );
+    let other = br#"{"meta":{"event_name":"order_created"},"data":{"id":"2"}}"#;
+    let other_id = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(other));
+    assert_outcome(
+        &post(&server, "lemon", other, &sign(other)),
+        &other_id,
+        "processed",
+    );
+}
+
+/// `hookledger send --source` signs as each building block, and the server accepts it.
+#[test]
+fn send_signs_as_each_building_block() {
+    let server = start_blocks();
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("blocks.toml");
+    std::fs::write(&config, BLOCKS).unwrap();
+    let file = dir.path().join("event.json");
+    for (source, body, kind) in [
+        (
+            "slack",
+            r#"{"event_id":"Ev-sent","event":{"type":"message"}}"#,
+            None,
+        ),
+        (
+            "gitlab",
+            r#"{"object_kind":"tag_push"}"#,
+            Some("Tag Push Hook"),
+        ),
+        (
+            "postmark",
+            r#"{"RecordType":"Open","MessageID":"m-sent"}"#,
+            None,
+        ),
+        ("lemon", r#"{"meta":{"event_name":"order_refunded"}}"#, None),
+    ] {
+        std::fs::write(&file, body).unwrap();
+        let url = format!("http://{}/webhooks/{source}", server.addr);
+        let mut args = vec![
+            "send",
+            "--config",
+            config.to_str().unwrap(),
+            "--source",
+            source,
+            "--url",
+            &url,
+            "--id",
+            "sent-1",
+        ];
+        if let Some(kind) = kind {
+            args.extend(["--type", kind]);
+        }
+        args.push(file.to_str().unwrap());
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_hookledger"))
+            .args(&args)
+            .env("TEST_SLACK_SECRET", SLACK_SECRET)
+            .env("TEST_GITLAB_TOKEN", GITLAB_TOKEN)
+            .env("TEST_POSTMARK_CREDENTIALS", POSTMARK_CREDENTIALS)
+            .env("TEST_LEMON_SECRET", LEMON_SECRET)
+            .output()
+            .unwrap();
+        let out = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            out.starts_with("200") && out.contains("processed"),
+            "{source}: {out} {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    assert_eq!(ledger_count(&server.db()), 4);
+}

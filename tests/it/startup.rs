@@ -341,6 +341,26 @@ handlers = ["stripe-billing"]
             vec!["source `acme`", "missing field `header`"],
         ),
         (
+            "{url} without public_url",
+            format!("{good}\n[[source]]\nname = \"sq\"\nscheme = \"hmac\"\nsecrets = [\"square_secret_1\"]\nhmac = {{ header = \"X-Sig\", signed = \"{{url}}{{body}}\" }}\nid = {{ json = \"/id\" }}\ntype = {{ json = \"/t\" }}\n"),
+            vec!["source `sq`.public_url: missing"],
+        ),
+        (
+            "unknown timestamp unit",
+            format!("{good}\n[[source]]\nname = \"sl\"\nscheme = \"hmac\"\nsecrets = [\"slack_secret_1\"]\nhmac = {{ header = \"X-Sig\", signed = \"v0:{{timestamp}}:{{body}}\", timestamp = {{ header = \"X-T\", unit = \"minutes\" }} }}\nid = {{ json = \"/id\" }}\ntype = {{ json = \"/t\" }}\n"),
+            vec!["source `sl`.hmac.timestamp.unit: must be"],
+        ),
+        (
+            "token without header",
+            format!("{good}\n[[source]]\nname = \"gl\"\nscheme = \"token\"\nsecrets = [\"gitlab_token_1\"]\ntoken = {{}}\nid = {{ header = \"X-Id\" }}\ntype = {{ header = \"X-T\" }}\n"),
+            vec!["source `gl`", "missing field `header`"],
+        ),
+        (
+            "token without token",
+            format!("{good}\n[[source]]\nname = \"gl\"\nscheme = \"token\"\nsecrets = [\"gitlab_token_1\"]\nid = {{ header = \"X-Id\" }}\ntype = {{ header = \"X-T\" }}\n"),
+            vec!["source `gl`.token: missing"],
+        ),
+        (
             "unknown handler",
             good.replace("stripe-billing", "stripe-biling"),
             vec!["source `stripe`", "handlers", "unknown handler (built in: stripe-billing)"],
