@@ -5,6 +5,11 @@
 //! Headers `webhook-id`, `webhook-timestamp`, `webhook-signature`; the signed content is
 //! `"{id}.{timestamp}.{body}"`; the key is the base64-decoded part of the secret after
 //! `whsec_`; the signature is `v1,<standard base64 HMAC-SHA256>`, several space-separated.
+//!
+//! Svix and the senders built on it (Clerk, Resend, ...) send the same three headers named
+//! `svix-id`, `svix-timestamp`, `svix-signature`. As the Svix libraries do, a request is read
+//! with one complete set: `webhook-*` when all three are present, else `svix-*`; one header of
+//! each set is never combined (precheck, verify and envelope all read the same set).
 
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine;
@@ -22,6 +27,37 @@ pub(crate) const ID_HEADER: &str = "webhook-id";
 pub(crate) const TIMESTAMP_HEADER: &str = "webhook-timestamp";
 pub(crate) const SIGNATURE_HEADER: &str = "webhook-signature";
 
+/// One set of the three signature headers: id, timestamp, signature.
+struct HeaderSet {
+    id: &'static str,
+    timestamp: &'static str,
+    signature: &'static str,
+}
+
+/// Standard Webhooks' names first, then Svix's.
+const HEADER_SETS: [HeaderSet; 2] = [
+    HeaderSet {
+        id: ID_HEADER,
+        timestamp: TIMESTAMP_HEADER,
+        signature: SIGNATURE_HEADER,
+    },
+    HeaderSet {
+        id: "svix-id",
+        timestamp: "svix-timestamp",
+        signature: "svix-signature",
+    },
+];
+
+/// The three signature headers of a request, read from one set.
+struct Signed<'h> {
+    id: &'h str,
+    timestamp: &'h str,
+    signature: &'h str,
+    /// The name of the signature header, for errors.
+    signature_header: &'static str,
+    timestamp_header: &'static str,
+}
+
 /// The `standard` scheme for incoming webhooks: the sender's keys (any one may match, for
 /// rotation) and the tolerance of the signed timestamp in seconds (0 turns the check off).
 pub(crate) struct Standard {
@@ -31,22 +67,14 @@ pub(crate) struct Standard {
 
 impl Scheme for Standard {
     fn precheck(&self, headers: &HeaderMap, now: i64) -> Result<(), VerifyError> {
-        let (_, timestamp, signature) = signature_headers(headers)?;
-        let (timestamp, _) = parse_signed(timestamp, signature)?;
+        let signed = signature_headers(headers)?;
+        let (timestamp, _) = parse_signed(&signed)?;
         check_timestamp(timestamp, now, self.tolerance)
     }
 
     fn verify(&self, headers: &HeaderMap, body: &[u8], now: i64) -> Result<(), VerifyError> {
-        let (id, timestamp, signature) = signature_headers(headers)?;
-        verify_any(
-            &self.keys,
-            id,
-            timestamp,
-            signature,
-            body,
-            now,
-            self.tolerance,
-        )
+        let signed = signature_headers(headers)?;
+        verify_any(&self.keys, &signed, body, now, self.tolerance)
     }
 
     fn envelope(&self, headers: &HeaderMap, body: &[u8]) -> Result<Envelope, ParseError> {
@@ -56,9 +84,8 @@ impl Scheme for Standard {
             kind: String,
             timestamp: Option<serde_json::Value>,
         }
-        let id = header(headers, ID_HEADER)
-            .and_then(|v| std::str::from_utf8(v).ok())
-            .unwrap_or_default();
+        // Verified, so one set is complete (the same one verify read).
+        let id = signature_headers(headers).map_or("", |signed| signed.id);
         check_id(ID_HEADER, id)?;
         let body: Body = serde_json::from_slice(body).map_err(|e| ParseError::Envelope {
             what: "a Standard Webhooks event",
@@ -82,43 +109,81 @@ impl Scheme for Standard {
     }
 }
 
-/// The three signature headers as text: id, timestamp, signatures.
-fn signature_headers(headers: &HeaderMap) -> Result<(&str, &str, &str), VerifyError> {
-    let text = |name: &'static str| -> Result<&str, VerifyError> {
-        let value = header(headers, name).ok_or(VerifyError::MissingHeader(name))?;
-        std::str::from_utf8(value).map_err(|_| VerifyError::MalformedHeader {
-            header: name,
-            reason: "not UTF-8",
-        })
+/// The three signature headers as text, from the first complete set of [`HEADER_SETS`]. When
+/// none is complete: the first missing header of the set the request has a part of, and if it
+/// has parts of both, an error (a mix is never read).
+fn signature_headers(headers: &HeaderMap) -> Result<Signed<'_>, VerifyError> {
+    let text = |name: &'static str| -> Result<Option<&str>, VerifyError> {
+        header(headers, name)
+            .map(|value| {
+                std::str::from_utf8(value).map_err(|_| VerifyError::MalformedHeader {
+                    header: name,
+                    reason: "not UTF-8",
+                })
+            })
+            .transpose()
     };
-    Ok((
-        text(ID_HEADER)?,
-        text(TIMESTAMP_HEADER)?,
-        text(SIGNATURE_HEADER)?,
-    ))
+    let mut partial: Option<&'static str> = None;
+    for set in &HEADER_SETS {
+        let (id, timestamp, signature) =
+            (text(set.id)?, text(set.timestamp)?, text(set.signature)?);
+        match (id, timestamp, signature) {
+            (Some(id), Some(timestamp), Some(signature)) => {
+                return Ok(Signed {
+                    id,
+                    timestamp,
+                    signature,
+                    signature_header: set.signature,
+                    timestamp_header: set.timestamp,
+                })
+            }
+            (None, None, None) => {}
+            _ if partial.is_some() => {
+                return Err(VerifyError::MalformedHeader {
+                    header: set.id,
+                    reason: "parts of two header sets: send webhook-id, webhook-timestamp and \
+                             webhook-signature, or svix-id, svix-timestamp and svix-signature, \
+                             never some of each",
+                })
+            }
+            (id, timestamp, _) => {
+                partial = Some(if id.is_none() {
+                    set.id
+                } else if timestamp.is_none() {
+                    set.timestamp
+                } else {
+                    set.signature
+                })
+            }
+        }
+    }
+    Err(VerifyError::MissingHeader(partial.unwrap_or(ID_HEADER)))
 }
 
 /// The signed timestamp and the decoded `v1,` signatures (at most [`MAX_SIGNATURES`]).
-fn parse_signed(timestamp: &str, signature: &str) -> Result<(i64, Vec<Vec<u8>>), VerifyError> {
-    let timestamp: i64 = timestamp
-        .trim()
-        .parse()
-        .map_err(|_| VerifyError::MalformedHeader {
-            header: TIMESTAMP_HEADER,
-            reason: "not a Unix timestamp",
-        })?;
-    let entries: Vec<&str> = signature
+fn parse_signed(signed: &Signed<'_>) -> Result<(i64, Vec<Vec<u8>>), VerifyError> {
+    let timestamp: i64 =
+        signed
+            .timestamp
+            .trim()
+            .parse()
+            .map_err(|_| VerifyError::MalformedHeader {
+                header: signed.timestamp_header,
+                reason: "not a Unix timestamp",
+            })?;
+    let entries: Vec<&str> = signed
+        .signature
         .split(' ')
         .filter_map(|entry| entry.strip_prefix("v1,"))
         .collect();
     if entries.len() > MAX_SIGNATURES {
         return Err(VerifyError::TooManySignatures {
-            header: SIGNATURE_HEADER,
+            header: signed.signature_header,
             max: MAX_SIGNATURES,
         });
     }
     if entries.is_empty() {
-        return Err(VerifyError::NoV1Signature(SIGNATURE_HEADER));
+        return Err(VerifyError::NoV1Signature(signed.signature_header));
     }
     let candidates = entries
         .into_iter()
@@ -189,15 +254,14 @@ impl SigningKey {
         now: i64,
         tolerance: u64,
     ) -> Result<(), VerifyError> {
-        verify_any(
-            std::slice::from_ref(self),
-            msg_id,
+        let signed = Signed {
+            id: msg_id,
             timestamp,
             signature,
-            body,
-            now,
-            tolerance,
-        )
+            signature_header: SIGNATURE_HEADER,
+            timestamp_header: TIMESTAMP_HEADER,
+        };
+        verify_any(std::slice::from_ref(self), &signed, body, now, tolerance)
     }
 }
 
@@ -205,16 +269,14 @@ impl SigningKey {
 /// timestamp must be within `tolerance` of `now`.
 fn verify_any(
     keys: &[SigningKey],
-    msg_id: &str,
-    timestamp: &str,
-    signature: &str,
+    signed: &Signed<'_>,
     body: &[u8],
     now: i64,
     tolerance: u64,
 ) -> Result<(), VerifyError> {
-    let (timestamp, candidates) = parse_signed(timestamp, signature)?;
+    let (timestamp, candidates) = parse_signed(signed)?;
     let matched = keys.iter().any(|key| {
-        let expected = key.mac(msg_id, timestamp, body);
+        let expected = key.mac(signed.id, timestamp, body);
         // Every candidate is compared (no early exit on the first byte that differs).
         candidates.iter().fold(false, |m, c| {
             m | constant_time_eq::constant_time_eq(c, &expected)
@@ -310,6 +372,126 @@ mod tests {
                 kind: "user.created".into(),
                 created: Some(1_667_507_170)
             })
+        );
+    }
+
+    /// The headers of `set` (0: webhook-*, 1: svix-*) for `body` signed with `key`.
+    fn headers_of(set: usize, key: &SigningKey, id: &str, t: i64, body: &[u8]) -> HeaderMap {
+        let names = &HEADER_SETS[set];
+        let mut headers = HeaderMap::new();
+        headers.insert(names.id, id.parse().unwrap());
+        headers.insert(names.timestamp, t.to_string().parse().unwrap());
+        headers.insert(names.signature, key.sign(id, t, body).parse().unwrap());
+        headers
+    }
+
+    fn vector_scheme() -> (SigningKey, Standard) {
+        let key = SigningKey::from_secret("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").unwrap();
+        let scheme = Standard {
+            keys: vec![key.clone()],
+            tolerance: 300,
+        };
+        (key, scheme)
+    }
+
+    #[test]
+    fn svix_headers_are_read_like_webhook_headers() {
+        let (key, scheme) = vector_scheme();
+        let body = br#"{"type":"user.created","data":{}}"#;
+        let headers = headers_of(1, &key, "msg_svix", 1000, body);
+        assert_eq!(scheme.precheck(&headers, 1000), Ok(()));
+        assert_eq!(scheme.verify(&headers, body, 1000), Ok(()));
+        assert_eq!(scheme.envelope(&headers, body).unwrap().id, "msg_svix");
+        assert!(matches!(
+            scheme.precheck(&headers, 1400),
+            Err(VerifyError::TooOld { .. })
+        ));
+        let mut headers = headers;
+        headers.insert("svix-signature", "v1,AAAA".parse().unwrap());
+        assert_eq!(
+            scheme.verify(&headers, body, 1000),
+            Err(VerifyError::NoMatch)
+        );
+        headers.insert("svix-timestamp", "soon".parse().unwrap());
+        assert_eq!(
+            scheme.precheck(&headers, 1000),
+            Err(VerifyError::MalformedHeader {
+                header: "svix-timestamp",
+                reason: "not a Unix timestamp"
+            })
+        );
+    }
+
+    #[test]
+    fn a_complete_webhook_set_is_preferred_to_svix() {
+        let (key, scheme) = vector_scheme();
+        let body = br#"{"type":"user.created","data":{}}"#;
+        // Both complete: webhook-* is read (its signature is wrong, svix's is right).
+        let mut headers = headers_of(1, &key, "msg_svix", 1000, body);
+        headers.insert(ID_HEADER, "msg_webhook".parse().unwrap());
+        headers.insert(TIMESTAMP_HEADER, "1000".parse().unwrap());
+        headers.insert(SIGNATURE_HEADER, "v1,AAAA".parse().unwrap());
+        assert_eq!(
+            scheme.verify(&headers, body, 1000),
+            Err(VerifyError::NoMatch)
+        );
+        let good = key.sign("msg_webhook", 1000, body);
+        headers.insert(SIGNATURE_HEADER, good.parse().unwrap());
+        assert_eq!(scheme.verify(&headers, body, 1000), Ok(()));
+        assert_eq!(scheme.envelope(&headers, body).unwrap().id, "msg_webhook");
+        // A partial webhook-* set beside a complete svix-* set: svix-* is read.
+        headers.remove(SIGNATURE_HEADER);
+        assert_eq!(scheme.verify(&headers, body, 1000), Ok(()));
+        assert_eq!(scheme.envelope(&headers, body).unwrap().id, "msg_svix");
+    }
+
+    #[test]
+    fn one_header_of_each_set_is_never_combined() {
+        let (key, scheme) = vector_scheme();
+        let body = br#"{"type":"user.created","data":{}}"#;
+        let webhook = headers_of(0, &key, "msg_1", 1000, body);
+        let svix = headers_of(1, &key, "msg_1", 1000, body);
+        // webhook-id and webhook-timestamp with svix-signature: no complete set.
+        let mut mixed = webhook.clone();
+        mixed.remove(SIGNATURE_HEADER);
+        mixed.insert("svix-signature", svix["svix-signature"].clone());
+        for result in [
+            scheme.precheck(&mixed, 1000),
+            scheme.verify(&mixed, body, 1000),
+        ] {
+            assert!(
+                matches!(
+                    result,
+                    Err(VerifyError::MalformedHeader {
+                        header: "svix-id",
+                        ..
+                    })
+                ),
+                "{result:?}"
+            );
+        }
+        assert!(scheme.envelope(&mixed, body).is_err());
+    }
+
+    #[test]
+    fn the_missing_header_is_named_from_the_set_present() {
+        let (key, scheme) = vector_scheme();
+        let body = b"{}";
+        let mut svix = headers_of(1, &key, "msg_1", 1000, body);
+        svix.remove("svix-signature");
+        assert_eq!(
+            scheme.verify(&svix, body, 1000),
+            Err(VerifyError::MissingHeader("svix-signature"))
+        );
+        let mut webhook = headers_of(0, &key, "msg_1", 1000, body);
+        webhook.remove(TIMESTAMP_HEADER);
+        assert_eq!(
+            scheme.precheck(&webhook, 1000),
+            Err(VerifyError::MissingHeader(TIMESTAMP_HEADER))
+        );
+        assert_eq!(
+            scheme.precheck(&HeaderMap::new(), 1000),
+            Err(VerifyError::MissingHeader(ID_HEADER))
         );
     }
 
