@@ -145,6 +145,9 @@ pub(crate) fn signed_as_source(
         None => random_id()?,
     };
     let scheme = Source::from_config(&source, false, usize::MAX)?.scheme;
+    if let Some(why) = scheme.cannot_sign() {
+        bail!("source `{name}`: {why}");
+    }
     let url = args
         .url
         .clone()

@@ -6,8 +6,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::{
-    check_secret, decode_standard_secret, parse_secret_file, refuse, source_key, ConfigError,
-    Secret,
+    check_secret, decode_standard_key, parse_secret_file, refuse, source_key, ConfigError, Secret,
 };
 
 /// One sender: `POST /webhooks/{name}`.
@@ -330,7 +329,7 @@ impl SourceConfig {
         }
         for secret in &self.secrets {
             let checked = match self.scheme {
-                SchemeName::Standard => decode_standard_secret(secret.expose()).map(drop),
+                SchemeName::Standard => decode_standard_key(secret.expose()).map(drop),
                 _ => check_secret(secret.expose()),
             };
             checked.map_err(|why| ConfigError::new(key("secrets"), format!("refused: {why}")))?;

@@ -39,6 +39,12 @@ pub(crate) trait Scheme: Send + Sync + 'static {
     /// secret, for an event `id` of type `kind` where the scheme sends those in headers. For
     /// `hookledger send` and the tests, not the request path.
     fn sign(&self, body: &[u8], now: i64, id: &str, kind: &str) -> Vec<(String, String)>;
+
+    /// Why [`Scheme::sign`] cannot sign with this source's secrets (a public key cannot), if
+    /// it cannot; `hookledger send` says so instead of sending an unsigned request.
+    fn cannot_sign(&self) -> Option<&'static str> {
+        None
+    }
 }
 
 /// What a scheme reads from a verified request: the event id (the ledger key within its
@@ -94,7 +100,7 @@ impl Source {
             SchemeName::Standard => Box::new(standard::Standard {
                 keys: secrets
                     .iter()
-                    .map(|s| standard::SigningKey::from_secret(s.expose()))
+                    .map(|s| standard::Key::from_secret(s.expose()))
                     .collect::<Result<_, _>>()
                     .map_err(|why| anyhow::anyhow!("source `{}`: secrets: {why}", config.name))?,
                 tolerance,
