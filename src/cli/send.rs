@@ -122,7 +122,7 @@ pub(crate) fn signed_as_source(
             Some(Locator::Header(name)) => Some(name.as_str()),
             _ => None,
         },
-        SchemeName::Stripe | SchemeName::Standard => None,
+        SchemeName::Stripe | SchemeName::Standard | SchemeName::Ecdsa => None,
     };
     let kind = match (&args.kind, header_type) {
         (Some(kind), _) => kind.clone(),

@@ -21,8 +21,9 @@ pub struct SourceConfig {
     /// discouraged, the secret itself; once loaded, the secrets themselves.
     #[serde(default)]
     pub secrets: Vec<Secret>,
-    /// How far a signed timestamp may be from now (schemes that sign one: `stripe` and
-    /// `standard`; `0s` turns the check off). Default: 5 minutes.
+    /// How far a signed timestamp may be from now (schemes that sign one: `stripe`,
+    /// `standard` and `ecdsa`; `0s` turns the check off). Default: 5 minutes; for `ecdsa`,
+    /// off (SendGrid's SDKs check no age, and SendGrid retries for up to 24 hours).
     #[serde(default, with = "super::tolerance")]
     pub tolerance: Option<Duration>,
     /// Built-in handlers run for its events inside the claim's transaction, in order.
@@ -97,6 +98,8 @@ pub enum SchemeName {
     Github,
     Shopify,
     Hmac,
+    /// SendGrid's signed Event Webhook: ECDSA P-256, verified with SendGrid's public key.
+    Ecdsa,
 }
 
 impl ReconcileConfig {
@@ -109,7 +112,10 @@ impl ReconcileConfig {
 impl SchemeName {
     /// Whether the scheme signs a timestamp (and so has a tolerance).
     pub(crate) fn signs_time(self) -> bool {
-        matches!(self, SchemeName::Stripe | SchemeName::Standard)
+        matches!(
+            self,
+            SchemeName::Stripe | SchemeName::Standard | SchemeName::Ecdsa
+        )
     }
 
     pub(crate) fn as_str(self) -> &'static str {
@@ -119,6 +125,7 @@ impl SchemeName {
             SchemeName::Github => "github",
             SchemeName::Shopify => "shopify",
             SchemeName::Hmac => "hmac",
+            SchemeName::Ecdsa => "ecdsa",
         }
     }
 }
@@ -330,6 +337,8 @@ impl SourceConfig {
         for secret in &self.secrets {
             let checked = match self.scheme {
                 SchemeName::Standard => decode_standard_key(secret.expose()).map(drop),
+                // A public key: its form is checked when the source is built (start-up).
+                SchemeName::Ecdsa => Ok(()),
                 _ => check_secret(secret.expose()),
             };
             checked.map_err(|why| ConfigError::new(key("secrets"), format!("refused: {why}")))?;

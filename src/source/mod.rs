@@ -6,8 +6,9 @@
 //! [`Scheme::envelope`] reads the ledger key and type (from the body or the headers). One file
 //! per kind of scheme, sign and verify side by side with known-answer vectors: Stripe,
 //! Standard Webhooks (which is also how hookledger signs its deliveries to the app), and the
-//! body-only HMACs (GitHub, Shopify, configured `hmac`).
+//! body-only HMACs (GitHub, Shopify, configured `hmac`), and SendGrid's ECDSA (`ecdsa`).
 
+pub(crate) mod ecdsa;
 pub(crate) mod hmac;
 pub(crate) mod standard;
 pub(crate) mod stripe;
@@ -105,6 +106,16 @@ impl Source {
                     .map_err(|why| anyhow::anyhow!("source `{}`: secrets: {why}", config.name))?,
                 tolerance,
             }),
+            SchemeName::Ecdsa => {
+                let secrets: Vec<&str> = secrets.iter().map(|s| s.expose()).collect();
+                // Unlike the others, no age check unless configured (see ecdsa.rs).
+                let tolerance = config.tolerance.map_or(0, |t| t.as_secs());
+                Box::new(
+                    ecdsa::Ecdsa::from_secrets(&secrets, tolerance).map_err(|why| {
+                        anyhow::anyhow!("source `{}`: secrets: {why}", config.name)
+                    })?,
+                )
+            }
             SchemeName::Github => Box::new(hmac::BodyHmac::github(secrets)),
             SchemeName::Shopify => Box::new(hmac::BodyHmac::shopify(secrets)),
             SchemeName::Hmac => {
