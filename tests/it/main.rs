@@ -20,6 +20,7 @@ mod outbox;
 mod postgres;
 mod receiver;
 mod reconcile;
+mod sdks;
 mod secrets;
 mod sources;
 mod startup;
