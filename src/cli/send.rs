@@ -131,7 +131,7 @@ pub(crate) fn signed_as_source(
             Some(Locator::Header(name)) => Some(name.as_str()),
             _ => None,
         },
-        SchemeName::Stripe | SchemeName::Standard => None,
+        SchemeName::Stripe | SchemeName::Standard | SchemeName::Ecdsa => None,
     };
     let kind = match (&args.kind, header_type) {
         (Some(kind), _) => kind.clone(),
@@ -155,6 +155,9 @@ pub(crate) fn signed_as_source(
         None => stable_id(body),
     };
     let scheme = Source::from_config(&source, false, usize::MAX)?.scheme;
+    if let Some(why) = scheme.cannot_sign() {
+        bail!("source `{name}`: {why}");
+    }
     let url = args
         .url
         .clone()

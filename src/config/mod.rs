@@ -36,8 +36,8 @@ pub use effect::{EffectConfig, SchemaConfig};
 pub use error::ConfigError;
 pub(crate) use error::{refuse, source_key};
 pub use handler::HandlerSettings;
-pub(crate) use secret::decode_standard_secret;
 pub use secret::Secret;
+pub(crate) use secret::{decode_standard_key, decode_standard_secret, StandardKey};
 pub use source::Handshake;
 pub(crate) use source::{one_secret, Signed};
 pub use source::{

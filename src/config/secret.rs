@@ -52,9 +52,77 @@ pub(crate) fn decode_standard_secret(secret: &str) -> Result<Vec<u8>, String> {
     Ok(key)
 }
 
+/// A key of a `standard` source, decoded from its text (checked for form and length only; the
+/// source checks that an ed25519 key is a valid one).
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum StandardKey {
+    /// `whsec_<base64>` (or bare base64): the shared HMAC key of `v1,` signatures.
+    Hmac(Vec<u8>),
+    /// `whpk_<base64>`: the sender's ed25519 public key (32 bytes), for `v1a,` signatures.
+    Public([u8; 32]),
+    /// `whsk_<base64>`: an ed25519 private key, 32 bytes (the seed) or 64 (seed and public
+    /// key, as libsodium keeps it); for signing in tests and `hookledger send`.
+    Private(Vec<u8>),
+}
+
+/// Decodes a `standard` source's secret: `whpk_`, `whsk_`, or else as
+/// [`decode_standard_secret`]. The error says why, never what the secret is.
+pub(crate) fn decode_standard_key(secret: &str) -> Result<StandardKey, String> {
+    if let Some(encoded) = secret.strip_prefix("whpk_") {
+        let key = BASE64.decode(encoded).ok().and_then(|k| k.try_into().ok());
+        return key.map(StandardKey::Public).ok_or_else(|| {
+            "a whpk_ key must be whpk_ followed by the standard base64 of a 32-byte ed25519 \
+             public key"
+                .to_string()
+        });
+    }
+    if let Some(encoded) = secret.strip_prefix("whsk_") {
+        return match BASE64.decode(encoded) {
+            Ok(key) if key.len() == 32 || key.len() == 64 => Ok(StandardKey::Private(key)),
+            _ => Err(
+                "a whsk_ key must be whsk_ followed by the standard base64 of a 32- or \
+                      64-byte ed25519 private key"
+                    .into(),
+            ),
+        };
+    }
+    decode_standard_secret(secret).map(StandardKey::Hmac)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn standard_keys_are_told_apart_by_their_prefix() {
+        assert!(matches!(
+            decode_standard_key("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"),
+            Ok(StandardKey::Hmac(k)) if k.len() == 24
+        ));
+        let public = format!("whpk_{}", BASE64.encode([1u8; 32]));
+        assert_eq!(
+            decode_standard_key(&public),
+            Ok(StandardKey::Public([1; 32]))
+        );
+        for len in [32, 64] {
+            let private = format!("whsk_{}", BASE64.encode(vec![2u8; len]));
+            assert_eq!(
+                decode_standard_key(&private),
+                Ok(StandardKey::Private(vec![2; len]))
+            );
+        }
+        for bad in [
+            format!("whpk_{}", BASE64.encode([1u8; 31])),
+            "whpk_not base64!".to_string(),
+            format!("whsk_{}", BASE64.encode([1u8; 48])),
+            "whsk_".to_string(),
+        ] {
+            let err = decode_standard_key(&bad).unwrap_err();
+            let value = &bad[5..];
+            assert!(err.contains("ed25519"), "{err}");
+            assert!(value.is_empty() || !err.contains(value), "{err}");
+        }
+    }
 
     #[test]
     fn standard_secrets_are_whsec_base64_of_at_least_16_bytes() {

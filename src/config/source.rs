@@ -6,8 +6,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::{
-    check_secret, decode_standard_secret, parse_secret_file, refuse, source_key, ConfigError,
-    Secret,
+    check_secret, decode_standard_key, parse_secret_file, refuse, source_key, ConfigError, Secret,
 };
 
 /// One sender: `POST /webhooks/{name}`.
@@ -23,8 +22,9 @@ pub struct SourceConfig {
     #[serde(default)]
     pub secrets: Vec<Secret>,
     /// How far a signed timestamp may be from now (schemes that sign one: `stripe`,
-    /// `standard`, and `hmac` with `hmac.timestamp`; `0s` turns the check off). Default: 5
-    /// minutes.
+    /// `standard`, `ecdsa`, and `hmac` with `hmac.timestamp`; `0s` turns the check off).
+    /// Default: 5 minutes; for `ecdsa`, off (SendGrid's SDKs check no age, and SendGrid
+    /// retries for up to 24 hours).
     #[serde(default, with = "super::tolerance")]
     pub tolerance: Option<Duration>,
     /// Built-in handlers run for its events inside the claim's transaction, in order.
@@ -125,6 +125,8 @@ pub enum SchemeName {
     Token,
     /// HTTP Basic credentials; each secret is `user:password` (Postmark).
     Basic,
+    /// SendGrid's signed Event Webhook: ECDSA P-256, verified with SendGrid's public key.
+    Ecdsa,
 }
 
 impl ReconcileConfig {
@@ -138,7 +140,10 @@ impl SchemeName {
     /// Whether the scheme always signs a timestamp (and so has a tolerance); `hmac` does
     /// when configured to (see [`SourceConfig::signs_time`]).
     pub(crate) fn signs_time(self) -> bool {
-        matches!(self, SchemeName::Stripe | SchemeName::Standard)
+        matches!(
+            self,
+            SchemeName::Stripe | SchemeName::Standard | SchemeName::Ecdsa
+        )
     }
 
     /// The schemes whose event id and type are configured (`id`, `type`).
@@ -158,6 +163,7 @@ impl SchemeName {
             SchemeName::Hmac => "hmac",
             SchemeName::Token => "token",
             SchemeName::Basic => "basic",
+            SchemeName::Ecdsa => "ecdsa",
         }
     }
 }
@@ -571,10 +577,12 @@ impl SourceConfig {
         }
         for secret in &self.secrets {
             let checked = match self.scheme {
-                SchemeName::Standard => decode_standard_secret(secret.expose()).map(drop),
+                SchemeName::Standard => decode_standard_key(secret.expose()).map(drop),
                 SchemeName::Basic if !secret.expose().contains(':') => {
                     Err("a basic secret is `user:password` and this one has no `:`".into())
                 }
+                // A public key: its form is checked when the source is built (start-up).
+                SchemeName::Ecdsa => Ok(()),
                 _ => check_secret(secret.expose()),
             };
             checked.map_err(|why| ConfigError::new(key("secrets"), format!("refused: {why}")))?;

@@ -6,8 +6,8 @@
 //! [`Scheme::envelope`] reads the ledger key and type (from the body or the headers). One file
 //! per kind of scheme, sign and verify side by side with known-answer vectors: Stripe,
 //! Standard Webhooks (which is also how hookledger signs its deliveries to the app), the
-//! HMACs (GitHub, Shopify, configured `hmac`), and the shared secrets sent as they are
-//! (`token`, `basic`).
+//! HMACs (GitHub, Shopify, configured `hmac`), SendGrid's ECDSA (`ecdsa`), and the shared
+//! secrets sent as they are (`token`, `basic`).
 //!
 //! What a source may add once a request verified: a [`Handshaker`] answers the challenge its
 //! sender posts before it delivers (`handshake.rs`), and a [`Split`] cuts a body that is an
@@ -15,6 +15,7 @@
 
 pub(crate) mod catalog;
 pub(crate) mod credential;
+pub(crate) mod ecdsa;
 pub(crate) mod handshake;
 pub(crate) mod hmac;
 pub(crate) mod split;
@@ -50,6 +51,12 @@ pub(crate) trait Scheme: Send + Sync + 'static {
     /// secret, for an event `id` of type `kind` where the scheme sends those in headers. For
     /// `hookledger send` and the tests, not the request path.
     fn sign(&self, body: &[u8], now: i64, id: &str, kind: &str) -> Vec<(String, String)>;
+
+    /// Why [`Scheme::sign`] cannot sign with this source's secrets (a public key cannot), if
+    /// it cannot; `hookledger send` says so instead of sending an unsigned request.
+    fn cannot_sign(&self) -> Option<&'static str> {
+        None
+    }
 }
 
 /// What a scheme reads from a verified request: the event id (the ledger key within its
@@ -122,11 +129,21 @@ impl Source {
             SchemeName::Standard => Box::new(standard::Standard {
                 keys: secrets
                     .iter()
-                    .map(|s| standard::SigningKey::from_secret(s.expose()))
+                    .map(|s| standard::Key::from_secret(s.expose()))
                     .collect::<Result<_, _>>()
                     .map_err(|why| anyhow::anyhow!("source `{}`: secrets: {why}", config.name))?,
                 tolerance,
             }),
+            SchemeName::Ecdsa => {
+                let secrets: Vec<&str> = secrets.iter().map(|s| s.expose()).collect();
+                // Unlike the others, no age check unless configured (see ecdsa.rs).
+                let tolerance = config.tolerance.map_or(0, |t| t.as_secs());
+                Box::new(
+                    ecdsa::Ecdsa::from_secrets(&secrets, tolerance).map_err(|why| {
+                        anyhow::anyhow!("source `{}`: secrets: {why}", config.name)
+                    })?,
+                )
+            }
             SchemeName::Github => Box::new(hmac::BodyHmac::github(secrets)),
             SchemeName::Shopify => Box::new(hmac::BodyHmac::shopify(secrets)),
             SchemeName::Hmac => {

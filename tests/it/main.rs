@@ -23,6 +23,7 @@ mod postgres;
 mod presets;
 mod receiver;
 mod reconcile;
+mod sdks;
 mod secrets;
 mod sources;
 mod startup;
