@@ -58,6 +58,19 @@ pub(crate) const PRESETS: &[Preset] = &[
         fixture: ("shopify/orders-create.json", "orders/create"),
     },
     Preset {
+        name: "sendgrid",
+        docs: "https://www.twilio.com/docs/sendgrid/for-developers/tracking-events/getting-started-event-webhook-security-features",
+        keys: r#"scheme = "ecdsa"
+split = "/"
+id = { json = "/sg_event_id" }
+type = { json = "/event" }"#,
+        verifies: "ECDSA P-256 (SHA-256) of `{timestamp}{body}` in `X-Twilio-Email-Event-Webhook-Signature`, with SendGrid's public key",
+        replay: "claim only (each `sg_event_id`); the signed timestamp is checked only with a `tolerance`",
+        handshake: "",
+        batch: "array at `/`, id `/sg_event_id`, type `/event`",
+        fixture: ("sendgrid/events.json", ""),
+    },
+    Preset {
         name: "svix",
         docs: "https://docs.svix.com/receiving/verifying-payloads/how-manual",
         keys: r#"scheme = "standard""#,

@@ -25,5 +25,6 @@ mod receiver;
 mod reconcile;
 mod sdks;
 mod secrets;
+mod sendgrid;
 mod sources;
 mod startup;

@@ -11,9 +11,15 @@ fn secret_for(scheme: &str) -> &'static str {
         "stripe" => "whsec_presets_test_secret_0123456789",
         // The Standard Webhooks specification's example key.
         "standard" => "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+        // A P-256 private key (PKCS#8, base64 DER), made for these tests: the source verifies
+        // with its public half, and `send` can sign with it.
+        "ecdsa" => SENDGRID_TEST_KEY,
         _ => "a-shared-secret-of-some-length",
     }
 }
+
+/// A P-256 key made for the tests, never used anywhere else.
+pub(crate) const SENDGRID_TEST_KEY: &str = "MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQgqgZ5vGpJZPjMlGX7qCUaQxDIF2xuq+qzHk1UJgMwOMqhRANCAAT2fhgDEuiz2+TIyL1exc9iPWDaPbtwWdkOZsgrjBBR8lG+qzjmyxKEtXadIhaqw3sfxDdzJOXh/2YFgGzG/Jyp";
 
 fn scheme_of(keys: &str) -> String {
     let table: toml::Table = toml::from_str(keys).unwrap();
@@ -61,17 +67,19 @@ fn every_preset_takes_its_fixture_once_and_refuses_a_changed_byte() {
                 "SELECT event_id FROM webhook_events WHERE source = '{name}'"
             ))
         };
-        assert_eq!(rows(&server).len(), 1, "{name}: one claim");
+        // One claim, or one per element of an array the preset splits.
+        let claims = rows(&server).len();
+        assert!(claims >= 1, "{name}: claimed");
         let (_, again, _) = send(&file);
         assert!(
-            again.contains("duplicate"),
+            again.contains("duplicate") && !again.contains(r#""outcome":"processed""#),
             "{name}: the same file again: {again}"
         );
         // One byte changed after signing: `send` signs what it sends, so the change goes
         // through a proxy of our own: the signed headers of the file, another body.
         let reply = tampered(&server, name, &file, config_arg, kind);
         assert_eq!(reply.0, 400, "{name}: a changed byte: {}", reply.1);
-        assert_eq!(rows(&server).len(), 1, "{name}: nothing more claimed");
+        assert_eq!(rows(&server).len(), claims, "{name}: nothing more claimed");
     }
     server.keep(dir);
 }
