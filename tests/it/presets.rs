@@ -1,7 +1,9 @@
 //! Every preset of the catalog as a user meets it: a source with `preset = "NAME"` and its
 //! secret; the preset's real-shaped fixture, signed by `hookledger send` as that provider
 //! signs, is processed, the same file again is a duplicate (its id comes from the file), and
-//! one changed byte is refused with nothing claimed.
+//! one changed byte is refused with nothing claimed: a byte of the body for a scheme that signs
+//! it, a byte of the credential for one that does not (`token`, `basic`). The presets with a
+//! handshake answer the provider's, signed as the provider signs it, and claim nothing.
 
 use crate::util::*;
 
@@ -35,7 +37,7 @@ fn every_preset_takes_its_fixture_once_and_refuses_a_changed_byte() {
     std::fs::write(&config_path, &config).unwrap();
     let config_arg = config_path.to_str().unwrap();
     let mut server = Server::start_in(dir.path(), &["--config", config_arg]);
-    for (name, _, fixture, kind) in &presets {
+    for (name, keys, fixture, kind) in &presets {
         let file = fixtures_dir().join(fixture);
         assert!(file.exists(), "{name}: its fixture {fixture}");
         let url = format!("http://{}/webhooks/{name}", server.addr);
@@ -68,22 +70,36 @@ fn every_preset_takes_its_fixture_once_and_refuses_a_changed_byte() {
             "{name}: the same file again: {again}"
         );
         // One byte changed after signing: `send` signs what it sends, so the change goes
-        // through a proxy of our own: the signed headers of the file, another body.
-        let reply = tampered(&server, name, &file, config_arg, kind);
+        // through a proxy of our own: the signed headers of the file, another body; or, for a
+        // scheme that signs no body, the body with another credential.
+        let reply = tampered(&server, name, &file, config_arg, kind, keys);
         assert_eq!(reply.0, 400, "{name}: a changed byte: {}", reply.1);
         assert_eq!(rows(&server).len(), 1, "{name}: nothing more claimed");
     }
     server.keep(dir);
 }
 
+/// The header with the credential of a scheme that does not sign the body (`token`: its
+/// configured header; `basic`: `Authorization`), or `None` for a scheme that signs the body.
+fn credential_header(keys: &str) -> Option<String> {
+    let table: toml::Table = toml::from_str(keys).unwrap();
+    match table["scheme"].as_str().unwrap() {
+        "token" => Some(table["token"]["header"].as_str().unwrap().to_string()),
+        "basic" => Some("Authorization".into()),
+        _ => None,
+    }
+}
+
 /// Sends `file` to `name` with the headers `hookledger send` signs it with, one byte of its
-/// body changed after signing.
+/// body changed after signing; for a scheme that does not sign the body (see
+/// [`credential_header`]), one byte of its credential instead.
 fn tampered(
     server: &Server,
     name: &str,
     file: &std::path::Path,
     config: &str,
     kind: &str,
+    keys: &str,
 ) -> (u16, String) {
     let mut args = vec!["--config", config, "--source", name];
     if !kind.is_empty() {
@@ -91,9 +107,23 @@ fn tampered(
     }
     let path = file.to_str().unwrap();
     args.push(path);
-    let (headers, mut body) = capture_send(&args);
-    let at = body.iter().position(|b| *b == b'"').expect("a JSON body");
-    body[at + 1] ^= 0x01;
+    let (mut headers, mut body) = capture_send(&args);
+    match credential_header(keys) {
+        Some(credential) => {
+            let (_, value) = headers
+                .iter_mut()
+                .find(|(k, _)| k.eq_ignore_ascii_case(&credential))
+                .unwrap_or_else(|| panic!("{name}: send sets {credential}"));
+            let mut bytes = value.clone().into_bytes();
+            let last = bytes.len() - 1;
+            bytes[last] ^= 0x01;
+            *value = String::from_utf8(bytes).unwrap();
+        }
+        None => {
+            let at = body.iter().position(|b| *b == b'"').expect("a JSON body");
+            body[at + 1] ^= 0x01;
+        }
+    }
     let headers: Vec<(&str, &str)> = headers
         .iter()
         .map(|(k, v)| (k.as_str(), v.as_str()))
