@@ -156,3 +156,146 @@ fn the_readmes_table_of_presets_is_the_catalogs() {
         assert!(table.contains(&format!("| `{name}` |")), "{name}");
     }
 }
+
+/// Hex HMAC-SHA256 of `parts` under `key`, computed here, apart from hookledger's code.
+fn hmac_hex(key: &str, parts: &[&[u8]]) -> String {
+    use hmac::Mac;
+    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(key.as_bytes()).unwrap();
+    for part in parts {
+        mac.update(part);
+    }
+    hex::encode(mac.finalize().into_bytes())
+}
+
+/// Unix seconds as Twitch writes a time: RFC 3339 in UTC with nanoseconds.
+fn twitch_time(secs: i64) -> String {
+    let (days, rest) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // The civil date of a day number (Howard Hinnant's `civil_from_days`).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.634234626Z",
+        rest / 3600,
+        rest % 3600 / 60,
+        rest % 60
+    )
+}
+
+/// Each preset with a handshake answers its provider's handshake request, signed as the
+/// provider signs it, as the provider's docs require, and claims nothing; a handshake with a
+/// wrong signature is refused unanswered.
+#[test]
+fn each_handshake_preset_answers_its_providers_handshake_and_claims_nothing() {
+    let secret = secret_for("hmac");
+    let dir = test_dir();
+    let mut config = String::new();
+    for name in ["slack", "zoom", "twitch"] {
+        config.push_str(&format!(
+            "[[source]]\nname = \"{name}\"\npreset = \"{name}\"\nsecrets = [\"{secret}\"]\n\n"
+        ));
+    }
+    let config_path = dir.path().join("handshakes.toml");
+    std::fs::write(&config_path, &config).unwrap();
+    let server = Server::start_in(dir.path(), &["--config", config_path.to_str().unwrap()]);
+    let t = now().to_string();
+
+    // Slack's `url_verification` (the Events API docs' example): the challenge back.
+    let body = br#"{"token":"Jhj5dZrVaK7ZwHHjRyZWjbDl","challenge":"3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P","type":"url_verification"}"#;
+    let signature = format!(
+        "v0={}",
+        hmac_hex(secret, &[b"v0:", t.as_bytes(), b":", body])
+    );
+    let slack = |signature: &str| {
+        server.post(
+            "/webhooks/slack",
+            body,
+            &[
+                ("X-Slack-Signature", signature),
+                ("X-Slack-Request-Timestamp", &t),
+                ("Content-Type", "application/json"),
+            ],
+        )
+    };
+    let reply = slack(&signature);
+    assert_eq!(reply.status, 200, "slack: {}", reply.body);
+    assert_eq!(
+        json(&reply)["challenge"],
+        "3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P",
+        "slack: {}",
+        reply.body
+    );
+    let wrong = format!(
+        "v0={}",
+        hmac_hex("another-secret", &[b"v0:", t.as_bytes(), b":", body])
+    );
+    let reply = slack(&wrong);
+    assert_eq!(reply.status, 400, "slack, wrongly signed: {}", reply.body);
+    assert!(!reply.body.contains("3eZbrw1a"), "{}", reply.body);
+
+    // Zoom's `endpoint.url_validation`: the plain token, and its hex HMAC-SHA256 under the
+    // secret token.
+    let body = br#"{"payload":{"plainToken":"qgg8vlvZRS6UYooatFL8Aw"},"event_ts":1654503849680,"event":"endpoint.url_validation"}"#;
+    let signature = format!(
+        "v0={}",
+        hmac_hex(secret, &[b"v0:", t.as_bytes(), b":", body])
+    );
+    let reply = server.post(
+        "/webhooks/zoom",
+        body,
+        &[
+            ("x-zm-signature", &signature),
+            ("x-zm-request-timestamp", &t),
+            ("Content-Type", "application/json"),
+        ],
+    );
+    assert_eq!(reply.status, 200, "zoom: {}", reply.body);
+    let answer = json(&reply);
+    assert_eq!(
+        answer["plainToken"], "qgg8vlvZRS6UYooatFL8Aw",
+        "zoom: {}",
+        reply.body
+    );
+    assert_eq!(
+        answer["encryptedToken"],
+        hmac_hex(secret, &[b"qgg8vlvZRS6UYooatFL8Aw"]),
+        "zoom: {}",
+        reply.body
+    );
+
+    // Twitch EventSub's `webhook_callback_verification`: the challenge back, as text.
+    let body = br#"{"challenge":"pogchamp-kappa-360noscope-vohiyo","subscription":{"id":"f1c2a387-161a-49f9-a165-0f21d7a4e1c4","status":"webhook_callback_verification_pending","type":"channel.follow","version":"2","cost":0,"condition":{"broadcaster_user_id":"12826","moderator_user_id":"12826"},"transport":{"method":"webhook","callback":"https://example.com/webhooks/callback"},"created_at":"2019-11-16T10:11:12.634234626Z"}}"#;
+    let id = "e76c6bd4-55c9-4987-8304-da1588d8988b";
+    let stamp = twitch_time(now());
+    let signature = format!(
+        "sha256={}",
+        hmac_hex(secret, &[id.as_bytes(), stamp.as_bytes(), body])
+    );
+    let reply = server.post(
+        "/webhooks/twitch",
+        body,
+        &[
+            ("Twitch-Eventsub-Message-Id", id),
+            ("Twitch-Eventsub-Message-Retry", "0"),
+            (
+                "Twitch-Eventsub-Message-Type",
+                "webhook_callback_verification",
+            ),
+            ("Twitch-Eventsub-Message-Signature", &signature),
+            ("Twitch-Eventsub-Message-Timestamp", &stamp),
+            ("Twitch-Eventsub-Subscription-Type", "channel.follow"),
+            ("Twitch-Eventsub-Subscription-Version", "2"),
+            ("Content-Type", "application/json"),
+        ],
+    );
+    assert_eq!(reply.status, 200, "twitch: {}", reply.body);
+    assert_eq!(reply.body, "pogchamp-kappa-360noscope-vohiyo");
+
+    assert_eq!(ledger_count(&server.db()), 0, "handshakes claim nothing");
+}
