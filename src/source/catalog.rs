@@ -128,7 +128,7 @@ type = { header = "X-Gitea-Event" }"#,
     },
     Preset {
         name: "slack",
-        docs: "https://api.slack.com/authentication/verifying-requests-from-slack",
+        docs: "https://docs.slack.dev/authentication/verifying-requests-from-slack/",
         keys: r#"scheme = "hmac"
 hmac = { header = "X-Slack-Signature", prefix = "v0=", signed = "v0:{timestamp}:{body}", timestamp = { header = "X-Slack-Request-Timestamp" } }
 tolerance = "5m"
