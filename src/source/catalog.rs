@@ -181,7 +181,9 @@ hmac = { header = "Linear-Signature" }
 id = { header = "Linear-Delivery" }
 type = { header = "Linear-Event" }"#,
         verifies: "HMAC-SHA256 of the body, hex, in `Linear-Signature`",
-        replay: "claim only (`Linear-Delivery`)",
+        // Linear also signs a `webhookTimestamp` (ms) in the body and asks for it to be within a
+        // minute; a time inside the body is not one the hmac scheme can check.
+        replay: "claim only (`Linear-Delivery`; the body's `webhookTimestamp` is not checked)",
         handshake: "",
         batch: "",
         fixture: ("linear/issue.create.json", "Issue"),
