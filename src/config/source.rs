@@ -200,7 +200,9 @@ pub struct HmacConfig {
 
 /// Where the signed timestamp of an `hmac` source is: `{ header = "X-Slack-Request-Timestamp" }`,
 /// or `{ part = "t" }`, the entry `t=<value>` of the signature header (Stripe-like
-/// `t=…,v1=…`, Paddle's `ts=…;h1=…`); `unit` is `"s"` (the default) or `"ms"`.
+/// `t=…,v1=…`, Paddle's `ts=…;h1=…`); `unit` is `"s"` (the default), `"ms"`, or `"rfc3339"`:
+/// a date and time as text (Twitch EventSub's `2019-11-16T10:11:12.634234626Z`), signed as
+/// sent.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 #[non_exhaustive]
@@ -236,9 +238,20 @@ impl TimestampConfig {
         self
     }
 
-    /// Whether the unit is milliseconds (validated: `s` or `ms`).
+    /// As RFC 3339 text (`2019-11-16T10:11:12.634234626Z`).
+    pub fn in_rfc3339(mut self) -> Self {
+        self.unit = Some("rfc3339".into());
+        self
+    }
+
+    /// Whether the unit is milliseconds (validated: `s`, `ms` or `rfc3339`).
     pub(crate) fn millis(&self) -> bool {
         self.unit.as_deref() == Some("ms")
+    }
+
+    /// Whether the timestamp is RFC 3339 text.
+    pub(crate) fn rfc3339(&self) -> bool {
+        self.unit.as_deref() == Some("rfc3339")
     }
 }
 
@@ -753,8 +766,11 @@ impl SourceConfig {
                         "needs exactly one of header = \"X-Timestamp\" or part = \"t\""
                     ),
                 }
-                if !matches!(t.unit.as_deref(), None | Some("s" | "ms")) {
-                    refuse!(key("hmac.timestamp.unit"), "must be \"s\" or \"ms\"");
+                if !matches!(t.unit.as_deref(), None | Some("s" | "ms" | "rfc3339")) {
+                    refuse!(
+                        key("hmac.timestamp.unit"),
+                        "must be \"s\", \"ms\" or \"rfc3339\""
+                    );
                 }
             }
         }
@@ -1022,6 +1038,8 @@ mod tests {
     fn a_generalized_hmac_is_refused_naming_the_key_that_cannot_work() {
         let slack = "hmac = { header = \"X-Slack-Signature\", prefix = \"v0=\", signed = \"v0:{timestamp}:{body}\", timestamp = { header = \"X-Slack-Request-Timestamp\" } }\ntolerance = \"1m\"\n";
         assert_eq!(refused_at(&format!("{HMAC}{slack}")), "ok");
+        let twitch = "hmac = { header = \"X-S\", signed = \"{timestamp}{body}\", timestamp = { header = \"X-T\", unit = \"rfc3339\" } }\n";
+        assert_eq!(refused_at(&format!("{HMAC}{twitch}")), "ok");
         for (text, key) in [
             ("hmac = { header = \"X-S\", signed = \"{url}{body}\" }", "source `s`.public_url"),
             ("hmac = { header = \"X-S\" }\npublic_url = \"https://h.example/w\"", "source `s`.public_url"),

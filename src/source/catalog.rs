@@ -100,6 +100,146 @@ type = { json = "/event" }"#,
         batch: "",
         fixture: ("resend/email.delivered.json", ""),
     },
+    Preset {
+        name: "gitlab",
+        docs: "https://docs.gitlab.com/user/project/integrations/webhooks/",
+        keys: r#"scheme = "token"
+token = { header = "X-Gitlab-Token" }
+id = { header = "X-Gitlab-Event-UUID" }
+type = { header = "X-Gitlab-Event" }"#,
+        verifies: "the secret token in `X-Gitlab-Token` (the body is not signed)",
+        replay: "claim only (`X-Gitlab-Event-UUID`)",
+        handshake: "",
+        batch: "",
+        fixture: ("gitlab/push-hook.json", "Push Hook"),
+    },
+    Preset {
+        name: "bitbucket",
+        docs: "https://support.atlassian.com/bitbucket-cloud/docs/manage-webhooks/",
+        keys: r#"scheme = "hmac"
+hmac = { header = "X-Hub-Signature", prefix = "sha256=" }
+id = { header = "X-Request-UUID" }
+type = { header = "X-Event-Key" }"#,
+        verifies: "Bitbucket Cloud: HMAC-SHA256 of the body in `X-Hub-Signature` (`sha256=`)",
+        replay: "claim only (`X-Request-UUID`)",
+        handshake: "",
+        batch: "",
+        fixture: ("bitbucket/repo-push.json", "repo:push"),
+    },
+    Preset {
+        name: "gitea",
+        docs: "https://docs.gitea.com/usage/webhooks",
+        keys: r#"scheme = "hmac"
+hmac = { header = "X-Gitea-Signature" }
+id = { header = "X-Gitea-Delivery" }
+type = { header = "X-Gitea-Event" }"#,
+        verifies: "HMAC-SHA256 of the body, hex, in `X-Gitea-Signature`",
+        replay: "claim only (`X-Gitea-Delivery`)",
+        handshake: "",
+        batch: "",
+        fixture: ("gitea/push.json", "push"),
+    },
+    Preset {
+        name: "slack",
+        docs: "https://docs.slack.dev/authentication/verifying-requests-from-slack/",
+        keys: r#"scheme = "hmac"
+hmac = { header = "X-Slack-Signature", prefix = "v0=", signed = "v0:{timestamp}:{body}", timestamp = { header = "X-Slack-Request-Timestamp" } }
+tolerance = "5m"
+id = { json = "/event_id" }
+type = { json = "/event/type" }
+handshake = "slack""#,
+        verifies: "Events API: HMAC-SHA256 of `v0:{timestamp}:{body}` in `X-Slack-Signature` (`v0=`)",
+        replay: "signed time (5 min)",
+        handshake: "slack",
+        batch: "",
+        fixture: ("slack/event_callback.json", ""),
+    },
+    Preset {
+        name: "zoom",
+        docs: "https://developers.zoom.us/docs/api/webhooks/",
+        // Zoom sends no delivery id: the event id is the body's SHA-256 (a retry of the same
+        // bytes is a duplicate).
+        keys: r#"scheme = "hmac"
+hmac = { header = "x-zm-signature", prefix = "v0=", signed = "v0:{timestamp}:{body}", timestamp = { header = "x-zm-request-timestamp" } }
+id = { body_sha256 = true }
+type = { json = "/event" }
+handshake = "zoom""#,
+        verifies: "HMAC-SHA256 of `v0:{timestamp}:{body}` in `x-zm-signature` (`v0=`); no delivery id: the id is the body's SHA-256",
+        replay: "signed time (5 min)",
+        handshake: "zoom",
+        batch: "",
+        fixture: ("zoom/meeting.started.json", ""),
+    },
+    Preset {
+        name: "twitch",
+        docs: "https://dev.twitch.tv/docs/eventsub/handling-webhook-events/",
+        // Twitch asks receivers to refuse messages older than 10 minutes.
+        keys: r#"scheme = "hmac"
+hmac = { header = "Twitch-Eventsub-Message-Signature", prefix = "sha256=", signed = "{id}{timestamp}{body}", timestamp = { header = "Twitch-Eventsub-Message-Timestamp", unit = "rfc3339" } }
+tolerance = "10m"
+id = { header = "Twitch-Eventsub-Message-Id" }
+type = { header = "Twitch-Eventsub-Subscription-Type" }
+handshake = "twitch""#,
+        verifies: "EventSub: HMAC-SHA256 of `{id}{timestamp}{body}` (RFC 3339 timestamp) in `Twitch-Eventsub-Message-Signature` (`sha256=`)",
+        replay: "signed time (10 min)",
+        handshake: "twitch",
+        batch: "",
+        fixture: ("twitch/channel.follow.json", "channel.follow"),
+    },
+    Preset {
+        name: "linear",
+        docs: "https://linear.app/developers/webhooks",
+        keys: r#"scheme = "hmac"
+hmac = { header = "Linear-Signature" }
+id = { header = "Linear-Delivery" }
+type = { header = "Linear-Event" }"#,
+        verifies: "HMAC-SHA256 of the body, hex, in `Linear-Signature`",
+        // Linear also signs a `webhookTimestamp` (ms) in the body and asks for it to be within a
+        // minute; a time inside the body is not one the hmac scheme can check.
+        replay: "claim only (`Linear-Delivery`; the body's `webhookTimestamp` is not checked)",
+        handshake: "",
+        batch: "",
+        fixture: ("linear/issue.create.json", "Issue"),
+    },
+    Preset {
+        name: "vercel",
+        docs: "https://vercel.com/docs/webhooks/webhooks-api",
+        keys: r#"scheme = "hmac"
+hmac = { header = "x-vercel-signature", algorithm = "sha1" }
+id = { json = "/id" }
+type = { json = "/type" }"#,
+        verifies: "HMAC-SHA1 of the body, hex, in `x-vercel-signature`",
+        replay: "claim only (the body's `id`)",
+        handshake: "",
+        batch: "",
+        fixture: ("vercel/deployment.created.json", ""),
+    },
+    Preset {
+        name: "intercom",
+        docs: "https://developers.intercom.com/intercom-api-reference/v1.0/reference/signed-notifications",
+        keys: r#"scheme = "hmac"
+hmac = { header = "X-Hub-Signature", algorithm = "sha1", prefix = "sha1=" }
+id = { json = "/id" }
+type = { json = "/topic" }"#,
+        verifies: "HMAC-SHA1 of the body in `X-Hub-Signature` (`sha1=`)",
+        replay: "claim only (the body's `id`)",
+        handshake: "",
+        batch: "",
+        fixture: ("intercom/conversation.user.created.json", ""),
+    },
+    Preset {
+        name: "typeform",
+        docs: "https://www.typeform.com/developers/webhooks/secure-your-webhooks/",
+        keys: r#"scheme = "hmac"
+hmac = { header = "Typeform-Signature", encoding = "base64", prefix = "sha256=" }
+id = { json = "/event_id" }
+type = { json = "/event_type" }"#,
+        verifies: "HMAC-SHA256 of the body, base64, in `Typeform-Signature` (`sha256=`)",
+        replay: "claim only (the body's `event_id`)",
+        handshake: "",
+        batch: "",
+        fixture: ("typeform/form_response.json", ""),
+    },
 ];
 
 /// The catalog as a Markdown table (the README's, which a test keeps equal to this).

@@ -23,7 +23,9 @@
 //!   ";"`, `prefix = "h1="`, `signed = "{timestamp}:{body}"`, `part = "ts"`.
 //! - Square: `signed = "{url}{body}"`, base64, with the source's `public_url`. HubSpot v3:
 //!   `signed = "POST{url}{body}{timestamp}"`, `timestamp = { header =
-//!   "X-HubSpot-Request-Timestamp", unit = "ms" }`. Twilio signs the URL followed by the
+//!   "X-HubSpot-Request-Timestamp", unit = "ms" }`. Twitch EventSub: `signed =
+//!   "{id}{timestamp}{body}"`, `timestamp = { header = "Twitch-Eventsub-Message-Timestamp", unit
+//!   = "rfc3339" }` (RFC 3339 text, signed as sent). Twilio signs the URL followed by the
 //!   sorted form parameters, not the raw body: `{url}{body}` (sha1, base64) matches it only
 //!   for a request without form parameters (a JSON body with `bodySHA256` in the URL).
 
@@ -139,11 +141,20 @@ pub(crate) enum Stamp {
     Part(String),
 }
 
-/// A signed timestamp: where it is, and whether it counts milliseconds.
+/// How a signed timestamp is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Unit {
+    Seconds,
+    Millis,
+    /// RFC 3339 text (Twitch EventSub's `2019-11-16T10:11:12.634234626Z`), signed as sent.
+    Rfc3339,
+}
+
+/// A signed timestamp: where it is, and how it is written.
 #[derive(Debug, Clone)]
 pub(crate) struct Timestamp {
     pub(crate) at: Stamp,
-    pub(crate) millis: bool,
+    pub(crate) unit: Unit,
 }
 
 /// An HMAC scheme (see the module doc).
@@ -250,7 +261,13 @@ impl BodyHmac {
                 (Some(header), _) => Stamp::Header(leak(header)),
                 (None, part) => Stamp::Part(part.clone().unwrap_or_default()),
             },
-            millis: t.millis(),
+            unit: if t.millis() {
+                Unit::Millis
+            } else if t.rfc3339() {
+                Unit::Rfc3339
+            } else {
+                Unit::Seconds
+            },
         });
         BodyHmac {
             keys,
@@ -397,9 +414,12 @@ impl BodyHmac {
                         self.header,
                     ),
                 };
-                let seconds = parse_stamp(text, t.millis).ok_or(VerifyError::MalformedHeader {
+                let seconds = parse_stamp(text, t.unit).ok_or(VerifyError::MalformedHeader {
                     header: name,
-                    reason: "the timestamp is not a whole number of seconds or milliseconds",
+                    reason: match t.unit {
+                        Unit::Rfc3339 => "the timestamp is not an RFC 3339 date and time",
+                        _ => "the timestamp is not a whole number of seconds or milliseconds",
+                    },
                 })?;
                 Some((text, seconds))
             }
@@ -426,13 +446,16 @@ impl BodyHmac {
 }
 
 /// A timestamp's text in seconds: ASCII digits only (no sign, no fraction), in seconds or
-/// milliseconds.
-fn parse_stamp(text: &[u8], millis: bool) -> Option<i64> {
+/// milliseconds; or an RFC 3339 date and time (its fraction of a second dropped).
+fn parse_stamp(text: &[u8], unit: Unit) -> Option<i64> {
+    if unit == Unit::Rfc3339 {
+        return crate::time::parse_rfc3339(std::str::from_utf8(text).ok()?);
+    }
     if text.is_empty() || text.len() > 19 || !text.iter().all(u8::is_ascii_digit) {
         return None;
     }
     let n: i64 = std::str::from_utf8(text).ok()?.parse().ok()?;
-    Some(if millis { n / 1000 } else { n })
+    Some(if unit == Unit::Millis { n / 1000 } else { n })
 }
 
 impl Scheme for BodyHmac {
@@ -483,9 +506,10 @@ impl Scheme for BodyHmac {
     }
 
     fn sign(&self, body: &[u8], now: i64, id: &str, kind: &str) -> Vec<(String, String)> {
-        let stamp = match &self.timestamp {
-            Some(t) if t.millis => now.saturating_mul(1000).to_string(),
-            Some(_) => now.to_string(),
+        let stamp = match self.timestamp.as_ref().map(|t| t.unit) {
+            Some(Unit::Millis) => now.saturating_mul(1000).to_string(),
+            Some(Unit::Rfc3339) => crate::time::format_rfc3339(now),
+            Some(Unit::Seconds) => now.to_string(),
             None => String::new(),
         };
         let entry = self.entry(&self.keys[0], body, &stamp, id);
@@ -835,6 +859,93 @@ mod tests {
         assert!(signed.contains(&(
             "X-HubSpot-Request-Timestamp".to_string(),
             "1700000000000".to_string()
+        )));
+        assert_eq!(
+            scheme.verify(&headers_of(&signed), body, 1_700_000_000),
+            Ok(())
+        );
+    }
+
+    /// Twitch EventSub's shape: the message id, an RFC 3339 timestamp as sent (nanoseconds and
+    /// all) and the body, computed independently; the age is checked on the parsed time.
+    #[test]
+    fn an_rfc3339_timestamp_signed_as_sent() {
+        let scheme = configured(
+            HmacConfig::new("Twitch-Eventsub-Message-Signature")
+                .with_prefix("sha256=")
+                .with_signed("{id}{timestamp}{body}")
+                .with_timestamp(
+                    TimestampConfig::header("Twitch-Eventsub-Message-Timestamp").in_rfc3339(),
+                ),
+            "twitch_secret_0123456789",
+            Locator::Header("Twitch-Eventsub-Message-Id".into()),
+        );
+        let body = br#"{"subscription":{"type":"channel.follow"}}"#;
+        let stamp = "2019-11-16T10:11:12.634234626Z";
+        let at = crate::time::parse_rfc3339(stamp).unwrap();
+        let expected = format!(
+            "sha256={}",
+            hex::encode(independent::<HmacMac<Sha256>>(
+                "twitch_secret_0123456789",
+                &[
+                    b"befa7b53-d79d-478f-86b9-120f112b044e",
+                    stamp.as_bytes(),
+                    body
+                ],
+            ))
+        );
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            "Twitch-Eventsub-Message-Signature",
+            expected.parse().unwrap(),
+        );
+        headers.insert("Twitch-Eventsub-Message-Timestamp", stamp.parse().unwrap());
+        headers.insert(
+            "Twitch-Eventsub-Message-Id",
+            "befa7b53-d79d-478f-86b9-120f112b044e".parse().unwrap(),
+        );
+        assert_eq!(scheme.precheck(&headers, at + 10), Ok(()));
+        assert_eq!(scheme.verify(&headers, body, at + 10), Ok(()));
+        assert!(matches!(
+            scheme.verify(&headers, body, at + 301),
+            Err(VerifyError::TooOld { .. })
+        ));
+        assert!(matches!(
+            scheme.verify(&headers, body, at - 301),
+            Err(VerifyError::InFuture { .. })
+        ));
+        // The text is signed, not the time: the same instant written otherwise does not match.
+        headers.insert(
+            "Twitch-Eventsub-Message-Timestamp",
+            "2019-11-16T10:11:12Z".parse().unwrap(),
+        );
+        assert_eq!(
+            scheme.verify(&headers, body, at + 10),
+            Err(VerifyError::NoMatch)
+        );
+        for bad in [
+            "1573899072",
+            "2019-11-16",
+            "2019-11-16T10:11:12",
+            "yesterday",
+        ] {
+            headers.insert("Twitch-Eventsub-Message-Timestamp", bad.parse().unwrap());
+            assert!(
+                matches!(
+                    scheme.precheck(&headers, at),
+                    Err(VerifyError::MalformedHeader {
+                        header: "Twitch-Eventsub-Message-Timestamp",
+                        ..
+                    })
+                ),
+                "{bad}"
+            );
+        }
+        // `sign` writes RFC 3339 text, and what it signs verifies.
+        let signed = scheme.sign(body, 1_700_000_000, "m-1", "");
+        assert!(signed.contains(&(
+            "Twitch-Eventsub-Message-Timestamp".to_string(),
+            "2023-11-14T22:13:20Z".to_string()
         )));
         assert_eq!(
             scheme.verify(&headers_of(&signed), body, 1_700_000_000),

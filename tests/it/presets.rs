@@ -1,7 +1,9 @@
 //! Every preset of the catalog as a user meets it: a source with `preset = "NAME"` and its
 //! secret; the preset's real-shaped fixture, signed by `hookledger send` as that provider
 //! signs, is processed, the same file again is a duplicate (its id comes from the file), and
-//! one changed byte is refused with nothing claimed.
+//! one changed byte is refused with nothing claimed: a byte of the body for a scheme that signs
+//! it, a byte of the credential for one that does not (`token`, `basic`). The presets with a
+//! handshake answer the provider's, signed as the provider signs it, and claim nothing.
 
 use crate::util::*;
 
@@ -41,7 +43,7 @@ fn every_preset_takes_its_fixture_once_and_refuses_a_changed_byte() {
     std::fs::write(&config_path, &config).unwrap();
     let config_arg = config_path.to_str().unwrap();
     let mut server = Server::start_in(dir.path(), &["--config", config_arg]);
-    for (name, _, fixture, kind) in &presets {
+    for (name, keys, fixture, kind) in &presets {
         let file = fixtures_dir().join(fixture);
         assert!(file.exists(), "{name}: its fixture {fixture}");
         let url = format!("http://{}/webhooks/{name}", server.addr);
@@ -76,22 +78,36 @@ fn every_preset_takes_its_fixture_once_and_refuses_a_changed_byte() {
             "{name}: the same file again: {again}"
         );
         // One byte changed after signing: `send` signs what it sends, so the change goes
-        // through a proxy of our own: the signed headers of the file, another body.
-        let reply = tampered(&server, name, &file, config_arg, kind);
+        // through a proxy of our own: the signed headers of the file, another body; or, for a
+        // scheme that signs no body, the body with another credential.
+        let reply = tampered(&server, name, &file, config_arg, kind, keys);
         assert_eq!(reply.0, 400, "{name}: a changed byte: {}", reply.1);
         assert_eq!(rows(&server).len(), claims, "{name}: nothing more claimed");
     }
     server.keep(dir);
 }
 
+/// The header with the credential of a scheme that does not sign the body (`token`: its
+/// configured header; `basic`: `Authorization`), or `None` for a scheme that signs the body.
+fn credential_header(keys: &str) -> Option<String> {
+    let table: toml::Table = toml::from_str(keys).unwrap();
+    match table["scheme"].as_str().unwrap() {
+        "token" => Some(table["token"]["header"].as_str().unwrap().to_string()),
+        "basic" => Some("Authorization".into()),
+        _ => None,
+    }
+}
+
 /// Sends `file` to `name` with the headers `hookledger send` signs it with, one byte of its
-/// body changed after signing.
+/// body changed after signing; for a scheme that does not sign the body (see
+/// [`credential_header`]), one byte of its credential instead.
 fn tampered(
     server: &Server,
     name: &str,
     file: &std::path::Path,
     config: &str,
     kind: &str,
+    keys: &str,
 ) -> (u16, String) {
     let mut args = vec!["--config", config, "--source", name];
     if !kind.is_empty() {
@@ -99,9 +115,23 @@ fn tampered(
     }
     let path = file.to_str().unwrap();
     args.push(path);
-    let (headers, mut body) = capture_send(&args);
-    let at = body.iter().position(|b| *b == b'"').expect("a JSON body");
-    body[at + 1] ^= 0x01;
+    let (mut headers, mut body) = capture_send(&args);
+    match credential_header(keys) {
+        Some(credential) => {
+            let (_, value) = headers
+                .iter_mut()
+                .find(|(k, _)| k.eq_ignore_ascii_case(&credential))
+                .unwrap_or_else(|| panic!("{name}: send sets {credential}"));
+            let mut bytes = value.clone().into_bytes();
+            let last = bytes.len() - 1;
+            bytes[last] ^= 0x01;
+            *value = String::from_utf8(bytes).unwrap();
+        }
+        None => {
+            let at = body.iter().position(|b| *b == b'"').expect("a JSON body");
+            body[at + 1] ^= 0x01;
+        }
+    }
     let headers: Vec<(&str, &str)> = headers
         .iter()
         .map(|(k, v)| (k.as_str(), v.as_str()))
@@ -133,4 +163,147 @@ fn the_readmes_table_of_presets_is_the_catalogs() {
     for (name, ..) in hookledger::internals::presets() {
         assert!(table.contains(&format!("| `{name}` |")), "{name}");
     }
+}
+
+/// Hex HMAC-SHA256 of `parts` under `key`, computed here, apart from hookledger's code.
+fn hmac_hex(key: &str, parts: &[&[u8]]) -> String {
+    use hmac::Mac;
+    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(key.as_bytes()).unwrap();
+    for part in parts {
+        mac.update(part);
+    }
+    hex::encode(mac.finalize().into_bytes())
+}
+
+/// Unix seconds as Twitch writes a time: RFC 3339 in UTC with nanoseconds.
+fn twitch_time(secs: i64) -> String {
+    let (days, rest) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // The civil date of a day number (Howard Hinnant's `civil_from_days`).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.634234626Z",
+        rest / 3600,
+        rest % 3600 / 60,
+        rest % 60
+    )
+}
+
+/// Each preset with a handshake answers its provider's handshake request, signed as the
+/// provider signs it, as the provider's docs require, and claims nothing; a handshake with a
+/// wrong signature is refused unanswered.
+#[test]
+fn each_handshake_preset_answers_its_providers_handshake_and_claims_nothing() {
+    let secret = secret_for("hmac");
+    let dir = test_dir();
+    let mut config = String::new();
+    for name in ["slack", "zoom", "twitch"] {
+        config.push_str(&format!(
+            "[[source]]\nname = \"{name}\"\npreset = \"{name}\"\nsecrets = [\"{secret}\"]\n\n"
+        ));
+    }
+    let config_path = dir.path().join("handshakes.toml");
+    std::fs::write(&config_path, &config).unwrap();
+    let server = Server::start_in(dir.path(), &["--config", config_path.to_str().unwrap()]);
+    let t = now().to_string();
+
+    // Slack's `url_verification` (the Events API docs' example): the challenge back.
+    let body = br#"{"token":"Jhj5dZrVaK7ZwHHjRyZWjbDl","challenge":"3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P","type":"url_verification"}"#;
+    let signature = format!(
+        "v0={}",
+        hmac_hex(secret, &[b"v0:", t.as_bytes(), b":", body])
+    );
+    let slack = |signature: &str| {
+        server.post(
+            "/webhooks/slack",
+            body,
+            &[
+                ("X-Slack-Signature", signature),
+                ("X-Slack-Request-Timestamp", &t),
+                ("Content-Type", "application/json"),
+            ],
+        )
+    };
+    let reply = slack(&signature);
+    assert_eq!(reply.status, 200, "slack: {}", reply.body);
+    assert_eq!(
+        json(&reply)["challenge"],
+        "3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P",
+        "slack: {}",
+        reply.body
+    );
+    let wrong = format!(
+        "v0={}",
+        hmac_hex("another-secret", &[b"v0:", t.as_bytes(), b":", body])
+    );
+    let reply = slack(&wrong);
+    assert_eq!(reply.status, 400, "slack, wrongly signed: {}", reply.body);
+    assert!(!reply.body.contains("3eZbrw1a"), "{}", reply.body);
+
+    // Zoom's `endpoint.url_validation`: the plain token, and its hex HMAC-SHA256 under the
+    // secret token.
+    let body = br#"{"payload":{"plainToken":"qgg8vlvZRS6UYooatFL8Aw"},"event_ts":1654503849680,"event":"endpoint.url_validation"}"#;
+    let signature = format!(
+        "v0={}",
+        hmac_hex(secret, &[b"v0:", t.as_bytes(), b":", body])
+    );
+    let reply = server.post(
+        "/webhooks/zoom",
+        body,
+        &[
+            ("x-zm-signature", &signature),
+            ("x-zm-request-timestamp", &t),
+            ("Content-Type", "application/json"),
+        ],
+    );
+    assert_eq!(reply.status, 200, "zoom: {}", reply.body);
+    let answer = json(&reply);
+    assert_eq!(
+        answer["plainToken"], "qgg8vlvZRS6UYooatFL8Aw",
+        "zoom: {}",
+        reply.body
+    );
+    assert_eq!(
+        answer["encryptedToken"],
+        hmac_hex(secret, &[b"qgg8vlvZRS6UYooatFL8Aw"]),
+        "zoom: {}",
+        reply.body
+    );
+
+    // Twitch EventSub's `webhook_callback_verification`: the challenge back, as text.
+    let body = br#"{"challenge":"pogchamp-kappa-360noscope-vohiyo","subscription":{"id":"f1c2a387-161a-49f9-a165-0f21d7a4e1c4","status":"webhook_callback_verification_pending","type":"channel.follow","version":"2","cost":0,"condition":{"broadcaster_user_id":"12826","moderator_user_id":"12826"},"transport":{"method":"webhook","callback":"https://example.com/webhooks/callback"},"created_at":"2019-11-16T10:11:12.634234626Z"}}"#;
+    let id = "e76c6bd4-55c9-4987-8304-da1588d8988b";
+    let stamp = twitch_time(now());
+    let signature = format!(
+        "sha256={}",
+        hmac_hex(secret, &[id.as_bytes(), stamp.as_bytes(), body])
+    );
+    let reply = server.post(
+        "/webhooks/twitch",
+        body,
+        &[
+            ("Twitch-Eventsub-Message-Id", id),
+            ("Twitch-Eventsub-Message-Retry", "0"),
+            (
+                "Twitch-Eventsub-Message-Type",
+                "webhook_callback_verification",
+            ),
+            ("Twitch-Eventsub-Message-Signature", &signature),
+            ("Twitch-Eventsub-Message-Timestamp", &stamp),
+            ("Twitch-Eventsub-Subscription-Type", "channel.follow"),
+            ("Twitch-Eventsub-Subscription-Version", "2"),
+            ("Content-Type", "application/json"),
+        ],
+    );
+    assert_eq!(reply.status, 200, "twitch: {}", reply.body);
+    assert_eq!(reply.body, "pogchamp-kappa-360noscope-vohiyo");
+
+    assert_eq!(ledger_count(&server.db()), 0, "handshakes claim nothing");
 }
