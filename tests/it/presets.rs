@@ -1,7 +1,8 @@
 //! Every preset of the catalog as a user meets it: a source with `preset = "NAME"` and its
 //! secret; the preset's real-shaped fixture, signed by `hookledger send` as that provider
 //! signs, is processed, the same file again is a duplicate (its id comes from the file), and
-//! one changed byte is refused with nothing claimed.
+//! one changed byte is refused with nothing claimed (wrong credentials, for the schemes that
+//! do not sign the body). A preset that signs the URL is given the server's as `public_url`.
 
 use crate::util::*;
 
@@ -11,8 +12,22 @@ fn secret_for(scheme: &str) -> &'static str {
         "stripe" => "whsec_presets_test_secret_0123456789",
         // The Standard Webhooks specification's example key.
         "standard" => "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+        // HTTP Basic credentials.
+        "basic" => "hookledger:a-password-of-some-length",
         _ => "a-shared-secret-of-some-length",
     }
+}
+
+/// Whether the scheme signs the body (else a changed byte is no test of it: wrong credentials
+/// are).
+fn signs_body(scheme: &str) -> bool {
+    !matches!(scheme, "token" | "basic")
+}
+
+/// Whether the preset signs the URL the provider calls (`{url}`): its source needs
+/// `public_url`.
+fn signs_url(keys: &str) -> bool {
+    keys.contains("{url}")
 }
 
 fn scheme_of(keys: &str) -> String {
@@ -24,18 +39,32 @@ fn scheme_of(keys: &str) -> String {
 fn every_preset_takes_its_fixture_once_and_refuses_a_changed_byte() {
     let presets = hookledger::internals::presets();
     let dir = test_dir();
+    // A fixed port, so that the URL of a preset that signs it (`public_url`) is the one
+    // `send` posts to.
+    let listen = free_addr();
     let mut config = String::new();
     for (name, keys, _, _) in &presets {
         let secret = secret_for(&scheme_of(keys));
         config.push_str(&format!(
-            "[[source]]\nname = \"{name}\"\npreset = \"{name}\"\nsecrets = [\"{secret}\"]\n\n"
+            "[[source]]\nname = \"{name}\"\npreset = \"{name}\"\nsecrets = [\"{secret}\"]\n"
         ));
+        if signs_url(keys) {
+            config.push_str(&format!(
+                "public_url = \"http://{listen}/webhooks/{name}\"\n"
+            ));
+        }
+        config.push('\n');
     }
     let config_path = dir.path().join("presets.toml");
     std::fs::write(&config_path, &config).unwrap();
     let config_arg = config_path.to_str().unwrap();
-    let mut server = Server::start_in(dir.path(), &["--config", config_arg]);
-    for (name, _, fixture, kind) in &presets {
+    let listen_arg = listen.to_string();
+    let mut server = Server::start_in(
+        dir.path(),
+        &["--config", config_arg, "--listen", &listen_arg],
+    );
+    assert_eq!(server.addr, listen);
+    for (name, keys, fixture, kind) in &presets {
         let file = fixtures_dir().join(fixture);
         assert!(file.exists(), "{name}: its fixture {fixture}");
         let url = format!("http://{}/webhooks/{name}", server.addr);
@@ -67,10 +96,31 @@ fn every_preset_takes_its_fixture_once_and_refuses_a_changed_byte() {
             again.contains("duplicate"),
             "{name}: the same file again: {again}"
         );
-        // One byte changed after signing: `send` signs what it sends, so the change goes
-        // through a proxy of our own: the signed headers of the file, another body.
-        let reply = tampered(&server, name, &file, config_arg, kind);
-        assert_eq!(reply.0, 400, "{name}: a changed byte: {}", reply.1);
+        if signs_body(&scheme_of(keys)) {
+            // One byte changed after signing: `send` signs what it sends, so the change goes
+            // through a proxy of our own: the signed headers of the file, another body.
+            let reply = tampered(&server, name, &file, config_arg, kind);
+            assert_eq!(reply.0, 400, "{name}: a changed byte: {}", reply.1);
+        } else {
+            // Nothing signs the body: wrong credentials are refused instead.
+            let mut args = vec![
+                "send",
+                "--config",
+                config_arg,
+                "--source",
+                name,
+                "--url",
+                &url,
+                "--secret",
+                "hookledger:a-wrong-password",
+            ];
+            if !kind.is_empty() {
+                args.extend(["--type", kind]);
+            }
+            args.push(file.to_str().unwrap());
+            let (_, out, _) = cli(&args);
+            assert!(out.starts_with("400"), "{name}: wrong credentials: {out}");
+        }
         assert_eq!(rows(&server).len(), 1, "{name}: nothing more claimed");
     }
     server.keep(dir);
