@@ -18,6 +18,7 @@ mod fixtures;
 mod hostile;
 mod operations;
 mod oracles;
+mod oracles_b;
 mod outbox;
 mod postgres;
 mod presets;
