@@ -240,6 +240,111 @@ type = { json = "/event_type" }"#,
         batch: "",
         fixture: ("typeform/form_response.json", ""),
     },
+    Preset {
+        name: "paddle",
+        docs: "https://developer.paddle.com/webhooks/signature-verification",
+        keys: r#"scheme = "hmac"
+tolerance = "5s"
+hmac = { header = "Paddle-Signature", separator = ";", prefix = "h1=", signed = "{timestamp}:{body}", timestamp = { part = "ts" } }
+id = { json = "/event_id" }
+type = { json = "/event_type" }"#,
+        verifies: "HMAC-SHA256 of `{ts}:{body}` in `Paddle-Signature` (`ts=…;h1=…`); the key is the notification destination's secret key as shown",
+        replay: "signed time (5 s, the tolerance of Paddle's SDKs)",
+        handshake: "",
+        batch: "",
+        fixture: ("paddle/transaction.completed.json", ""),
+    },
+    Preset {
+        name: "lemonsqueezy",
+        docs: "https://docs.lemonsqueezy.com/help/webhooks/signing-requests",
+        keys: r#"scheme = "hmac"
+hmac = { header = "X-Signature" }
+id = { body_sha256 = true }
+type = { json = "/meta/event_name" }"#,
+        verifies: "HMAC-SHA256 of the body, hex, in `X-Signature`",
+        replay: "claim only (the body's SHA-256: no event id is sent, so only the same bytes again are a duplicate)",
+        handshake: "",
+        batch: "",
+        fixture: ("lemonsqueezy/order_created.json", ""),
+    },
+    Preset {
+        name: "calendly",
+        docs: "https://developer.calendly.com/api-docs/4c305798a61d3-webhook-signatures",
+        keys: r#"scheme = "hmac"
+tolerance = "3m"
+hmac = { header = "Calendly-Webhook-Signature", separator = ",", prefix = "v1=", signed = "{timestamp}.{body}", timestamp = { part = "t" } }
+id = { body_sha256 = true }
+type = { json = "/event" }"#,
+        verifies: "HMAC-SHA256 of `{t}.{body}` in `Calendly-Webhook-Signature` (`t=…,v1=…`), the subscription's signing key",
+        replay: "signed time (3 min, as in Calendly's docs); the claim is of the body's SHA-256 (no delivery id is sent)",
+        handshake: "",
+        batch: "",
+        fixture: ("calendly/invitee.created.json", ""),
+    },
+    Preset {
+        name: "workos",
+        docs: "https://workos.com/docs/events/data-syncing/webhooks",
+        keys: r#"scheme = "hmac"
+tolerance = "3m"
+hmac = { header = "WorkOS-Signature", separator = ", ", prefix = "v1=", signed = "{timestamp}.{body}", timestamp = { part = "t", unit = "ms" } }
+id = { json = "/id" }
+type = { json = "/event" }"#,
+        verifies: "HMAC-SHA256 of `{t}.{body}` in `WorkOS-Signature` (`t=<ms>, v1=…`)",
+        replay: "signed time (3 min, the default of WorkOS's SDKs)",
+        handshake: "",
+        batch: "",
+        fixture: ("workos/user.created.json", ""),
+    },
+    Preset {
+        name: "postmark",
+        docs: "https://postmarkapp.com/developer/webhooks/webhooks-overview#protecting-your-webhook",
+        keys: r#"scheme = "basic"
+id = { json = "/MessageID" }
+type = { json = "/RecordType" }"#,
+        verifies: "HTTP Basic credentials set in the webhook's URL (the body is not signed); each secret is `user:password`",
+        replay: "claim only (`MessageID`)",
+        handshake: "",
+        batch: "",
+        fixture: ("postmark/delivery.json", ""),
+    },
+    Preset {
+        name: "square",
+        docs: "https://developer.squareup.com/docs/webhooks/step3validate",
+        keys: r#"scheme = "hmac"
+hmac = { header = "x-square-hmacsha256-signature", encoding = "base64", signed = "{url}{body}" }
+id = { json = "/event_id" }
+type = { json = "/type" }"#,
+        verifies: "HMAC-SHA256 of the notification URL then the body, base64, in `x-square-hmacsha256-signature` (set `public_url` to the subscription's URL)",
+        replay: "claim only (`event_id`)",
+        handshake: "",
+        batch: "",
+        fixture: ("square/payment.updated.json", ""),
+    },
+    Preset {
+        name: "hubspot",
+        docs: "https://developers.hubspot.com/docs/api/webhooks/validating-requests",
+        keys: r#"scheme = "hmac"
+tolerance = "5m"
+hmac = { header = "X-HubSpot-Signature-v3", encoding = "base64", signed = "POST{url}{body}{timestamp}", timestamp = { header = "X-HubSpot-Request-Timestamp", unit = "ms" } }
+split = "/"
+id = { json = "/eventId" }
+type = { json = "/subscriptionType" }"#,
+        verifies: "v3: HMAC-SHA256 of `POST`, the URL, the body and `X-HubSpot-Request-Timestamp`, base64, in `X-HubSpot-Signature-v3`, the app's client secret (set `public_url` to the target URL)",
+        replay: "signed time (5 min, as HubSpot's docs require)",
+        handshake: "",
+        batch: "array at `/`, id `/eventId`, type `/subscriptionType`",
+        fixture: ("hubspot/contact.creation.json", ""),
+    },
+    Preset {
+        name: "polar",
+        docs: "https://docs.polar.sh/integrate/webhooks/delivery",
+        keys: r#"scheme = "standard""#,
+        verifies: "Standard Webhooks (`webhook-*` headers); Polar's key is the secret's own UTF-8 bytes, so write it as `whsec_` and the secret in base64",
+        replay: "signed time (5 min)",
+        handshake: "",
+        batch: "",
+        fixture: ("polar/order.paid.json", ""),
+    },
 ];
 
 /// The catalog as a Markdown table (the README's, which a test keeps equal to this).

@@ -23,11 +23,10 @@
 //!   ";"`, `prefix = "h1="`, `signed = "{timestamp}:{body}"`, `part = "ts"`.
 //! - Square: `signed = "{url}{body}"`, base64, with the source's `public_url`. HubSpot v3:
 //!   `signed = "POST{url}{body}{timestamp}"`, `timestamp = { header =
-//!   "X-HubSpot-Request-Timestamp", unit = "ms" }`. Twitch EventSub: `signed =
-//!   "{id}{timestamp}{body}"`, `timestamp = { header = "Twitch-Eventsub-Message-Timestamp", unit
-//!   = "rfc3339" }` (RFC 3339 text, signed as sent). Twilio signs the URL followed by the
-//!   sorted form parameters, not the raw body: `{url}{body}` (sha1, base64) matches it only
-//!   for a request without form parameters (a JSON body with `bodySHA256` in the URL).
+//!   "X-HubSpot-Request-Timestamp", unit = "ms" }`. Twilio is not one of these: it signs the
+//!   URL followed by the sorted form parameters, or, for a JSON body, the URL alone with the
+//!   body's SHA-256 in its `bodySHA256` query parameter (the request's own query, which no
+//!   scheme here sees), so `{url}{body}` matches only a request with an empty body.
 
 use axum::http::HeaderMap;
 use base64::engine::general_purpose::STANDARD as BASE64;

@@ -19,6 +19,7 @@ mod hostile;
 mod operations;
 mod oracles;
 mod oracles_a;
+mod oracles_b;
 mod outbox;
 mod postgres;
 mod presets;

@@ -10,11 +10,11 @@ use std::process::{Command, Stdio};
 
 use crate::util::*;
 
-const REQUIRE: &str = "HOOKLEDGER_REQUIRE_SDKS";
+pub const REQUIRE: &str = "HOOKLEDGER_REQUIRE_SDKS";
 
 /// Runs `script` with `program` (in `dir`), `input` on its stdin; its stdout, or the test's
 /// failure with its stderr.
-fn run(program: &str, args: &[&str], dir: Option<&PathBuf>, input: &[u8]) -> String {
+pub fn run(program: &str, args: &[&str], dir: Option<&PathBuf>, input: &[u8]) -> String {
     let mut command = Command::new(program);
     command.args(args);
     if let Some(dir) = dir {
@@ -36,7 +36,7 @@ fn run(program: &str, args: &[&str], dir: Option<&PathBuf>, input: &[u8]) -> Str
     String::from_utf8_lossy(&output.stdout).trim().to_string()
 }
 
-fn header<'a>(headers: &'a [(String, String)], name: &str) -> &'a str {
+pub fn header<'a>(headers: &'a [(String, String)], name: &str) -> &'a str {
     headers
         .iter()
         .find(|(k, _)| k.eq_ignore_ascii_case(name))
@@ -44,7 +44,7 @@ fn header<'a>(headers: &'a [(String, String)], name: &str) -> &'a str {
         .unwrap_or_else(|| panic!("no {name} header"))
 }
 
-fn python_has(module: &str) -> bool {
+pub fn python_has(module: &str) -> bool {
     Command::new("python3")
         .args(["-c", &format!("import {module}")])
         .output()

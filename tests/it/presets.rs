@@ -2,8 +2,9 @@
 //! secret; the preset's real-shaped fixture, signed by `hookledger send` as that provider
 //! signs, is processed, the same file again is a duplicate (its id comes from the file), and
 //! one changed byte is refused with nothing claimed: a byte of the body for a scheme that signs
-//! it, a byte of the credential for one that does not (`token`, `basic`). The presets with a
-//! handshake answer the provider's, signed as the provider signs it, and claim nothing.
+//! it, a byte of the credential for one that does not (`token`, `basic`). A preset that signs
+//! the URL is given the server's as `public_url`. The presets with a handshake answer the
+//! provider's, signed as the provider signs it, and claim nothing.
 
 use crate::util::*;
 
@@ -16,12 +17,20 @@ fn secret_for(scheme: &str) -> &'static str {
         // A P-256 private key (PKCS#8, base64 DER), made for these tests: the source verifies
         // with its public half, and `send` can sign with it.
         "ecdsa" => SENDGRID_TEST_KEY,
+        // HTTP Basic credentials.
+        "basic" => "hookledger:a-password-of-some-length",
         _ => "a-shared-secret-of-some-length",
     }
 }
 
 /// A P-256 key made for the tests, never used anywhere else.
 pub(crate) const SENDGRID_TEST_KEY: &str = "MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQgqgZ5vGpJZPjMlGX7qCUaQxDIF2xuq+qzHk1UJgMwOMqhRANCAAT2fhgDEuiz2+TIyL1exc9iPWDaPbtwWdkOZsgrjBBR8lG+qzjmyxKEtXadIhaqw3sfxDdzJOXh/2YFgGzG/Jyp";
+
+/// Whether the preset signs the URL the provider calls (`{url}`): its source needs
+/// `public_url`.
+fn signs_url(keys: &str) -> bool {
+    keys.contains("{url}")
+}
 
 fn scheme_of(keys: &str) -> String {
     let table: toml::Table = toml::from_str(keys).unwrap();
@@ -32,17 +41,31 @@ fn scheme_of(keys: &str) -> String {
 fn every_preset_takes_its_fixture_once_and_refuses_a_changed_byte() {
     let presets = hookledger::internals::presets();
     let dir = test_dir();
+    // A fixed port, so that the URL of a preset that signs it (`public_url`) is the one
+    // `send` posts to.
+    let listen = free_addr();
     let mut config = String::new();
     for (name, keys, _, _) in &presets {
         let secret = secret_for(&scheme_of(keys));
         config.push_str(&format!(
-            "[[source]]\nname = \"{name}\"\npreset = \"{name}\"\nsecrets = [\"{secret}\"]\n\n"
+            "[[source]]\nname = \"{name}\"\npreset = \"{name}\"\nsecrets = [\"{secret}\"]\n"
         ));
+        if signs_url(keys) {
+            config.push_str(&format!(
+                "public_url = \"http://{listen}/webhooks/{name}\"\n"
+            ));
+        }
+        config.push('\n');
     }
     let config_path = dir.path().join("presets.toml");
     std::fs::write(&config_path, &config).unwrap();
     let config_arg = config_path.to_str().unwrap();
-    let mut server = Server::start_in(dir.path(), &["--config", config_arg]);
+    let listen_arg = listen.to_string();
+    let mut server = Server::start_in(
+        dir.path(),
+        &["--config", config_arg, "--listen", &listen_arg],
+    );
+    assert_eq!(server.addr, listen);
     for (name, keys, fixture, kind) in &presets {
         let file = fixtures_dir().join(fixture);
         assert!(file.exists(), "{name}: its fixture {fixture}");

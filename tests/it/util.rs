@@ -104,9 +104,11 @@ impl Server {
     /// Runs `hookledger serve` in `dir` on `db_arg` and waits for its address.
     fn spawn(dir: &Path, db_arg: String, args: &[&str], env: &[(&str, &str)]) -> Server {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_hookledger"));
-        // A free admin port each, so that servers can run side by side (unless `args` say
-        // where).
-        cmd.arg("serve").arg("--listen").arg("127.0.0.1:0");
+        // A free port each, so that servers can run side by side (unless `args` say where).
+        cmd.arg("serve");
+        if !args.contains(&"--listen") {
+            cmd.arg("--listen").arg("127.0.0.1:0");
+        }
         if !args.contains(&"--admin-listen") {
             cmd.arg("--admin-listen").arg("127.0.0.1:0");
         }
@@ -638,6 +640,13 @@ pub fn outbox_row(db: &Db, key: &str) -> Option<(String, i64, Option<String>)> {
 
 /// The secret of the Standard Webhooks vector `standard-webhooks-sign-function-works`.
 pub const FORWARD_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+
+/// A local address no one listens on now, for a server that must be told its port before it
+/// starts (a config that names its own URL).
+pub fn free_addr() -> std::net::SocketAddr {
+    let parked = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    parked.local_addr().unwrap()
+}
 
 /// An app that is down (its port refuses connections) and the serve arguments to forward to
 /// it: many short retries, so no row runs out of schedule before the app is back.
