@@ -51,16 +51,17 @@ pub fn python_has(module: &str) -> bool {
         .is_ok_and(|o| o.status.success())
 }
 
-/// The folder with `node_modules/@octokit/webhooks-methods`, if there is one.
-fn node_oracles() -> Option<PathBuf> {
+/// The folder `HOOKLEDGER_ORACLES` names, if it has the npm `package` in its `node_modules`.
+pub fn node_oracles(package: &str) -> Option<PathBuf> {
     let dir = PathBuf::from(std::env::var_os("HOOKLEDGER_ORACLES")?);
-    dir.join("node_modules/@octokit/webhooks-methods")
+    dir.join("node_modules")
+        .join(package)
         .exists()
         .then_some(dir)
 }
 
 /// A config with one source of `preset`, its secret in the file.
-fn config_with(dir: &std::path::Path, name: &str, preset: &str, secret: &str) -> String {
+pub fn config_with(dir: &std::path::Path, name: &str, preset: &str, secret: &str) -> String {
     let path = dir.join("oracle.toml");
     std::fs::write(
         &path,
@@ -136,7 +137,7 @@ fn stripes_sdk_verifies_what_send_signs_and_hookledger_accepts_what_it_signs() {
 
 #[test]
 fn octokits_methods_verify_what_send_signs_and_hookledger_accepts_what_they_sign() {
-    let oracles = node_oracles();
+    let oracles = node_oracles("@octokit/webhooks-methods");
     if !prerequisite(
         oracles.is_some() && installed("node"),
         REQUIRE,

@@ -4,72 +4,8 @@
 //! missing one fails the test): the Python `slack_sdk` package, and the npm package
 //! `@linear/sdk` in the folder `HOOKLEDGER_ORACLES` names (its `node_modules`).
 
-use std::io::Write;
-use std::path::PathBuf;
-use std::process::{Command, Stdio};
-
+use crate::oracles::{config_with, header, node_oracles, python_has, run, REQUIRE};
 use crate::util::*;
-
-const REQUIRE: &str = "HOOKLEDGER_REQUIRE_SDKS";
-
-/// Runs `program` with `args` (in `dir`), `input` on its stdin; its stdout, or the test's
-/// failure with its stderr.
-fn run(program: &str, args: &[&str], dir: Option<&PathBuf>, input: &[u8]) -> String {
-    let mut command = Command::new(program);
-    command.args(args);
-    if let Some(dir) = dir {
-        command.current_dir(dir);
-    }
-    let mut child = command
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child.stdin.take().unwrap().write_all(input).unwrap();
-    let output = child.wait_with_output().unwrap();
-    assert!(
-        output.status.success(),
-        "{program}: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8_lossy(&output.stdout).trim().to_string()
-}
-
-fn header<'a>(headers: &'a [(String, String)], name: &str) -> &'a str {
-    headers
-        .iter()
-        .find(|(k, _)| k.eq_ignore_ascii_case(name))
-        .map(|(_, v)| v.as_str())
-        .unwrap_or_else(|| panic!("no {name} header"))
-}
-
-fn python_has(module: &str) -> bool {
-    Command::new("python3")
-        .args(["-c", &format!("import {module}")])
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
-
-/// The folder with `node_modules/<package>` that `HOOKLEDGER_ORACLES` names, if there is one.
-fn node_oracles(package: &str) -> Option<PathBuf> {
-    let dir = PathBuf::from(std::env::var_os("HOOKLEDGER_ORACLES")?);
-    dir.join("node_modules")
-        .join(package)
-        .exists()
-        .then_some(dir)
-}
-
-/// A config with one source of `preset`, its secret in the file.
-fn config_with(dir: &std::path::Path, name: &str, preset: &str, secret: &str) -> String {
-    let path = dir.join("oracle.toml");
-    std::fs::write(
-        &path,
-        format!("[[source]]\nname = \"{name}\"\npreset = \"{preset}\"\nsecrets = [\"{secret}\"]\n"),
-    )
-    .unwrap();
-    path.to_str().unwrap().to_string()
-}
 
 #[test]
 fn slacks_sdk_verifies_what_send_signs_and_hookledger_accepts_what_it_signs() {

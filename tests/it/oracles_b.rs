@@ -6,9 +6,7 @@
 //! `@paddle/paddle-node-sdk` in the folder `HOOKLEDGER_ORACLES` names (`.ci/run` installs them
 //! and sets `HOOKLEDGER_REQUIRE_SDKS`, so in CI a missing one fails the test).
 
-use std::path::PathBuf;
-
-use crate::oracles::{header, python_has, run, REQUIRE};
+use crate::oracles::{header, node_oracles, python_has, run, REQUIRE};
 use crate::util::*;
 
 /// A config with one source `name` of `preset`, its secret in the file, and `extra` lines.
@@ -250,16 +248,9 @@ fn workoss_sdk_verifies_what_send_signs_and_hookledger_accepts_what_it_signs() {
 }
 
 /// The folder with `node_modules/@paddle/paddle-node-sdk`, if there is one.
-fn paddle_sdk() -> Option<PathBuf> {
-    let dir = PathBuf::from(std::env::var_os("HOOKLEDGER_ORACLES")?);
-    dir.join("node_modules/@paddle/paddle-node-sdk")
-        .exists()
-        .then_some(dir)
-}
-
 #[test]
 fn paddles_sdk_verifies_what_send_signs_and_hookledger_accepts_what_it_signs() {
-    let oracles = paddle_sdk();
+    let oracles = node_oracles("@paddle/paddle-node-sdk");
     if !prerequisite(
         oracles.is_some() && installed("node"),
         REQUIRE,
