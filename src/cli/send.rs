@@ -132,6 +132,7 @@ pub(crate) fn signed_as_source(
             _ => None,
         },
         SchemeName::Stripe | SchemeName::Standard | SchemeName::Ecdsa => None,
+        SchemeName::Mailgun => None,
     };
     let kind = match (&args.kind, header_type) {
         (Some(kind), _) => kind.clone(),
