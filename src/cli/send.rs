@@ -27,7 +27,8 @@ headers the provider sends (the event id is made from the file's bytes unless --
 --new-id is given: the same file again is a duplicate), and goes to
 http://<listen>/webhooks/<source> unless --url says otherwise.")]
 pub struct SendArgs {
-    /// The event file; its bytes are sent exactly as stored.
+    /// The event file; its bytes are sent exactly as stored (for a mailgun source, with the
+    /// `signature` object written into it, as Mailgun signs).
     pub file: PathBuf,
     /// Sign as this source of the config file (its scheme, its first secret) instead of as
     /// Stripe with --secret.
@@ -64,8 +65,8 @@ pub(crate) fn run(args: SendArgs) -> anyhow::Result<Exit> {
     let body = std::fs::read(&args.file)
         .with_context(|| format!("cannot read {}", args.file.display()))?;
     let timestamp = args.timestamp.unwrap_or_else(crate::time::unix_now);
-    let (url, headers) = match &args.source {
-        Some(name) => signed_as_source(&args, name, &body, timestamp)?,
+    let (url, headers, body) = match &args.source {
+        Some(name) => signed_as_source(&args, name, body, timestamp)?,
         None => {
             let secret = args
                 .secret
@@ -84,6 +85,7 @@ pub(crate) fn run(args: SendArgs) -> anyhow::Result<Exit> {
             (
                 url,
                 vec![(crate::source::stripe::HEADER.to_string(), header)],
+                body,
             )
         }
     };
@@ -103,13 +105,18 @@ pub(crate) fn run(args: SendArgs) -> anyhow::Result<Exit> {
     })
 }
 
-/// The URL and headers to send `body` as source `name` of the config file at `timestamp`.
+/// A request to send: its URL, headers and body.
+type Request = (String, Vec<(String, String)>, Vec<u8>);
+
+/// The URL, headers and body to send `body` as source `name` of the config file at
+/// `timestamp`: the body as it is, or signed where the scheme writes its signature into it
+/// (Mailgun's `signature` object; the rest of the body's bytes are kept).
 pub(crate) fn signed_as_source(
     args: &SendArgs,
     name: &str,
-    body: &[u8],
+    body: Vec<u8>,
     timestamp: i64,
-) -> anyhow::Result<(String, Vec<(String, String)>)> {
+) -> anyhow::Result<Request> {
     let path = args
         .config
         .as_deref()
@@ -132,6 +139,7 @@ pub(crate) fn signed_as_source(
             _ => None,
         },
         SchemeName::Stripe | SchemeName::Standard | SchemeName::Ecdsa => None,
+        SchemeName::Mailgun => None,
     };
     let kind = match (&args.kind, header_type) {
         (Some(kind), _) => kind.clone(),
@@ -152,7 +160,7 @@ pub(crate) fn signed_as_source(
     let id = match &args.id {
         Some(id) => id.clone(),
         None if args.new_id => random_id()?,
-        None => stable_id(body),
+        None => stable_id(&body),
     };
     let scheme = Source::from_config(&source, false, usize::MAX)?.scheme;
     if let Some(why) = scheme.cannot_sign() {
@@ -162,7 +170,16 @@ pub(crate) fn signed_as_source(
         .url
         .clone()
         .unwrap_or_else(|| format!("http://{}/webhooks/{name}", config.listen));
-    Ok((url, scheme.sign(body, timestamp, &id, &kind)))
+    let body = match scheme.sign_body(&body, timestamp) {
+        Some(signed) => signed,
+        None if source.scheme == SchemeName::Mailgun => bail!(
+            "source `{name}`: the file is not a JSON object, so Mailgun's `signature` object \
+             cannot be written into it"
+        ),
+        None => body,
+    };
+    let headers = scheme.sign(&body, timestamp, &id, &kind);
+    Ok((url, headers, body))
 }
 
 /// The id of a file's event: `hl_` and the first 16 hex digits of the SHA-256 of its bytes, the

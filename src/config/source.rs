@@ -127,6 +127,8 @@ pub enum SchemeName {
     Basic,
     /// SendGrid's signed Event Webhook: ECDSA P-256, verified with SendGrid's public key.
     Ecdsa,
+    /// Mailgun's: an HMAC of a signed timestamp and token, in the body's `signature` object.
+    Mailgun,
 }
 
 impl ReconcileConfig {
@@ -142,7 +144,7 @@ impl SchemeName {
     pub(crate) fn signs_time(self) -> bool {
         matches!(
             self,
-            SchemeName::Stripe | SchemeName::Standard | SchemeName::Ecdsa
+            SchemeName::Stripe | SchemeName::Standard | SchemeName::Ecdsa | SchemeName::Mailgun
         )
     }
 
@@ -164,6 +166,7 @@ impl SchemeName {
             SchemeName::Token => "token",
             SchemeName::Basic => "basic",
             SchemeName::Ecdsa => "ecdsa",
+            SchemeName::Mailgun => "mailgun",
         }
     }
 }

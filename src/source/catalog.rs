@@ -345,6 +345,16 @@ type = { json = "/subscriptionType" }"#,
         batch: "",
         fixture: ("polar/order.paid.json", ""),
     },
+    Preset {
+        name: "mailgun",
+        docs: "https://documentation.mailgun.com/docs/mailgun/user-manual/events/webhooks/",
+        keys: r#"scheme = "mailgun""#,
+        verifies: "HMAC-SHA256 of `{timestamp}{token}` from the body's `signature` object (the event itself is not signed)",
+        replay: "signed time (5 min) and the claim (`event-data.id`)",
+        handshake: "",
+        batch: "",
+        fixture: ("mailgun/delivered.json", ""),
+    },
 ];
 
 /// The catalog as a Markdown table (the README's, which a test keeps equal to this).

@@ -16,6 +16,7 @@ mod embed;
 mod faults;
 mod fixtures;
 mod hostile;
+mod mailgun;
 mod operations;
 mod oracles;
 mod oracles_a;

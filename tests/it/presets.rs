@@ -2,7 +2,9 @@
 //! secret; the preset's real-shaped fixture, signed by `hookledger send` as that provider
 //! signs, is processed, the same file again is a duplicate (its id comes from the file), and
 //! one changed byte is refused with nothing claimed: a byte of the body for a scheme that signs
-//! it, a byte of the credential for one that does not (`token`, `basic`). A preset that signs
+//! it, a byte of the credential for one that does not (`token`, `basic`), a byte of the signed
+//! token in the body for `mailgun` (which signs its timestamp and token, not the event; see
+//! [`tamper_at`]). A preset that signs
 //! the URL is given the server's as `public_url`. The presets with a handshake answer the
 //! provider's, signed as the provider signs it, and claim nothing.
 
@@ -151,8 +153,8 @@ fn tampered(
             *value = String::from_utf8(bytes).unwrap();
         }
         None => {
-            let at = body.iter().position(|b| *b == b'"').expect("a JSON body");
-            body[at + 1] ^= 0x01;
+            let at = tamper_at(&scheme_of(keys), &body);
+            body[at] ^= 0x01;
         }
     }
     let headers: Vec<(&str, &str)> = headers
@@ -161,6 +163,24 @@ fn tampered(
         .collect();
     let reply = server.post(&format!("/webhooks/{name}"), &body, &headers);
     (reply.status, reply.body)
+}
+
+/// Where a byte of the signed part of `body` is, to change it: the first byte after the first
+/// `"` for a scheme that signs the whole body; for `mailgun`, which signs only the timestamp
+/// and token of the body's `signature` object (a byte changed inside `event-data` verifies:
+/// its replay guard is the signed time and the claim), the first byte of the token.
+fn tamper_at(scheme: &str, body: &[u8]) -> usize {
+    match scheme {
+        "mailgun" => {
+            let key = br#""token":""#;
+            let at = body
+                .windows(key.len())
+                .position(|w| w == key)
+                .expect("send writes the signature object's token");
+            at + key.len()
+        }
+        _ => body.iter().position(|b| *b == b'"').expect("a JSON body") + 1,
+    }
 }
 
 /// The README's table of presets is the catalog's (`hookledger presets --markdown`).
