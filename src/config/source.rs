@@ -1089,9 +1089,15 @@ mod tests {
         for (text, key) in [
             ("public_url = \"https://h.example/webhooks/sms\"", "ok"),
             ("", "source `s`.public_url"),
-            ("public_url = \"https://h.example/w?a=1\"", "source `s`.public_url"),
+            (
+                "public_url = \"https://h.example/w?a=1\"",
+                "source `s`.public_url",
+            ),
             ("public_url = \"h.example/w\"", "source `s`.public_url"),
-            ("public_url = \"https://h.example/w\"\ntolerance = \"1m\"", "source `s`.tolerance"),
+            (
+                "public_url = \"https://h.example/w\"\ntolerance = \"1m\"",
+                "source `s`.tolerance",
+            ),
         ] {
             assert_eq!(refused_at(&format!("{twilio}{text}\n")), key, "{text}");
         }
