@@ -21,6 +21,7 @@ use crate::source::Source;
   hmac:      hookledger send --config hookledger.toml --source acme --type order.paid order.json
   token:     hookledger send --config hookledger.toml --source gitlab --type \"Push Hook\" push.json
   basic:     hookledger send --config hookledger.toml --source postmark delivery.json
+  twilio:    hookledger send --config hookledger.toml --source twilio status.txt (a form body)
 
 With --source, the request is signed as that source's scheme with its first secret, with the
 headers the provider sends (the event id is made from the file's bytes unless --id or
@@ -140,6 +141,7 @@ pub(crate) fn signed_as_source(
         },
         SchemeName::Stripe | SchemeName::Standard | SchemeName::Ecdsa => None,
         SchemeName::Mailgun => None,
+        SchemeName::Twilio => None,
     };
     let kind = match (&args.kind, header_type) {
         (Some(kind), _) => kind.clone(),

@@ -41,7 +41,8 @@ pub struct SourceConfig {
     #[serde(default)]
     pub token: Option<TokenConfig>,
     /// The URL the provider calls (`https://hooks.example.com/webhooks/twilio`), exactly as
-    /// configured at the provider, for a scheme that signs it (`{url}` in `hmac.signed`).
+    /// configured at the provider, for a scheme that signs it (`{url}` in `hmac.signed`;
+    /// scheme `twilio`, without a query: the request's own is appended).
     /// Behind a proxy, the URL the request reached is not the one signed: hence a setting.
     #[serde(default)]
     pub public_url: Option<String>,
@@ -129,6 +130,9 @@ pub enum SchemeName {
     Ecdsa,
     /// Mailgun's: an HMAC of a signed timestamp and token, in the body's `signature` object.
     Mailgun,
+    /// Twilio's `X-Twilio-Signature`: HMAC-SHA1 of `public_url`, the query and the sorted
+    /// form parameters (or the body's SHA-256 in the query); each secret is an auth token.
+    Twilio,
 }
 
 impl ReconcileConfig {
@@ -167,6 +171,7 @@ impl SchemeName {
             SchemeName::Basic => "basic",
             SchemeName::Ecdsa => "ecdsa",
             SchemeName::Mailgun => "mailgun",
+            SchemeName::Twilio => "twilio",
         }
     }
 }
@@ -687,16 +692,23 @@ impl SourceConfig {
             }
             _ => {}
         }
-        let signs_url = self.scheme == SchemeName::Hmac
-            && self
-                .hmac
-                .as_ref()
-                .is_some_and(|h| h.pieces().contains(&Signed::Url));
+        let twilio = self.scheme == SchemeName::Twilio;
+        let signs_url = twilio
+            || (self.scheme == SchemeName::Hmac
+                && self
+                    .hmac
+                    .as_ref()
+                    .is_some_and(|h| h.pieces().contains(&Signed::Url)));
         match &self.public_url {
             None if signs_url => refuse!(
                 key("public_url"),
-                "missing: hmac.signed has {{url}}, so the URL the provider calls must be set \
-                 (public_url = \"https://hooks.example.com/webhooks/{name}\")"
+                "missing: {}, so the URL the provider calls must be set \
+                 (public_url = \"https://hooks.example.com/webhooks/{name}\")",
+                if twilio {
+                    "scheme twilio signs the URL"
+                } else {
+                    "hmac.signed has {url}"
+                }
             ),
             Some(_) if !signs_url => refuse!(
                 key("public_url"),
@@ -709,6 +721,12 @@ impl SourceConfig {
                     refuse!(
                         key("public_url"),
                         "must be an http:// or https:// URL with a host"
+                    );
+                }
+                if twilio && url.contains(['?', '#']) {
+                    refuse!(
+                        key("public_url"),
+                        "must have no query: the query of each request is appended to it"
                     );
                 }
             }
@@ -1066,6 +1084,26 @@ mod tests {
             )),
             "source `s`.hmac.signed"
         );
+    }
+
+    #[test]
+    fn twilio_needs_its_public_url_without_a_query() {
+        let twilio = "scheme = \"twilio\"\nsecrets = [\"secret_12345\"]\n";
+        for (text, key) in [
+            ("public_url = \"https://h.example/webhooks/sms\"", "ok"),
+            ("", "source `s`.public_url"),
+            (
+                "public_url = \"https://h.example/w?a=1\"",
+                "source `s`.public_url",
+            ),
+            ("public_url = \"h.example/w\"", "source `s`.public_url"),
+            (
+                "public_url = \"https://h.example/w\"\ntolerance = \"1m\"",
+                "source `s`.tolerance",
+            ),
+        ] {
+            assert_eq!(refused_at(&format!("{twilio}{text}\n")), key, "{text}");
+        }
     }
 
     #[test]

@@ -248,7 +248,7 @@ async fn receive(
         .map_err(no_id)?;
     source
         .scheme
-        .verify(&parts.headers, &body, unix_now())
+        .verify_request(&parts.headers, parts.uri.query(), &body, unix_now())
         .map_err(|e| no_id(e.into()))?;
     let challenge = source
         .challenge(&parts.headers, &body)

@@ -355,6 +355,16 @@ type = { json = "/subscriptionType" }"#,
         batch: "",
         fixture: ("mailgun/delivered.json", ""),
     },
+    Preset {
+        name: "twilio",
+        docs: "https://www.twilio.com/docs/usage/webhooks/webhooks-security",
+        keys: r#"scheme = "twilio""#,
+        verifies: "HMAC-SHA1, base64, of `public_url`, the query and the sorted form parameters in `X-Twilio-Signature` (a JSON body: its SHA-256 in the signed query's `bodySHA256`); needs `public_url`",
+        replay: "claim only (`I-Twilio-Idempotency-Token`, else the sid and status)",
+        handshake: "",
+        batch: "",
+        fixture: ("twilio/message-status.txt", ""),
+    },
 ];
 
 /// The catalog as a Markdown table (the README's, which a test keeps equal to this).

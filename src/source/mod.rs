@@ -6,8 +6,9 @@
 //! [`Scheme::envelope`] reads the ledger key and type (from the body or the headers). One file
 //! per kind of scheme, sign and verify side by side with known-answer vectors: Stripe,
 //! Standard Webhooks (which is also how hookledger signs its deliveries to the app), the
-//! HMACs (GitHub, Shopify, configured `hmac`), SendGrid's ECDSA (`ecdsa`), and the shared
-//! secrets sent as they are (`token`, `basic`).
+//! HMACs (GitHub, Shopify, configured `hmac`), SendGrid's ECDSA (`ecdsa`), the shared
+//! secrets sent as they are (`token`, `basic`), and Twilio's signature of the URL and form
+//! parameters (`twilio`).
 //!
 //! What a source may add once a request verified: a [`Handshaker`] answers the challenge its
 //! sender posts before it delivers (`handshake.rs`), and a [`Split`] cuts a body that is an
@@ -22,6 +23,7 @@ pub(crate) mod mailgun;
 pub(crate) mod split;
 pub(crate) mod standard;
 pub(crate) mod stripe;
+pub(crate) mod twilio;
 
 use std::sync::Arc;
 
@@ -46,6 +48,19 @@ pub(crate) trait Scheme: Send + Sync + 'static {
     /// except by a scheme whose signature is in the body (Mailgun's `signature` object), which
     /// reads that object only.
     fn verify(&self, headers: &HeaderMap, body: &[u8], now: i64) -> Result<(), VerifyError>;
+
+    /// [`Scheme::verify`] with the request's query string as received (`a=1&b=2`, without
+    /// `?`), for a scheme that signs the URL it was called at (Twilio); the request path calls
+    /// this. The others' signatures do not cover the query.
+    fn verify_request(
+        &self,
+        headers: &HeaderMap,
+        _query: Option<&str>,
+        body: &[u8],
+        now: i64,
+    ) -> Result<(), VerifyError> {
+        self.verify(headers, body, now)
+    }
 
     /// Reads what the ledger needs from a verified request.
     fn envelope(&self, headers: &HeaderMap, body: &[u8]) -> Result<Envelope, ParseError>;
@@ -194,6 +209,15 @@ impl Source {
                 })
             }
             SchemeName::Mailgun => Box::new(mailgun::Mailgun { secrets, tolerance }),
+            SchemeName::Twilio => {
+                let Some(public_url) = &config.public_url else {
+                    anyhow::bail!("source `{}`: public_url is needed", config.name);
+                };
+                Box::new(twilio::Twilio {
+                    secrets,
+                    public_url: public_url.clone(),
+                })
+            }
         };
         Ok(Source {
             name: Arc::from(config.name.as_str()),
