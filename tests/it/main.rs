@@ -21,6 +21,7 @@ mod operations;
 mod oracles;
 mod oracles_a;
 mod oracles_b;
+mod oracles_sp;
 mod oracles_twilio;
 mod outbox;
 mod postgres;
