@@ -104,6 +104,12 @@ impl Targets {
             );
         }
         for delivery in &config.deliveries {
+            if let Some(command) = delivery.command_target()? {
+                let command = crate::command::Command::new(command);
+                let schedule = command.schedule();
+                targets.add(&delivery.kind, Box::new(command), schedule);
+                continue;
+            }
             let target = delivery.target(config.forward.as_ref())?;
             let post = Post::new(&target)
                 .map_err(|e| anyhow::anyhow!("delivery `{}`: {e}", delivery.kind))?;

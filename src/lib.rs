@@ -25,17 +25,19 @@
 //! 9. `metrics.rs`: what `/metrics` and `/status` count.
 //! 10. `writer.rs`: the single writer thread, its queue and the replies after COMMIT (no SQL,
 //!     no provider, no transaction).
-//! 11. `delivery.rs`: the outbox worker and its POST target.
-//! 12. `retention.rs`: pruning what the provider can no longer resend.
-//! 13. `stripe/`: the Stripe wing: billing (and its batch form), the refresh on ties, the API
+//! 11. `command.rs`: the outbox target that runs a `[[delivery]]` `command` (argv, payload on
+//!     stdin, its process group killed past its timeout).
+//! 12. `delivery.rs`: the outbox worker and its POST target.
+//! 13. `retention.rs`: pruning what the provider can no longer resend.
+//! 14. `stripe/`: the Stripe wing: billing (and its batch form), the refresh on ties, the API
 //!     client, reconcile, its settings, sample events; `stripe/mod.rs` is what the composition
 //!     root calls.
-//! 14. `error.rs`: [`Error`], what the library's public functions return; `Config::load`
+//! 15. `error.rs`: [`Error`], what the library's public functions return; `Config::load`
 //!     (the file, with the catalog's presets).
-//! 15. `http/`: the webhook routes (`ingest.rs`) and the operators' (`ops/`).
-//! 16. `app.rs`: [`Hookledger`], the one composition root (serve, router, reconcile).
-//! 17. `dev/`: a client that signs and sends as a provider does.
-//! 18. `cli/`: the subcommands, each a call into the above.
+//! 16. `http/`: the webhook routes (`ingest.rs`) and the operators' (`ops/`).
+//! 17. `app.rs`: [`Hookledger`], the one composition root (serve, router, reconcile).
+//! 18. `dev/`: a client that signs and sends as a provider does.
+//! 19. `cli/`: the subcommands, each a call into the above.
 //!
 //! [`Event`]: crate::Event
 //! [`Tx`]: crate::Tx
@@ -43,6 +45,7 @@
 
 mod app;
 mod cli;
+mod command;
 mod config;
 mod delivery;
 mod dev;

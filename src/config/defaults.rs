@@ -68,6 +68,12 @@ pub(crate) const MIN_RETENTION_DAYS: u64 = 3;
 /// Default timeout of one delivery request: an app that takes longer is treated as failed.
 pub(crate) const DEFAULT_FORWARD_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Default timeout of one run of a `[[delivery]]` `command`: a deploy script builds, pulls
+/// images and restarts services, minutes rather than the seconds of a POST; 10 minutes is
+/// several times a slow deploy, and a hung one is killed (its process group) and retried
+/// before the next push piles up behind it.
+pub(crate) const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(600);
+
 /// The default delivery schedule: quick retries for blips, then hourly doubling for outages,
 /// then every 8 h until 3 days after the first attempt (as long as the providers themselves
 /// retry).

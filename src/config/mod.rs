@@ -26,10 +26,10 @@ pub(crate) use days::{describe_days, parse_days, NEVER};
 pub use defaults::DEFAULT_TOLERANCE_SECS;
 pub(crate) use defaults::{
     default_schedule, DEFAULT_ADMIN_LISTEN, DEFAULT_BATCH_MAX, DEFAULT_BODY_BUDGET,
-    DEFAULT_BUSY_TIMEOUT, DEFAULT_CLAIM_DAYS, DEFAULT_DB, DEFAULT_EFFECT_TIMEOUT,
-    DEFAULT_FORWARD_TIMEOUT, DEFAULT_LISTEN, DEFAULT_MAX_BODY, DEFAULT_MAX_CONNECTIONS,
-    DEFAULT_OUTBOX_LEASE, DEFAULT_PAYLOAD_DAYS, DEFAULT_QUEUE_DEPTH, DEFAULT_READ_TIMEOUT,
-    MIN_RETENTION_DAYS,
+    DEFAULT_BUSY_TIMEOUT, DEFAULT_CLAIM_DAYS, DEFAULT_COMMAND_TIMEOUT, DEFAULT_DB,
+    DEFAULT_EFFECT_TIMEOUT, DEFAULT_FORWARD_TIMEOUT, DEFAULT_LISTEN, DEFAULT_MAX_BODY,
+    DEFAULT_MAX_CONNECTIONS, DEFAULT_OUTBOX_LEASE, DEFAULT_PAYLOAD_DAYS, DEFAULT_QUEUE_DEPTH,
+    DEFAULT_READ_TIMEOUT, MIN_RETENTION_DAYS,
 };
 pub(crate) use effect::{bind_parameters, split_statements, BoundStatement};
 pub use effect::{EffectConfig, SchemaConfig};
@@ -202,13 +202,30 @@ pub struct ForwardConfig {
 }
 
 /// Where outbox rows of one `kind`, queued by effects, are delivered: as `forward` rows are
-/// (signed, retried, dead-lettered), to their own URL.
+/// (signed, retried, dead-lettered), to their own URL, or to a local `command` (argv, never a
+/// shell) that reads the payload on stdin. A delivery has `url` or `command`, not both.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 #[non_exhaustive]
 pub struct DeliveryConfig {
     pub kind: String,
+    /// The app's endpoint; empty when the delivery runs a `command`.
+    #[serde(default)]
     pub url: String,
+    /// The program and its arguments, run without a shell: exit 0 is done, an exit in
+    /// `give_up_exit` is dead at once, any other is retried on `schedule`.
+    #[serde(default)]
+    pub command: Option<Vec<String>>,
+    /// The command's working directory; a relative `command[0]` is resolved against it.
+    #[serde(default)]
+    pub workdir: Option<PathBuf>,
+    /// Names of hookledger's environment variables passed to the command; it gets these, the
+    /// `HOOKLEDGER_*` ones of the row, and nothing else (not even `PATH`, unless named).
+    #[serde(default)]
+    pub env: Vec<String>,
+    /// Exit codes that mean "a retry would change nothing": the row is dead at once.
+    #[serde(default, deserialize_with = "one_or_many")]
+    pub give_up_exit: Vec<i32>,
     /// The Standard Webhooks signing secret; default: the `[forward]` secret.
     #[serde(default)]
     pub secret: Option<Secret>,
@@ -249,6 +266,10 @@ impl DeliveryConfig {
         DeliveryConfig {
             kind: kind.into(),
             url: url.into(),
+            command: None,
+            workdir: None,
+            env: Vec::new(),
+            give_up_exit: Vec::new(),
             secret: None,
             schedule: None,
             timeout: None,
@@ -271,6 +292,128 @@ impl DeliveryConfig {
     pub fn with_timeout(mut self, timeout: Duration) -> Self {
         self.timeout = Some(timeout);
         self
+    }
+
+    /// Delivery of the outbox rows of `kind` by running `command` (argv: the program, then
+    /// its arguments) with the payload on stdin.
+    pub fn command(kind: impl Into<String>, command: Vec<String>) -> DeliveryConfig {
+        DeliveryConfig {
+            command: Some(command),
+            ..DeliveryConfig::new(kind, "")
+        }
+    }
+
+    /// Run in `workdir` (a relative command is resolved against it).
+    pub fn with_workdir(mut self, workdir: impl Into<PathBuf>) -> Self {
+        self.workdir = Some(workdir.into());
+        self
+    }
+
+    /// Passing these variables of hookledger's environment to the command.
+    pub fn with_env(mut self, names: Vec<String>) -> Self {
+        self.env = names;
+        self
+    }
+
+    /// These exit codes make the row dead at once.
+    pub fn with_give_up_exit(mut self, codes: Vec<i32>) -> Self {
+        self.give_up_exit = codes;
+        self
+    }
+
+    /// The command to run, resolved and checked, when this delivery has a `command` (`None`:
+    /// it POSTs to `url`); errors name the delivery's keys.
+    pub(crate) fn command_target(&self) -> Result<Option<CommandTarget>, ConfigError> {
+        let at = format!("delivery `{}`", self.kind);
+        let key = |field: &str| format!("{at}.{field}");
+        let Some(argv) = &self.command else {
+            for (set, field) in [
+                (self.workdir.is_some(), "workdir"),
+                (!self.env.is_empty(), "env"),
+                (!self.give_up_exit.is_empty(), "give_up_exit"),
+            ] {
+                if set {
+                    refuse!(key(field), "is only for a delivery with a `command`");
+                }
+            }
+            return Ok(None);
+        };
+        if !self.url.is_empty() {
+            refuse!(
+                key("command"),
+                "a delivery has `url` or `command`, not both"
+            );
+        }
+        if self.secret.is_some() {
+            refuse!(key("secret"), "signs POSTs; a `command` delivery has none");
+        }
+        let Some(program) = argv.first().filter(|p| !p.trim().is_empty()) else {
+            refuse!(key("command"), "is empty: it needs at least the program");
+        };
+        if let Some(dir) = &self.workdir {
+            if !dir.is_absolute() || !dir.is_dir() {
+                refuse!(key("workdir"), "must be an absolute path to a directory");
+            }
+        }
+        let program = PathBuf::from(program);
+        let program = if program.is_absolute() {
+            program
+        } else if program.components().count() > 1 || self.workdir.is_some() {
+            match &self.workdir {
+                Some(dir) => dir.join(program),
+                None => refuse!(
+                    key("command"),
+                    "`{}` is a relative path: it needs `workdir` to be resolved against",
+                    program.display()
+                ),
+            }
+        } else {
+            refuse!(
+                key("command"),
+                "`{}` is not an absolute path (no PATH lookup): give the full path, or set \
+                 `workdir` and a path relative to it",
+                program.display()
+            );
+        };
+        if !is_executable(&program) {
+            refuse!(
+                key("command"),
+                "`{}` does not exist or is not an executable file",
+                program.display()
+            );
+        }
+        for name in &self.env {
+            if name.is_empty() || name.contains('=') || name.starts_with("HOOKLEDGER_") {
+                refuse!(
+                    key("env"),
+                    "`{name}` is not a variable name to pass through (HOOKLEDGER_* are set by \
+                     hookledger)"
+                );
+            }
+        }
+        let timeout = self.timeout.unwrap_or(DEFAULT_COMMAND_TIMEOUT);
+        if timeout.is_zero() || timeout > MAX_COMMAND_TIMEOUT {
+            refuse!(key("timeout"), "must be more than 0 and at most 1 day");
+        }
+        let schedule = self.schedule.clone().unwrap_or_else(default_schedule);
+        if schedule.is_empty() {
+            refuse!(key("schedule"), "needs at least one delay");
+        }
+        if schedule.iter().any(|d| *d > MAX_FORWARD_DELAY) {
+            refuse!(
+                key("schedule"),
+                "a delay is longer than the most allowed, 30 days"
+            );
+        }
+        Ok(Some(CommandTarget {
+            program,
+            args: argv[1..].to_vec(),
+            workdir: self.workdir.clone(),
+            env: self.env.clone(),
+            give_up_exit: self.give_up_exit.clone(),
+            timeout,
+            schedule,
+        }))
     }
 
     /// As a [`ForwardConfig`], the `[forward]` one filling what is not set; errors name the
@@ -305,6 +448,43 @@ impl DeliveryConfig {
         target.check(&at)?;
         Ok(target)
     }
+}
+
+/// A `[[delivery]]` `command`, resolved and checked at start-up.
+#[derive(Debug, Clone)]
+pub(crate) struct CommandTarget {
+    /// An absolute path to an executable file.
+    pub(crate) program: PathBuf,
+    pub(crate) args: Vec<String>,
+    pub(crate) workdir: Option<PathBuf>,
+    /// Names of the variables passed through from hookledger's environment.
+    pub(crate) env: Vec<String>,
+    pub(crate) give_up_exit: Vec<i32>,
+    pub(crate) timeout: Duration,
+    pub(crate) schedule: Vec<Duration>,
+}
+
+/// Whether `path` is a file someone may execute.
+fn is_executable(path: &std::path::Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+/// Longest run of one delivery command.
+pub(crate) const MAX_COMMAND_TIMEOUT: Duration = Duration::from_secs(86_400);
+
+/// One value or a list of them (`give_up_exit = 3` or `[3, 4]`).
+fn one_or_many<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<i32>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum OneOrMany {
+        One(i32),
+        Many(Vec<i32>),
+    }
+    Ok(match OneOrMany::deserialize(d)? {
+        OneOrMany::One(n) => vec![n],
+        OneOrMany::Many(v) => v,
+    })
 }
 
 /// What the ledger remembers.
@@ -475,7 +655,10 @@ impl Config {
             let slowest = self
                 .deliveries
                 .iter()
-                .filter_map(|d| d.timeout)
+                .filter_map(|d| {
+                    d.timeout
+                        .or(d.command.is_some().then_some(DEFAULT_COMMAND_TIMEOUT))
+                })
                 .chain(self.forward.as_ref().map(|f| f.timeout))
                 .max()
                 .unwrap_or_default();
@@ -535,7 +718,9 @@ impl Config {
                     "two deliveries have this kind"
                 );
             }
-            delivery.target(self.forward.as_ref())?;
+            if delivery.command_target()?.is_none() {
+                delivery.target(self.forward.as_ref())?;
+            }
         }
         Ok(())
     }
@@ -836,6 +1021,61 @@ mod tests {
             "{shown}"
         );
         assert_eq!(config.sources[0].secrets.len(), 2);
+    }
+
+    #[test]
+    fn a_command_delivery_is_checked_at_start_up_naming_the_key() {
+        let sh = |argv: &[&str]| {
+            DeliveryConfig::command("deploy", argv.iter().map(|a| a.to_string()).collect())
+        };
+        let ok = sh(&["/bin/sh", "deploy.sh"])
+            .command_target()
+            .unwrap()
+            .unwrap();
+        assert_eq!(ok.timeout, DEFAULT_COMMAND_TIMEOUT);
+        assert_eq!(ok.args, ["deploy.sh"]);
+        let err = |d: DeliveryConfig| d.command_target().unwrap_err().key;
+        assert_eq!(err(sh(&[])), "delivery `deploy`.command");
+        assert_eq!(err(sh(&[""])), "delivery `deploy`.command");
+        assert_eq!(
+            err(sh(&["/no/such/deploy.sh"])),
+            "delivery `deploy`.command"
+        );
+        let plain = std::env::temp_dir().join(format!("hookledger-plain-{}", std::process::id()));
+        std::fs::write(&plain, "not a program").unwrap();
+        let plain_argv = [plain.to_str().unwrap()];
+        assert_eq!(err(sh(&plain_argv)), "delivery `deploy`.command");
+        let _ = std::fs::remove_file(&plain);
+        assert_eq!(err(sh(&["deploy.sh"])), "delivery `deploy`.command");
+        let relative = sh(&["sh"])
+            .with_workdir("/bin")
+            .command_target()
+            .unwrap()
+            .unwrap();
+        assert_eq!(relative.program, PathBuf::from("/bin/sh"));
+        let both = DeliveryConfig {
+            url: "http://127.0.0.1:1/x".into(),
+            ..sh(&["/bin/sh"])
+        };
+        assert_eq!(err(both), "delivery `deploy`.command");
+        assert_eq!(
+            err(DeliveryConfig::new("x", "http://127.0.0.1:1/x").with_env(vec!["HOME".into()])),
+            "delivery `x`.env"
+        );
+        let file = Config::from_toml(
+            r#"
+            [[delivery]]
+            kind = "deploy"
+            command = ["/bin/sh", "deploy.sh"]
+            give_up_exit = 3
+            timeout = "5m"
+            "#,
+            Path::new("/etc/hookledger"),
+        )
+        .unwrap();
+        let target = file.deliveries[0].command_target().unwrap().unwrap();
+        assert_eq!(target.give_up_exit, [3]);
+        assert_eq!(target.timeout, Duration::from_secs(300));
     }
 
     #[test]
