@@ -49,6 +49,7 @@ const TABLES: &[(&str, &[&str], &[&str])] = &[
             "created_at",
             "done_at",
             "queued",
+            "output",
         ],
         &["id"],
     ),

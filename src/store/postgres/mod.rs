@@ -51,6 +51,7 @@ pub(crate) use session::PgSession;
 const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0001_schema.sql"),
     include_str!("migrations/0002_heartbeat.sql"),
+    include_str!("migrations/0003_outbox_output.sql"),
 ];
 
 /// The advisory lock keys: migrations (hookledger's and the app's) and retention.

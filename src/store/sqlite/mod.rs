@@ -48,6 +48,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0004_outbox_lease.sql"),
     include_str!("migrations/0005_heartbeat.sql"),
     include_str!("migrations/0006_outbox_text_identity.sql"),
+    include_str!("migrations/0007_outbox_output.sql"),
 ];
 
 /// SQLite's virtual machine steps between two looks at a running handler's deadline: a few
