@@ -4,7 +4,8 @@
 //! # The process
 //! - argv as configured, never through a shell; in `workdir` when set.
 //! - The payload on stdin. The environment is empty but for the variables the delivery names
-//!   in `env` (passed through from hookledger's, when set there; `PATH` only if named) and the
+//!   in `env` (passed through from hookledger's, when set there; `PATH` only if named: a
+//!   shell run without one falls back to its own default) and the
 //!   row's: `HOOKLEDGER_SOURCE`, `HOOKLEDGER_EVENT_ID` (the row's key, the event id for the
 //!   rows of an event), `HOOKLEDGER_EVENT_TYPE` (empty when the row has none),
 //!   `HOOKLEDGER_KIND`, `HOOKLEDGER_KEY` and `HOOKLEDGER_ATTEMPT` (1 on the first).

@@ -10,6 +10,7 @@ mod api;
 mod batches;
 mod billing;
 mod browser;
+mod commands;
 mod crash;
 mod effects;
 mod embed;
