@@ -58,6 +58,19 @@ pub(crate) fn prune(
     })?)
 }
 
+/// One outbox row, then the output of its command (if any).
+pub(crate) fn render_outbox_row(row: &OutboxRow) -> String {
+    let mut text = render_outbox(std::slice::from_ref(row));
+    if let Some(output) = &row.output {
+        text.push_str("\noutput (the last 4 KiB of stdout and stderr):\n");
+        text.push_str(output);
+        if !output.ends_with('\n') {
+            text.push('\n');
+        }
+    }
+    text
+}
+
 pub(crate) fn render_outbox(rows: &[OutboxRow]) -> String {
     let cells: Vec<Vec<String>> = rows
         .iter()

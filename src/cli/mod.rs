@@ -140,6 +140,15 @@ pub enum OutboxCommand {
         #[command(flatten)]
         db: DbArg,
     },
+    /// Show one outbox row, with the output of a `[[delivery]]` command.
+    Show {
+        id: i64,
+        /// JSON for scripts.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        db: DbArg,
+    },
     /// Put a dead row (or every dead row) back to pending with a fresh schedule.
     Retry {
         #[arg(required_unless_present = "all_dead", conflicts_with = "all_dead")]
@@ -289,6 +298,16 @@ fn outbox(command: OutboxCommand) -> anyhow::Result<Exit> {
                 println!("{}", serde_json::to_string_pretty(&rows)?);
             } else {
                 print!("{}", admin::render_outbox(&rows));
+            }
+        }
+        OutboxCommand::Show { id, json, db } => {
+            let Some(row) = reader_of(&db)?.read(|ledger| listing::outbox_show(ledger, id))? else {
+                anyhow::bail!("no outbox row {id}");
+            };
+            if json {
+                println!("{}", serde_json::to_string_pretty(&row)?);
+            } else {
+                print!("{}", admin::render_outbox_row(&row));
             }
         }
         OutboxCommand::Retry { id, all_dead, db } => {

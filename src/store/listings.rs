@@ -18,6 +18,8 @@ pub(crate) struct OutboxRow {
     pub(crate) last_error: Option<String>,
     pub(crate) created_at: i64,
     pub(crate) done_at: Option<i64>,
+    /// The end of a `[[delivery]]` command's stdout and stderr (none for a POST).
+    pub(crate) output: Option<String>,
 }
 
 /// A ledger row for listing.
@@ -61,8 +63,17 @@ pub(crate) fn outbox_dead(conn: &dyn Session, limit: usize) -> anyhow::Result<Ve
     rows.iter().map(outbox_row).collect()
 }
 
+/// One outbox row by id, or `None`.
+pub(crate) fn outbox_show(conn: &dyn Session, id: i64) -> anyhow::Result<Option<OutboxRow>> {
+    let rows = conn.query(
+        &format!("SELECT {OUTBOX_COLUMNS} FROM outbox WHERE id = $1"),
+        &[&id],
+    )?;
+    rows.first().map(outbox_row).transpose()
+}
+
 const OUTBOX_COLUMNS: &str = "id, kind, source, key, status, attempts, next_attempt_at, \
-    last_error, created_at, done_at";
+    last_error, created_at, done_at, output";
 
 fn outbox_row(r: &Row) -> anyhow::Result<OutboxRow> {
     Ok(OutboxRow {
@@ -76,6 +87,7 @@ fn outbox_row(r: &Row) -> anyhow::Result<OutboxRow> {
         last_error: r.get::<Option<Value>>(7)?.map(|v| shown(&v)),
         created_at: r.get(8)?,
         done_at: r.get(9)?,
+        output: r.get::<Option<Value>>(10)?.map(|v| shown(&v)),
     })
 }
 

@@ -128,6 +128,22 @@ env = ["HOME"]"#,
     let out = output(&db, "evt_cmd").expect("the output is on the row");
     assert!(out.contains("attempt 3 to stdout"), "{out}");
     assert!(out.contains("attempt 3 to stderr"), "{out}");
+    let id: i64 = db
+        .opt("SELECT id FROM outbox WHERE key = $1", &[&"evt_cmd"])
+        .unwrap();
+    let (code, shown, err) = cli(&["outbox", "show", &id.to_string(), "--db", &server.db_arg()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        shown.contains("deploy") && shown.contains("done"),
+        "{shown}"
+    );
+    assert!(shown.contains("attempt 3 to stdout"), "{shown}");
+    let (code, listed, _) = cli(&["outbox", "list", "--json", "--db", &server.db_arg()]);
+    assert_eq!(code, 0);
+    assert!(listed.contains("attempt 3 to stderr"), "{listed}");
+    let (code, _, err) = cli(&["outbox", "show", "999999", "--db", &server.db_arg()]);
+    assert_ne!(code, 0);
+    assert!(err.contains("no outbox row 999999"), "{err}");
 }
 
 #[test]
