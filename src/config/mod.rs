@@ -327,6 +327,9 @@ impl DeliveryConfig {
         let at = format!("delivery `{}`", self.kind);
         let key = |field: &str| format!("{at}.{field}");
         let Some(argv) = &self.command else {
+            if self.url.is_empty() {
+                refuse!(key("url"), "missing: a delivery needs `url` or `command`");
+            }
             for (set, field) in [
                 (self.workdir.is_some(), "workdir"),
                 (!self.env.is_empty(), "env"),

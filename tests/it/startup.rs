@@ -530,7 +530,10 @@ fn a_delivery_without_a_url_or_a_secret_stops_start_up() {
     let base = "[[source]]\nname = \"stripe\"\nscheme = \"stripe\"\nsecrets = [\"env:HOOKLEDGER_TEST_STRIPE\"]\n\n";
     let env = [("HOOKLEDGER_TEST_STRIPE", SECRET)];
     for (delivery, expected) in [
-        ("[[delivery]]\nkind = \"send_receipt\"\n", "missing field `url`"),
+        (
+            "[[delivery]]\nkind = \"send_receipt\"\n",
+            "delivery `send_receipt`.url: missing: a delivery needs `url` or `command`",
+        ),
         (
             "[[delivery]]\nkind = \"send_receipt\"\nurl = \"http://127.0.0.1:9/r\"\n",
             "delivery `send_receipt`.secret: missing",
@@ -538,6 +541,40 @@ fn a_delivery_without_a_url_or_a_secret_stops_start_up() {
         (
             "[[delivery]]\nkind = \"send_receipt\"\nurl = \"ftp://x/r\"\nsecret = \"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"\n",
             "delivery `send_receipt`.url: must be an http",
+        ),
+    ] {
+        let path = write(dir.path(), "d.toml", &format!("{base}{delivery}"));
+        let err = refused(&["--config", &path], &env);
+        assert!(err.contains(expected), "`{expected}` not in: {err}");
+    }
+}
+
+#[test]
+fn a_command_delivery_that_cannot_run_stops_start_up_naming_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = "[[source]]\nname = \"stripe\"\nscheme = \"stripe\"\nsecrets = [\"env:HOOKLEDGER_TEST_STRIPE\"]\n\n[[delivery]]\nkind = \"deploy\"\n";
+    let env = [("HOOKLEDGER_TEST_STRIPE", SECRET)];
+    for (delivery, expected) in [
+        ("command = []\n", "delivery `deploy`.command: is empty"),
+        (
+            "command = [\"/no/such/deploy.sh\"]\n",
+            "delivery `deploy`.command: `/no/such/deploy.sh` does not exist or is not an executable",
+        ),
+        (
+            "command = [\"deploy.sh\"]\n",
+            "delivery `deploy`.command: `deploy.sh` is not an absolute path",
+        ),
+        (
+            "command = [\"/bin/sh\"]\nurl = \"http://127.0.0.1:9/r\"\n",
+            "delivery `deploy`.command: a delivery has `url` or `command`, not both",
+        ),
+        (
+            "command = [\"/bin/sh\"]\nworkdir = \"/no/such/dir\"\n",
+            "delivery `deploy`.workdir: must be an absolute path to a directory",
+        ),
+        (
+            "command = [\"/bin/sh\"]\ntimeout = \"0s\"\n",
+            "delivery `deploy`.timeout",
         ),
     ] {
         let path = write(dir.path(), "d.toml", &format!("{base}{delivery}"));
