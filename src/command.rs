@@ -109,7 +109,7 @@ impl Target for Command {
         match run.end {
             End::Exited(status) if status.success() => Ok(Some(Arc::new(Output {
                 id: row.id,
-                output: String::from_utf8_lossy(&run.output).into_owned(),
+                output: text(&run.output),
             }))),
             End::Exited(status) => match status.code() {
                 Some(code) if self.config.give_up_exit.contains(&code) => {
@@ -207,6 +207,12 @@ fn read_into(
     });
 }
 
+/// The output as text a TEXT column takes on every store: invalid UTF-8 (a character cut by
+/// the tail too) and NUL (PostgreSQL refuses it) as U+FFFD.
+fn text(output: &[u8]) -> String {
+    String::from_utf8_lossy(output).replace('\0', "\u{FFFD}")
+}
+
 /// Writes a delivered command's output on its row, in the transaction that marks it done.
 #[derive(Debug)]
 struct Output {
@@ -227,6 +233,11 @@ impl FollowUp for Output {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn output_is_text_without_nul() {
+        assert_eq!(text(b"a\0b\xffc"), "a\u{FFFD}b\u{FFFD}c");
+    }
 
     #[test]
     fn keeps_the_tail_of_the_output_and_kills_the_group_past_the_timeout() {
