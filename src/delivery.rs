@@ -1,8 +1,11 @@
 //! The outbox worker: delivers committed outbox rows to the app, after commit, at least once.
 //!
-//! One plain thread polls the read pool for due `pending` rows in id order, POSTs each to the
-//! app with Standard Webhooks signature headers, and writes the result back through the writer
-//! (one writer, always).
+//! Each delivery kind has a lane of its own, so a slow or dead target delays only its own
+//! rows: one poller thread reads the kind's due `pending` rows in id order and hands each to
+//! one of the kind's `concurrency` attempt threads through a channel, never a row already in
+//! flight (on PostgreSQL the lease also keeps other instances off it). An attempt POSTs the row
+//! to the app with Standard Webhooks signature headers and writes the result back through the
+//! writer (one writer, always).
 //!
 //! # Ordering
 //! A row exists only once its event committed, so the app never hears of an event hookledger
@@ -20,14 +23,20 @@
 //! - The database is unavailable → the worker logs, waits and polls again; nothing is lost
 //!   because nothing is marked before it happened.
 //!
+//! # Shutdown
+//! `stop` ends the pollers, lets each running attempt finish within its kind's timeout (plus a
+//! margin to record it), and leaves every other row due for the restart.
+//!
 //! # Memory
-//! The worker holds at most one payload. A poll reads the ids and metadata of up to [`BATCH`]
+//! The worker holds at most one payload per attempt in flight: at most `concurrency` per kind
+//! (the sum over the kinds in all). A poll reads the ids and metadata of at most `concurrency`
 //! due rows, no payload ([`PendingRow`]); the payload of a row is read by id when that row is
-//! attempted ([`OutboxReader::payload`]) and dropped before the next row's is read.
+//! attempted ([`OutboxReader::payload`]) and dropped when its attempt ends.
 
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{self, Receiver, SyncSender};
-use std::sync::Arc;
+use std::sync::mpsc::{self, Receiver};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -43,14 +52,28 @@ use crate::writer::WriterHandle;
 /// revived by the CLI from another process).
 const IDLE_POLL: Duration = Duration::from_secs(1);
 
-/// Rows fetched per poll: one poll's worth of deliveries at a few per second, small enough
-/// that rows revived meanwhile (by the CLI) wait at most one round.
-const BATCH: usize = 32;
-
-/// A kind's target and when the worker tries again.
+/// A kind's target, when the worker tries again, and how many attempts of the kind may be in
+/// flight at once.
 pub(crate) struct Lane {
     target: Box<dyn Target>,
     schedule: Vec<Duration>,
+    concurrency: usize,
+    /// How long stopping waits for this kind's running attempts.
+    timeout: Duration,
+}
+
+impl Lane {
+    /// With `n` attempts in flight at once (at least 1).
+    pub(crate) fn concurrency(&mut self, n: usize) -> &mut Lane {
+        self.concurrency = n.max(1);
+        self
+    }
+
+    /// Stopping waits this long for a running attempt (the target's own timeout).
+    pub(crate) fn timeout(&mut self, timeout: Duration) -> &mut Lane {
+        self.timeout = timeout;
+        self
+    }
 }
 
 /// POSTs each row to a URL, signed with the Standard Webhooks headers: `forward` and each
@@ -97,98 +120,257 @@ impl Targets {
     pub(crate) fn of(config: &crate::config::Config) -> anyhow::Result<Targets> {
         let mut targets = Targets::default();
         if let Some(forward) = &config.forward {
-            targets.add(
-                FORWARD,
-                Box::new(Post::new(forward)?),
-                forward.schedule.clone(),
-            );
+            targets
+                .add(
+                    FORWARD,
+                    Box::new(Post::new(forward)?),
+                    forward.schedule.clone(),
+                )
+                .concurrency(forward.concurrency)
+                .timeout(forward.timeout);
         }
         for delivery in &config.deliveries {
             let target = delivery.target(config.forward.as_ref())?;
             let post = Post::new(&target)
                 .map_err(|e| anyhow::anyhow!("delivery `{}`: {e}", delivery.kind))?;
-            targets.add(&delivery.kind, Box::new(post), target.schedule);
+            targets
+                .add(&delivery.kind, Box::new(post), target.schedule)
+                .concurrency(target.concurrency)
+                .timeout(target.timeout);
         }
         Ok(targets)
     }
 
-    /// Delivers rows of `kind` through `target`, retried on `schedule`.
-    pub(crate) fn add(&mut self, kind: &str, target: Box<dyn Target>, schedule: Vec<Duration>) {
-        self.0.push((kind.to_string(), Lane { target, schedule }));
+    /// Delivers rows of `kind` through `target`, retried on `schedule`, one attempt at a time
+    /// unless the returned lane says otherwise.
+    pub(crate) fn add(
+        &mut self,
+        kind: &str,
+        target: Box<dyn Target>,
+        schedule: Vec<Duration>,
+    ) -> &mut Lane {
+        self.0.push((
+            kind.to_string(),
+            Lane {
+                target,
+                schedule,
+                concurrency: 1,
+                timeout: crate::config::DEFAULT_FORWARD_TIMEOUT,
+            },
+        ));
+        &mut self.0.last_mut().expect("just pushed").1
     }
 
     /// Whether there is nothing to deliver (no worker is needed).
     pub(crate) fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
-
-    fn get(&self, kind: &str) -> Option<&Lane> {
-        self.0.iter().find(|(k, _)| k == kind).map(|(_, t)| t)
-    }
-
-    /// The kinds, as the JSON array the outbox queries take.
-    fn kinds(&self) -> String {
-        serde_json::to_string(&self.0.iter().map(|(k, _)| k).collect::<Vec<_>>())
-            .expect("strings serialize")
-    }
 }
 
-/// Handle to the running worker. `stop` lets it finish its current attempt and end.
+/// Handle to the running worker. `stop` lets the running attempts finish (each within its
+/// kind's timeout) and ends the lanes.
 pub(crate) struct Worker {
-    /// Set by `stop`; the thread checks it between attempts and ends.
+    /// Set by `stop`; every thread checks it between attempts and ends.
     stop: Arc<AtomicBool>,
-    /// The worker's own wake-up channel (shared with the writer's [`Waker`]): `stop` sends on
-    /// it so a sleeping worker sees the flag at once.
-    wake: SyncSender<()>,
-    thread: JoinHandle<()>,
+    /// Wakes every lane's poller, so a sleeping one sees the flag at once.
+    wake: Waker,
+    /// Each lane's poller.
+    pollers: Vec<JoinHandle<()>>,
+    /// Each lane's attempt threads, with how long stopping waits for them.
+    attempts: Vec<(Duration, JoinHandle<()>)>,
 }
 
-/// Wakes the worker (after a commit that queued rows). Never blocks.
-#[derive(Clone)]
-pub(crate) struct Waker(SyncSender<()>);
+/// Counts wake-ups; a lane's poller sleeps until the count moves or its wait is over.
+#[derive(Default)]
+struct Signal {
+    count: Mutex<u64>,
+    moved: Condvar,
+}
+
+impl Signal {
+    fn notify(&self) {
+        if let Ok(mut count) = self.count.lock() {
+            *count = count.wrapping_add(1);
+        }
+        self.moved.notify_all();
+    }
+
+    fn seen(&self) -> u64 {
+        self.count.lock().map(|c| *c).unwrap_or(0)
+    }
+
+    /// Waits until a notification after `seen`, at most `timeout`.
+    fn wait(&self, seen: u64, timeout: Duration) {
+        let Ok(count) = self.count.lock() else { return };
+        let _ = self
+            .moved
+            .wait_timeout_while(count, timeout, |c| *c == seen);
+    }
+}
+
+/// Wakes every lane's poller (after a commit that queued rows). Never blocks.
+#[derive(Clone, Default)]
+pub(crate) struct Waker(Arc<Mutex<Vec<Arc<Signal>>>>);
 
 impl Waker {
     pub(crate) fn wake(&self) {
-        let _ = self.0.try_send(());
+        if let Ok(lanes) = self.0.lock() {
+            lanes.iter().for_each(|s| s.notify());
+        }
+    }
+
+    fn register(&self, signal: Arc<Signal>) {
+        if let Ok(mut lanes) = self.0.lock() {
+            lanes.push(signal);
+        }
+    }
+}
+
+/// What the threads of one lane share.
+struct Shared<P> {
+    kind: String,
+    lane: Lane,
+    pool: Arc<P>,
+    writer: WriterHandle,
+    metrics: Arc<Metrics>,
+    stop: Arc<AtomicBool>,
+    /// The ids handed to the attempt threads and not recorded yet: the poller never hands a
+    /// row out twice (on SQLite a row in flight is still due).
+    in_flight: Mutex<HashSet<i64>>,
+    /// Wakes the poller: a commit, a free attempt thread, `stop`.
+    signal: Arc<Signal>,
+}
+
+impl<P> Shared<P> {
+    fn stopped(&self) -> bool {
+        self.stop.load(Ordering::SeqCst)
+    }
+
+    fn in_flight(&self) -> usize {
+        self.in_flight.lock().map(|s| s.len()).unwrap_or(0)
+    }
+
+    fn done(&self, id: i64) {
+        if let Ok(mut s) = self.in_flight.lock() {
+            s.remove(&id);
+        }
+        self.signal.notify();
     }
 }
 
 impl Worker {
-    /// The waker to give the writer before the worker starts.
-    pub(crate) fn channel() -> (Waker, Receiver<()>) {
-        let (tx, rx) = mpsc::sync_channel(1);
-        (Waker(tx), rx)
+    /// The waker to give the writer before the worker starts, and the worker's copy.
+    pub(crate) fn channel() -> (Waker, Waker) {
+        let waker = Waker::default();
+        (waker.clone(), waker)
     }
 
+    /// Starts a lane per kind: a poller and `concurrency` attempt threads.
     pub(crate) fn spawn(
         config: Targets,
         pool: impl OutboxReader,
         writer: WriterHandle,
         waker: Waker,
-        woken: Receiver<()>,
+        woken: Waker,
         metrics: Arc<Metrics>,
     ) -> anyhow::Result<Worker> {
+        drop(woken);
         let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
-        let thread = std::thread::Builder::new()
-            .name("hookledger-outbox".into())
-            .spawn(move || run(&config, &pool, &writer, &woken, &flag, &metrics))?;
-        Ok(Worker {
-            stop,
-            wake: waker.0,
-            thread,
-        })
+        let pool = Arc::new(pool);
+        let mut worker = Worker {
+            stop: stop.clone(),
+            wake: waker.clone(),
+            pollers: Vec::new(),
+            attempts: Vec::new(),
+        };
+        for (kind, lane) in config.0 {
+            let signal = Arc::new(Signal::default());
+            waker.register(signal.clone());
+            let shared = Arc::new(Shared {
+                kind,
+                lane,
+                pool: pool.clone(),
+                writer: writer.clone(),
+                metrics: metrics.clone(),
+                stop: stop.clone(),
+                in_flight: Mutex::new(HashSet::new()),
+                signal,
+            });
+            let (hand, rows) = mpsc::channel::<PendingRow>();
+            let rows = Arc::new(Mutex::new(rows));
+            let timeout = shared.lane.timeout;
+            for i in 0..shared.lane.concurrency {
+                let (shared, rows) = (shared.clone(), rows.clone());
+                let thread = std::thread::Builder::new()
+                    .name(format!("hookledger-outbox-{}-{i}", shared.kind))
+                    .spawn(move || attempts(&shared, &rows));
+                match thread {
+                    Ok(t) => worker.attempts.push((timeout, t)),
+                    Err(e) => {
+                        worker.stop();
+                        return Err(e.into());
+                    }
+                }
+            }
+            let poller = std::thread::Builder::new()
+                .name(format!("hookledger-outbox-{}", shared.kind))
+                .spawn(move || poll_lane(&shared, hand));
+            match poller {
+                Ok(t) => worker.pollers.push(t),
+                Err(e) => {
+                    worker.stop();
+                    return Err(e.into());
+                }
+            }
+        }
+        Ok(worker)
     }
 
-    /// Asks the worker to stop after its current attempt and waits for it.
+    /// Asks the lanes to stop, waits for the running attempts (each up to its kind's timeout)
+    /// and leaves the rest due.
     pub(crate) fn stop(self) {
         self.stop.store(true, Ordering::SeqCst);
-        let _ = self.wake.try_send(());
-        if self.thread.join().is_err() {
-            log::error!("outbox worker panicked");
+        self.wake.wake();
+        for poller in self.pollers {
+            if poller.join().is_err() {
+                log::error!("outbox poller panicked");
+            }
         }
+        let bound = self
+            .attempts
+            .iter()
+            .map(|(t, _)| *t)
+            .max()
+            .unwrap_or_default()
+            + STOP_MARGIN;
+        let deadline = std::time::Instant::now() + bound;
+        let mut left = self.attempts;
+        while !left.is_empty() && std::time::Instant::now() < deadline {
+            let (finished, running): (Vec<_>, Vec<_>) =
+                left.into_iter().partition(|(_, t)| t.is_finished());
+            for (_, t) in finished {
+                if t.join().is_err() {
+                    log::error!("outbox attempt thread panicked");
+                }
+            }
+            left = running;
+            if !left.is_empty() {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+        if !left.is_empty() {
+            // Their rows are not marked: still pending, attempted again after the restart.
+            log::warn!(
+                "outbox: {} attempts still running after {bound:.0?}; left to the restart",
+                left.len()
+            );
+        }
+        log::debug!("outbox worker stopped");
     }
 }
+
+/// Beyond the kind's timeout, what stopping grants a running attempt to record its result.
+const STOP_MARGIN: Duration = Duration::from_secs(2);
 
 impl crate::writer::Background for Worker {
     fn stop(self: Box<Self>) {
@@ -196,80 +378,112 @@ impl crate::writer::Background for Worker {
     }
 }
 
-fn run(
-    targets: &Targets,
-    pool: &impl OutboxReader,
-    writer: &WriterHandle,
-    woken: &Receiver<()>,
-    stop: &AtomicBool,
-    metrics: &Metrics,
-) {
-    let kinds = targets.kinds();
-    while !stop.load(Ordering::SeqCst) {
-        let rows = match poll(pool, &kinds) {
+/// A lane's poller: reads the kind's due rows (ids and metadata, no payload) while an attempt
+/// thread is free and hands each row not in flight to one attempt thread.
+fn poll_lane<P: OutboxReader + Sync>(shared: &Shared<P>, hand: mpsc::Sender<PendingRow>) {
+    let kinds = serde_json::to_string(&[&shared.kind]).expect("strings serialize");
+    let concurrency = shared.lane.concurrency;
+    while !shared.stopped() {
+        let seen = shared.signal.seen();
+        let busy = shared.in_flight();
+        if busy >= concurrency {
+            shared.signal.wait(seen, IDLE_POLL);
+            continue;
+        }
+        // Rows in flight are still due on SQLite: ask for them too, so `concurrency - busy`
+        // others can come back.
+        let rows = match shared.pool.due(&kinds, unix_now(), concurrency) {
             Ok(rows) => rows,
             Err(e) => {
-                log::error!("outbox: cannot read pending rows: {e:#}");
-                let _ = woken.recv_timeout(IDLE_POLL);
+                log::error!("outbox: cannot read pending {} rows: {e:#}", shared.kind);
+                shared.signal.wait(seen, IDLE_POLL);
                 continue;
             }
         };
-        if rows.is_empty() {
-            let _ = woken.recv_timeout(idle_wait(pool, &kinds));
-            continue;
+        let fresh: Vec<PendingRow> = match shared.in_flight.lock() {
+            Ok(mut in_flight) => rows
+                .into_iter()
+                .filter(|r| in_flight.insert(r.id))
+                .collect(),
+            Err(_) => break,
+        };
+        let handed = fresh.len();
+        for row in fresh {
+            if hand.send(row).is_err() {
+                return; // every attempt thread ended
+            }
         }
-        for row in rows {
-            if stop.load(Ordering::SeqCst) {
-                break;
-            }
-            let (id, queued) = (row.id, row.queued);
-            let Some(target) = targets.get(&row.kind) else {
-                continue; // only kinds with a target are polled
+        if handed == 0 {
+            let wait = if busy > 0 {
+                IDLE_POLL
+            } else {
+                idle_wait(&*shared.pool, &kinds)
             };
-            let payload = match pool.payload(id, queued) {
-                Ok(Some(payload)) => payload,
-                // Replayed, revived or pruned since the poll: a row pending again is polled
-                // again.
-                Ok(None) => {
-                    log::debug!("outbox row {id} changed before its attempt; skipped");
-                    continue;
-                }
-                Err(e) => {
-                    log::error!("outbox: cannot read the payload of row {id}: {e:#}");
-                    let _ = woken.recv_timeout(IDLE_POLL);
-                    break;
-                }
-            };
-            let attempt = attempt(target, &row, &payload);
-            // Before the next row's is read: one payload at a time.
-            drop(payload);
-            metrics.delivery(&row.kind, attempt.label());
-            match writer.run_blocking(Write::Record {
-                id,
-                queued,
-                attempt,
-            }) {
-                // Replayed or retried meanwhile (it is attempted again), or pruned.
-                Ok(0) => log::info!(
-                    "outbox row {id} changed while it was being delivered; this attempt's \
-                     result is not recorded"
-                ),
-                Ok(_) => {}
-                Err(e) => {
-                    // Not marked: the row stays pending and is attempted again (at least once),
-                    // after a pause so a database that refuses writes is not met with a tight loop.
-                    log::error!("outbox: cannot record attempt on row {id}: {e}");
-                    let _ = woken.recv_timeout(IDLE_POLL);
-                    break;
-                }
-            }
+            shared.signal.wait(seen, wait);
         }
     }
-    log::debug!("outbox worker stopped");
 }
 
-fn poll(pool: &impl OutboxReader, kinds: &str) -> anyhow::Result<Vec<PendingRow>> {
-    pool.due(kinds, unix_now(), BATCH)
+/// A lane's attempt thread: takes the rows the poller hands out, one at a time, until the
+/// poller ends.
+fn attempts<P: OutboxReader + Sync>(shared: &Shared<P>, rows: &Mutex<Receiver<PendingRow>>) {
+    loop {
+        let row = match rows.lock() {
+            Ok(rows) => match rows.recv() {
+                Ok(row) => row,
+                Err(_) => return, // the poller ended
+            },
+            Err(_) => return,
+        };
+        let id = row.id;
+        if !shared.stopped() {
+            // Not recorded: the row stays pending and is attempted again, after a pause so a
+            // database that refuses is not met with a tight loop.
+            if deliver(shared, row).is_err() {
+                std::thread::sleep(IDLE_POLL);
+            }
+        }
+        shared.done(id);
+    }
+}
+
+/// Reads the payload of `row`, attempts it and records the result.
+fn deliver<P: OutboxReader>(shared: &Shared<P>, row: PendingRow) -> Result<(), ()> {
+    let (id, queued) = (row.id, row.queued);
+    let payload = match shared.pool.payload(id, queued) {
+        Ok(Some(payload)) => payload,
+        // Replayed, revived or pruned since the poll: a row pending again is polled again.
+        Ok(None) => {
+            log::debug!("outbox row {id} changed before its attempt; skipped");
+            return Ok(());
+        }
+        Err(e) => {
+            log::error!("outbox: cannot read the payload of row {id}: {e:#}");
+            return Err(());
+        }
+    };
+    let attempt = attempt(&shared.lane, &row, &payload);
+    drop(payload);
+    shared.metrics.delivery(&row.kind, attempt.label());
+    match shared.writer.run_blocking(Write::Record {
+        id,
+        queued,
+        attempt,
+    }) {
+        // Replayed or retried meanwhile (it is attempted again), or pruned.
+        Ok(0) => {
+            log::info!(
+                "outbox row {id} changed while it was being delivered; this attempt's result \
+                 is not recorded"
+            );
+            Ok(())
+        }
+        Ok(_) => Ok(()),
+        Err(e) => {
+            log::error!("outbox: cannot record attempt on row {id}: {e}");
+            Err(())
+        }
+    }
 }
 
 /// How long to sleep until the next row is due (at most [`IDLE_POLL`]).

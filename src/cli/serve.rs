@@ -403,6 +403,9 @@ impl ServeArgs {
                     .as_ref()
                     .map_or(config::DEFAULT_FORWARD_TIMEOUT, |f| f.timeout),
             ),
+            concurrency: from_file
+                .as_ref()
+                .map_or(config::DEFAULT_CONCURRENCY, |f| f.concurrency),
         });
         Ok(config)
     }

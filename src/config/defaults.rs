@@ -68,6 +68,10 @@ pub(crate) const MIN_RETENTION_DAYS: u64 = 3;
 /// Default timeout of one delivery request: an app that takes longer is treated as failed.
 pub(crate) const DEFAULT_FORWARD_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Default attempts in flight at once per delivery kind: enough that a slow app (hundreds of
+/// ms an answer) keeps up with a burst, few enough that the worker holds few payloads.
+pub(crate) const DEFAULT_CONCURRENCY: usize = 8;
+
 /// The default delivery schedule: quick retries for blips, then hourly doubling for outages,
 /// then every 8 h until 3 days after the first attempt (as long as the providers themselves
 /// retry).

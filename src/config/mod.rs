@@ -26,10 +26,10 @@ pub(crate) use days::{describe_days, parse_days, NEVER};
 pub use defaults::DEFAULT_TOLERANCE_SECS;
 pub(crate) use defaults::{
     default_schedule, DEFAULT_ADMIN_LISTEN, DEFAULT_BATCH_MAX, DEFAULT_BODY_BUDGET,
-    DEFAULT_BUSY_TIMEOUT, DEFAULT_CLAIM_DAYS, DEFAULT_DB, DEFAULT_EFFECT_TIMEOUT,
-    DEFAULT_FORWARD_TIMEOUT, DEFAULT_LISTEN, DEFAULT_MAX_BODY, DEFAULT_MAX_CONNECTIONS,
-    DEFAULT_OUTBOX_LEASE, DEFAULT_PAYLOAD_DAYS, DEFAULT_QUEUE_DEPTH, DEFAULT_READ_TIMEOUT,
-    MIN_RETENTION_DAYS,
+    DEFAULT_BUSY_TIMEOUT, DEFAULT_CLAIM_DAYS, DEFAULT_CONCURRENCY, DEFAULT_DB,
+    DEFAULT_EFFECT_TIMEOUT, DEFAULT_FORWARD_TIMEOUT, DEFAULT_LISTEN, DEFAULT_MAX_BODY,
+    DEFAULT_MAX_CONNECTIONS, DEFAULT_OUTBOX_LEASE, DEFAULT_PAYLOAD_DAYS, DEFAULT_QUEUE_DEPTH,
+    DEFAULT_READ_TIMEOUT, MIN_RETENTION_DAYS,
 };
 pub(crate) use effect::{bind_parameters, split_statements, BoundStatement};
 pub use effect::{EffectConfig, SchemaConfig};
@@ -199,6 +199,9 @@ pub struct ForwardConfig {
     pub schedule: Vec<Duration>,
     #[serde(default = "default_forward_timeout", with = "duration")]
     pub timeout: Duration,
+    /// Attempts of this kind in flight at once (each row attempted by one).
+    #[serde(default = "default_concurrency")]
+    pub concurrency: usize,
 }
 
 /// Where outbox rows of one `kind`, queued by effects, are delivered: as `forward` rows are
@@ -216,6 +219,9 @@ pub struct DeliveryConfig {
     pub schedule: Option<Vec<Duration>>,
     #[serde(default, with = "option_duration")]
     pub timeout: Option<Duration>,
+    /// Attempts of this kind in flight at once; default: `[forward]`'s.
+    #[serde(default)]
+    pub concurrency: Option<usize>,
 }
 
 impl ForwardConfig {
@@ -227,6 +233,7 @@ impl ForwardConfig {
             secret,
             schedule: default_schedule(),
             timeout: DEFAULT_FORWARD_TIMEOUT,
+            concurrency: DEFAULT_CONCURRENCY,
         }
     }
 
@@ -241,6 +248,12 @@ impl ForwardConfig {
         self.timeout = timeout;
         self
     }
+
+    /// With this many attempts in flight at once.
+    pub fn with_concurrency(mut self, concurrency: usize) -> Self {
+        self.concurrency = concurrency;
+        self
+    }
 }
 
 impl DeliveryConfig {
@@ -252,6 +265,7 @@ impl DeliveryConfig {
             secret: None,
             schedule: None,
             timeout: None,
+            concurrency: None,
         }
     }
 
@@ -270,6 +284,12 @@ impl DeliveryConfig {
     /// With this timeout of one request rather than `[forward]`'s.
     pub fn with_timeout(mut self, timeout: Duration) -> Self {
         self.timeout = Some(timeout);
+        self
+    }
+
+    /// With this many attempts in flight at once rather than `[forward]`'s.
+    pub fn with_concurrency(mut self, concurrency: usize) -> Self {
+        self.concurrency = Some(concurrency);
         self
     }
 
@@ -300,6 +320,11 @@ impl DeliveryConfig {
                 (Some(timeout), _) => timeout,
                 (None, Some(forward)) => forward.timeout,
                 (None, None) => DEFAULT_FORWARD_TIMEOUT,
+            },
+            concurrency: match (self.concurrency, forward) {
+                (Some(concurrency), _) => concurrency,
+                (None, Some(forward)) => forward.concurrency,
+                (None, None) => DEFAULT_CONCURRENCY,
             },
         };
         target.check(&at)?;
@@ -363,6 +388,10 @@ impl Default for RetentionConfig {
 
 fn default_forward_timeout() -> Duration {
     DEFAULT_FORWARD_TIMEOUT
+}
+
+fn default_concurrency() -> usize {
+    DEFAULT_CONCURRENCY
 }
 
 impl Default for Config {
@@ -547,6 +576,9 @@ pub(crate) const MAX_FORWARD_DELAY: Duration = Duration::from_secs(30 * 86_400);
 /// Longest time limit of one event's effects: every other event waits for them.
 pub(crate) const MAX_EFFECT_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// Most attempts of one kind in flight at once: each holds a thread and a payload.
+pub(crate) const MAX_CONCURRENCY: usize = 256;
+
 /// Longest timeout of one delivery request.
 pub(crate) const MAX_FORWARD_TIMEOUT: Duration = Duration::from_secs(3600);
 
@@ -576,6 +608,12 @@ impl ForwardConfig {
         }
         if self.timeout.is_zero() || self.timeout > MAX_FORWARD_TIMEOUT {
             refuse!(key("timeout"), "must be more than 0 and at most 1h");
+        }
+        if self.concurrency == 0 || self.concurrency > MAX_CONCURRENCY {
+            refuse!(
+                key("concurrency"),
+                "must be at least 1 and at most {MAX_CONCURRENCY} (attempts in flight at once)"
+            );
         }
         Ok(())
     }

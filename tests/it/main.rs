@@ -16,6 +16,7 @@ mod embed;
 mod faults;
 mod fixtures;
 mod hostile;
+mod lanes;
 mod mailgun;
 mod operations;
 mod oracles;

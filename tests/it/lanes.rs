@@ -1,0 +1,175 @@
+//! Delivery lanes: each outbox kind is delivered by its own threads, so a dead or hanging
+//! target delays only its own kind, and a slow one gets several attempts in flight at once.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use crate::util::*;
+
+const WAIT: Duration = Duration::from_secs(20);
+
+/// An effect that queues a `send_receipt` row for every event (key: the event id).
+fn receipt_effect() -> &'static str {
+    match store() {
+        Store::Sqlite => {
+            "INSERT INTO outbox (kind, source, key, payload) \
+             VALUES ('send_receipt', :source, :event_id, :body)"
+        }
+        Store::Postgres => {
+            "INSERT INTO outbox (kind, source, key, payload) \
+             VALUES ('send_receipt', :source, :event_id, convert_to(CAST(:body AS TEXT), 'UTF8'))"
+        }
+    }
+}
+
+/// A config that forwards every event to `forward` and delivers the receipts its effect queues
+/// to `receipts`, with `extra` lines in `[forward]` and in the delivery.
+fn lanes_config(dir: &Path, forward: &str, receipts: &str, fwd: &str, rcpt: &str) -> String {
+    let config = format!(
+        r#"
+[[source]]
+name = "stripe"
+scheme = "stripe"
+secrets = ["env:STRIPE_WEBHOOK_SECRET"]
+
+[forward]
+url = "{forward}"
+secret = "{FORWARD_SECRET}"
+{fwd}
+
+[[delivery]]
+kind = "send_receipt"
+url = "{receipts}"
+{rcpt}
+
+[[effect]]
+source = "stripe"
+on = "*"
+sql = "{effect}"
+"#,
+        effect = receipt_effect(),
+    );
+    let path = dir.join("hookledger.toml");
+    std::fs::write(&path, config).unwrap();
+    path.to_str().unwrap().to_string()
+}
+
+/// A listener that accepts connections and never answers.
+fn hanging() -> (std::net::TcpListener, String) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/hooks", listener.local_addr().unwrap());
+    (listener, url)
+}
+
+/// A URL on a port nobody listens on: connections are refused.
+fn closed() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    drop(listener);
+    format!("http://{addr}/hooks")
+}
+
+fn done(db: &Db, kind: &str) -> i64 {
+    db.count(&format!(
+        "SELECT count(*) FROM outbox WHERE kind = '{kind}' AND status = 'done'"
+    ))
+}
+
+#[test]
+fn a_hanging_or_refusing_kind_does_not_delay_another_kinds_deliveries() {
+    let (listener, hang) = hanging();
+    // Accepted and then held open without an answer, as a hung app does.
+    let held = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let keep = held.clone();
+    std::thread::spawn(move || {
+        for s in listener.incoming().flatten() {
+            keep.lock().unwrap().push(s);
+        }
+    });
+    for bad in [hang, closed()] {
+        let app = FakeApp::start(&[]);
+        let dir = test_dir();
+        let path = lanes_config(
+            dir.path(),
+            &bad,
+            &app.url(),
+            "timeout = \"30s\"\nschedule = [\"30s\"]\nconcurrency = 1",
+            "schedule = [\"1s\"]",
+        );
+        let server = Server::start_in(dir.path(), &["--config", &path]);
+        let started = Instant::now();
+        for i in 0..3 {
+            let id = format!("evt_lane_{i}");
+            assert_outcome(&server.send(&paid(&id)), &id, "processed");
+        }
+        let db = server.db();
+        wait_for(Duration::from_secs(10), || {
+            (done(&db, "send_receipt") == 3).then_some(())
+        })
+        .unwrap_or_else(|| panic!("{bad}: the receipts waited on the forward lane"));
+        assert!(started.elapsed() < Duration::from_secs(10));
+        assert_eq!(done(&db, "forward"), 0, "{bad}: nothing reached the app");
+        assert_eq!(app.deliveries().len(), 3);
+    }
+}
+
+#[test]
+fn a_slow_target_gets_several_attempts_in_flight_each_row_once() {
+    let app = FakeApp::start(&[]);
+    app.slow(Duration::from_millis(200));
+    let other = FakeApp::start(&[]);
+    let dir = test_dir();
+    let path = lanes_config(
+        dir.path(),
+        &app.url(),
+        &other.url(),
+        "schedule = [\"1s\"]\nconcurrency = 4",
+        "",
+    );
+    let server = Server::start_in(dir.path(), &["--config", &path]);
+    for i in 0..12 {
+        let id = format!("evt_slow_{i}");
+        assert_outcome(&server.send(&paid(&id)), &id, "processed");
+    }
+    let db = server.db();
+    wait_for(WAIT, || (done(&db, "forward") == 12).then_some(()))
+        .expect("every forward row is done");
+    let max = app.max_in_flight();
+    assert!((2..=4).contains(&max), "{max} attempts in flight at once");
+    let mut ids: Vec<String> = app
+        .deliveries()
+        .iter()
+        .map(|d| d.headers["webhook-id"].clone())
+        .collect();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), 12);
+    assert_eq!(app.deliveries().len(), 12, "each row attempted once");
+}
+
+#[test]
+fn a_concurrency_of_zero_stops_start_up_naming_the_key() {
+    for (fwd, rcpt, key) in [
+        ("concurrency = 0", "", "forward.concurrency"),
+        ("", "concurrency = 0", "delivery `send_receipt`.concurrency"),
+    ] {
+        let dir = test_dir();
+        let path = lanes_config(
+            dir.path(),
+            "http://127.0.0.1:9/a",
+            "http://127.0.0.1:9/b",
+            fwd,
+            rcpt,
+        );
+        let out = serve_command(db_arg_in(dir.path()))
+            .args(["--config", &path])
+            .env("STRIPE_WEBHOOK_SECRET", SECRET)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(err.contains(key), "`{key}` not in: {err}");
+    }
+}
