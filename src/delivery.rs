@@ -19,6 +19,11 @@
 //! - Any other status, a timeout, a refused connection → retried after the next delay of the
 //!   schedule, ±20 % jitter, later if the app's `Retry-After` asks (at most
 //!   [`crate::outbox::MAX_RETRY_AFTER`]).
+//! - When the kind's target takes a row after failures (or takes a row that had failed before),
+//!   the kind's rows waiting on a retry delay become due at once ([`Write::Recover`]): after an
+//!   outage the backlog goes out within seconds of the app answering again, not at each row's
+//!   next delay. A row that fails alone while others succeed is therefore retried sooner than
+//!   its schedule says, and uses up its schedule sooner.
 //! - Schedule used up → dead, with `last_error`. `hookledger outbox retry` revives dead rows.
 //! - The database is unavailable → the worker logs, waits and polls again; nothing is lost
 //!   because nothing is marked before it happened.
@@ -34,7 +39,7 @@
 //! attempted ([`OutboxReader::payload`]) and dropped when its attempt ends.
 
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::mpsc::{self, Receiver};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
@@ -237,6 +242,8 @@ struct Shared<P> {
     /// The ids handed to the attempt threads and not recorded yet: the poller never hands a
     /// row out twice (on SQLite a row in flight is still due).
     in_flight: Mutex<HashSet<i64>>,
+    /// The target's failures since its last success.
+    failures: AtomicU32,
     /// Wakes the poller: a commit, a free attempt thread, `stop`.
     signal: Arc<Signal>,
 }
@@ -294,6 +301,7 @@ impl Worker {
                 metrics: metrics.clone(),
                 stop: stop.clone(),
                 in_flight: Mutex::new(HashSet::new()),
+                failures: AtomicU32::new(0),
                 signal,
             });
             let (hand, rows) = mpsc::channel::<PendingRow>();
@@ -447,6 +455,22 @@ fn attempts<P: OutboxReader + Sync>(shared: &Shared<P>, rows: &Mutex<Receiver<Pe
     }
 }
 
+/// Makes the kind's rows waiting on a retry delay due now, and wakes the poller.
+fn recover<P>(shared: &Shared<P>) {
+    match shared.writer.run_blocking(Write::Recover {
+        kind: shared.kind.clone(),
+    }) {
+        Ok(0) => {}
+        Ok(n) => log::info!(
+            "outbox: {} answers again; {n} rows waiting on a retry are due now",
+            shared.kind
+        ),
+        // They stay on their schedule: later, not lost.
+        Err(e) => log::error!("outbox: cannot make {} rows due: {e}", shared.kind),
+    }
+    shared.signal.notify();
+}
+
 /// Reads the payload of `row`, attempts it and records the result.
 fn deliver<P: OutboxReader>(shared: &Shared<P>, row: PendingRow) -> Result<(), ()> {
     let (id, queued) = (row.id, row.queued);
@@ -462,14 +486,28 @@ fn deliver<P: OutboxReader>(shared: &Shared<P>, row: PendingRow) -> Result<(), (
             return Err(());
         }
     };
-    let attempt = attempt(&shared.lane, &row, &payload);
+    let (attempt, health) = attempt(&shared.lane, &row, &payload);
     drop(payload);
     shared.metrics.delivery(&row.kind, attempt.label());
-    match shared.writer.run_blocking(Write::Record {
+    let failed_before = match health {
+        Health::Up => shared.failures.swap(0, Ordering::SeqCst),
+        Health::Down => {
+            shared.failures.fetch_add(1, Ordering::SeqCst);
+            0
+        }
+        Health::Answered => 0,
+    };
+    let recorded = shared.writer.run_blocking(Write::Record {
         id,
         queued,
         attempt,
-    }) {
+    });
+    // The target answers again after failures (here, or before a restart): the rows waiting
+    // on a retry delay need not wait it out.
+    if health == Health::Up && (failed_before > 0 || row.attempts > 0) && recorded.is_ok() {
+        recover(shared);
+    }
+    match recorded {
         // Replayed or retried meanwhile (it is attempted again), or pruned.
         Ok(0) => {
             log::info!(
@@ -497,7 +535,7 @@ fn idle_wait(pool: &impl OutboxReader, kinds: &str) -> Duration {
 }
 
 /// One delivery attempt of `row` (with its `payload`), classified.
-fn attempt(config: &Lane, row: &PendingRow, payload: &[u8]) -> Attempt {
+fn attempt(config: &Lane, row: &PendingRow, payload: &[u8]) -> (Attempt, Health) {
     let attempts = usize::try_from(row.attempts)
         .unwrap_or(usize::MAX)
         .saturating_add(1);
@@ -527,7 +565,9 @@ fn attempt(config: &Lane, row: &PendingRow, payload: &[u8]) -> Attempt {
             Attempt::Dead { error }
         }
     };
-    match config.target.attempt(row, payload) {
+    let result = config.target.attempt(row, payload);
+    let health = Health::of(&result);
+    let attempt = match result {
         Ok(follow_up) => {
             log::info!(
                 "outbox: {} {} delivered (attempt {attempts})",
@@ -552,6 +592,28 @@ fn attempt(config: &Lane, row: &PendingRow, payload: &[u8]) -> Attempt {
         }
         Err(Failure::Status(status, retry_after)) => failed(format!("HTTP {status}"), retry_after),
         Err(Failure::Transport(error)) => failed(error, None),
+    };
+    (attempt, health)
+}
+
+/// What one attempt says of its kind's target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Health {
+    /// It took the row.
+    Up,
+    /// No answer, or an error status: the target is failing (down, overloaded, broken).
+    Down,
+    /// It answered about this row alone (gone, refused): nothing about the target.
+    Answered,
+}
+
+impl Health {
+    fn of<T>(result: &Result<T, Failure>) -> Health {
+        match result {
+            Ok(_) => Health::Up,
+            Err(Failure::Status(..) | Failure::Transport(_)) => Health::Down,
+            Err(Failure::Gone | Failure::Refused(_)) => Health::Answered,
+        }
     }
 }
 

@@ -28,6 +28,9 @@ pub(crate) enum Write {
         queued: i64,
         attempt: Attempt,
     },
+    /// Makes the pending rows of `kind` waiting on a retry delay due now: its target answers
+    /// again after failures (recovery after an outage).
+    Recover { kind: String },
     /// Deletes a batch of ledger rows received before `before`.
     PruneEvents { before: i64 },
     /// Clears the payloads of a batch of ledger rows received before `before`.

@@ -173,3 +173,38 @@ fn a_concurrency_of_zero_stops_start_up_naming_the_key() {
         assert!(err.contains(key), "`{key}` not in: {err}");
     }
 }
+
+#[test]
+fn after_an_outage_the_next_success_makes_every_row_waiting_on_backoff_due() {
+    // Down for the first three attempts (each row retried in about 30 s), then up.
+    let app = FakeApp::start(&[503, 503, 503]);
+    let other = FakeApp::start(&[]);
+    let dir = test_dir();
+    let path = lanes_config(
+        dir.path(),
+        &app.url(),
+        &other.url(),
+        "schedule = [\"30s\", \"30s\"]",
+        "",
+    );
+    let server = Server::start_in(dir.path(), &["--config", &path]);
+    for i in 0..3 {
+        let id = format!("evt_down_{i}");
+        assert_outcome(&server.send(&paid(&id)), &id, "processed");
+    }
+    let db = server.db();
+    let waiting = "SELECT count(*) FROM outbox WHERE kind = 'forward' AND status = 'pending' \
+                   AND attempts = 1";
+    wait_for(WAIT, || (db.count(waiting) == 3).then_some(()))
+        .expect("three rows failed once and wait on their delay");
+    let started = Instant::now();
+    assert_outcome(&server.send(&paid("evt_up")), "evt_up", "processed");
+    wait_for(WAIT, || (done(&db, "forward") == 4).then_some(()))
+        .expect("every forward row is done");
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "delivered after {:?}, not at their 30 s delay",
+        started.elapsed()
+    );
+    assert_eq!(app.deliveries().len(), 7, "three failures, four deliveries");
+}
