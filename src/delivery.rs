@@ -24,6 +24,10 @@
 //!   outage the backlog goes out within seconds of the app answering again, not at each row's
 //!   next delay. A row that fails alone while others succeed is therefore retried sooner than
 //!   its schedule says, and uses up its schedule sooner.
+//! - Circuit breaker: `breaker_failures` failures in a row (no answer or an error status) pause
+//!   the kind for `breaker_cooldown`: no attempt of it meanwhile (rows already handed out are
+//!   left due); then one probe. Its success closes the breaker (and makes the waiting rows due,
+//!   as above), its failure pauses the kind again. `hookledger_delivery_breaker_open{kind}`.
 //! - Schedule used up → dead, with `last_error`. `hookledger outbox retry` revives dead rows.
 //! - The database is unavailable → the worker logs, waits and polls again; nothing is lost
 //!   because nothing is marked before it happened.
@@ -43,7 +47,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::mpsc::{self, Receiver};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::config::ForwardConfig;
 use crate::metrics::Metrics;
@@ -65,12 +69,20 @@ pub(crate) struct Lane {
     concurrency: usize,
     /// How long stopping waits for this kind's running attempts.
     timeout: Duration,
+    /// Consecutive failures that pause the kind, and for how long.
+    breaker: (u32, Duration),
 }
 
 impl Lane {
     /// With `n` attempts in flight at once (at least 1).
     pub(crate) fn concurrency(&mut self, n: usize) -> &mut Lane {
         self.concurrency = n.max(1);
+        self
+    }
+
+    /// Paused for `cooldown` after `failures` consecutive failures, then one probe.
+    pub(crate) fn breaker(&mut self, failures: u32, cooldown: Duration) -> &mut Lane {
+        self.breaker = (failures.max(1), cooldown);
         self
     }
 
@@ -132,7 +144,8 @@ impl Targets {
                     forward.schedule.clone(),
                 )
                 .concurrency(forward.concurrency)
-                .timeout(forward.timeout);
+                .timeout(forward.timeout)
+                .breaker(forward.breaker_failures, forward.breaker_cooldown);
         }
         for delivery in &config.deliveries {
             let target = delivery.target(config.forward.as_ref())?;
@@ -141,7 +154,8 @@ impl Targets {
             targets
                 .add(&delivery.kind, Box::new(post), target.schedule)
                 .concurrency(target.concurrency)
-                .timeout(target.timeout);
+                .timeout(target.timeout)
+                .breaker(target.breaker_failures, target.breaker_cooldown);
         }
         Ok(targets)
     }
@@ -161,6 +175,10 @@ impl Targets {
                 schedule,
                 concurrency: 1,
                 timeout: crate::config::DEFAULT_FORWARD_TIMEOUT,
+                breaker: (
+                    crate::config::DEFAULT_BREAKER_FAILURES,
+                    crate::config::DEFAULT_BREAKER_COOLDOWN,
+                ),
             },
         ));
         &mut self.0.last_mut().expect("just pushed").1
@@ -244,11 +262,90 @@ struct Shared<P> {
     in_flight: Mutex<HashSet<i64>>,
     /// The target's failures since its last success.
     failures: AtomicU32,
+    breaker: Mutex<Breaker>,
     /// Wakes the poller: a commit, a free attempt thread, `stop`.
     signal: Arc<Signal>,
 }
 
+/// A kind's circuit breaker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Breaker {
+    /// Attempts go out.
+    Closed,
+    /// Paused after consecutive failures until then; then one probe.
+    Open(Instant),
+    /// The probe is in flight; nothing else goes out.
+    Probing,
+}
+
+/// What the poller may do now.
+enum Gate {
+    Go,
+    /// Hand out one row, the probe.
+    Probe,
+    Wait(Duration),
+}
+
 impl<P> Shared<P> {
+    /// What the breaker lets the poller do, with `busy` attempts in flight.
+    fn gate(&self, busy: usize) -> Gate {
+        match self.breaker() {
+            Breaker::Closed => Gate::Go,
+            Breaker::Probing => Gate::Wait(IDLE_POLL),
+            Breaker::Open(until) => match until.checked_duration_since(Instant::now()) {
+                Some(left) if !left.is_zero() => Gate::Wait(left),
+                // The attempts in flight when it opened end first: the probe goes alone.
+                _ if busy > 0 => Gate::Wait(IDLE_POLL),
+                _ => Gate::Probe,
+            },
+        }
+    }
+
+    fn breaker(&self) -> Breaker {
+        self.breaker.lock().map(|b| *b).unwrap_or(Breaker::Closed)
+    }
+
+    fn set_breaker(&self, state: Breaker) {
+        if let Ok(mut b) = self.breaker.lock() {
+            *b = state;
+        }
+    }
+
+    /// Counts what an attempt said of the target, opens or closes the breaker; returns the
+    /// failures before a success (0 otherwise).
+    fn observe(&self, health: Health) -> u32 {
+        let Ok(mut breaker) = self.breaker.lock() else {
+            return 0;
+        };
+        let was = *breaker;
+        let failed_before =
+            match health {
+                Health::Up => self.failures.swap(0, Ordering::SeqCst),
+                Health::Down => {
+                    let failures = self.failures.fetch_add(1, Ordering::SeqCst) + 1;
+                    let reopen = was == Breaker::Probing;
+                    if reopen || (was == Breaker::Closed && failures >= self.lane.breaker.0) {
+                        *breaker = Breaker::Open(Instant::now() + self.lane.breaker.1);
+                        log::warn!(
+                        "outbox: {} {} after {failures} failures in a row; no attempt for {:.0?}",
+                        self.kind,
+                        if reopen { "probe failed, paused again" } else { "paused" },
+                        self.lane.breaker.1
+                    );
+                        self.metrics.breaker(&self.kind, true);
+                    }
+                    0
+                }
+                Health::Answered => 0,
+            };
+        if health != Health::Down && was != Breaker::Closed {
+            *breaker = Breaker::Closed;
+            log::info!("outbox: {} answers again; delivering", self.kind);
+            self.metrics.breaker(&self.kind, false);
+        }
+        failed_before
+    }
+
     fn stopped(&self) -> bool {
         self.stop.load(Ordering::SeqCst)
     }
@@ -291,6 +388,7 @@ impl Worker {
             attempts: Vec::new(),
         };
         for (kind, lane) in config.0 {
+            metrics.breaker(&kind, false);
             let signal = Arc::new(Signal::default());
             waker.register(signal.clone());
             let shared = Arc::new(Shared {
@@ -302,6 +400,7 @@ impl Worker {
                 stop: stop.clone(),
                 in_flight: Mutex::new(HashSet::new()),
                 failures: AtomicU32::new(0),
+                breaker: Mutex::new(Breaker::Closed),
                 signal,
             });
             let (hand, rows) = mpsc::channel::<PendingRow>();
@@ -394,13 +493,23 @@ fn poll_lane<P: OutboxReader + Sync>(shared: &Shared<P>, hand: mpsc::Sender<Pend
     while !shared.stopped() {
         let seen = shared.signal.seen();
         let busy = shared.in_flight();
+        // Open: nothing until the cooldown is over, then one probe, alone.
+        let probe = match shared.gate(busy) {
+            Gate::Go => false,
+            Gate::Probe => true,
+            Gate::Wait(wait) => {
+                shared.signal.wait(seen, wait.min(IDLE_POLL));
+                continue;
+            }
+        };
         if busy >= concurrency {
             shared.signal.wait(seen, IDLE_POLL);
             continue;
         }
         // Rows in flight are still due on SQLite: ask for them too, so `concurrency - busy`
         // others can come back.
-        let rows = match shared.pool.due(&kinds, unix_now(), concurrency) {
+        let limit = if probe { 1 } else { concurrency };
+        let rows = match shared.pool.due(&kinds, unix_now(), limit) {
             Ok(rows) => rows,
             Err(e) => {
                 log::error!("outbox: cannot read pending {} rows: {e:#}", shared.kind);
@@ -416,6 +525,10 @@ fn poll_lane<P: OutboxReader + Sync>(shared: &Shared<P>, hand: mpsc::Sender<Pend
             Err(_) => break,
         };
         let handed = fresh.len();
+        if probe && handed > 0 {
+            shared.set_breaker(Breaker::Probing);
+            log::info!("outbox: {} cooldown over; one probe attempt", shared.kind);
+        }
         for row in fresh {
             if hand.send(row).is_err() {
                 return; // every attempt thread ended
@@ -444,7 +557,9 @@ fn attempts<P: OutboxReader + Sync>(shared: &Shared<P>, rows: &Mutex<Receiver<Pe
             Err(_) => return,
         };
         let id = row.id;
-        if !shared.stopped() {
+        // Handed out before the breaker opened: not attempted, still due after the cooldown.
+        let paused = matches!(shared.breaker(), Breaker::Open(_));
+        if !shared.stopped() && !paused {
             // Not recorded: the row stays pending and is attempted again, after a pause so a
             // database that refuses is not met with a tight loop.
             if deliver(shared, row).is_err() {
@@ -489,14 +604,7 @@ fn deliver<P: OutboxReader>(shared: &Shared<P>, row: PendingRow) -> Result<(), (
     let (attempt, health) = attempt(&shared.lane, &row, &payload);
     drop(payload);
     shared.metrics.delivery(&row.kind, attempt.label());
-    let failed_before = match health {
-        Health::Up => shared.failures.swap(0, Ordering::SeqCst),
-        Health::Down => {
-            shared.failures.fetch_add(1, Ordering::SeqCst);
-            0
-        }
-        Health::Answered => 0,
-    };
+    let failed_before = shared.observe(health);
     let recorded = shared.writer.run_blocking(Write::Record {
         id,
         queued,

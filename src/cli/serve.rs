@@ -406,6 +406,12 @@ impl ServeArgs {
             concurrency: from_file
                 .as_ref()
                 .map_or(config::DEFAULT_CONCURRENCY, |f| f.concurrency),
+            breaker_failures: from_file
+                .as_ref()
+                .map_or(config::DEFAULT_BREAKER_FAILURES, |f| f.breaker_failures),
+            breaker_cooldown: from_file
+                .as_ref()
+                .map_or(config::DEFAULT_BREAKER_COOLDOWN, |f| f.breaker_cooldown),
         });
         Ok(config)
     }

@@ -26,10 +26,10 @@ pub(crate) use days::{describe_days, parse_days, NEVER};
 pub use defaults::DEFAULT_TOLERANCE_SECS;
 pub(crate) use defaults::{
     default_schedule, DEFAULT_ADMIN_LISTEN, DEFAULT_BATCH_MAX, DEFAULT_BODY_BUDGET,
-    DEFAULT_BUSY_TIMEOUT, DEFAULT_CLAIM_DAYS, DEFAULT_CONCURRENCY, DEFAULT_DB,
-    DEFAULT_EFFECT_TIMEOUT, DEFAULT_FORWARD_TIMEOUT, DEFAULT_LISTEN, DEFAULT_MAX_BODY,
-    DEFAULT_MAX_CONNECTIONS, DEFAULT_OUTBOX_LEASE, DEFAULT_PAYLOAD_DAYS, DEFAULT_QUEUE_DEPTH,
-    DEFAULT_READ_TIMEOUT, MIN_RETENTION_DAYS,
+    DEFAULT_BREAKER_COOLDOWN, DEFAULT_BREAKER_FAILURES, DEFAULT_BUSY_TIMEOUT, DEFAULT_CLAIM_DAYS,
+    DEFAULT_CONCURRENCY, DEFAULT_DB, DEFAULT_EFFECT_TIMEOUT, DEFAULT_FORWARD_TIMEOUT,
+    DEFAULT_LISTEN, DEFAULT_MAX_BODY, DEFAULT_MAX_CONNECTIONS, DEFAULT_OUTBOX_LEASE,
+    DEFAULT_PAYLOAD_DAYS, DEFAULT_QUEUE_DEPTH, DEFAULT_READ_TIMEOUT, MIN_RETENTION_DAYS,
 };
 pub(crate) use effect::{bind_parameters, split_statements, BoundStatement};
 pub use effect::{EffectConfig, SchemaConfig};
@@ -202,6 +202,12 @@ pub struct ForwardConfig {
     /// Attempts of this kind in flight at once (each row attempted by one).
     #[serde(default = "default_concurrency")]
     pub concurrency: usize,
+    /// Consecutive failures (no answer, or an error status) that pause this kind.
+    #[serde(default = "default_breaker_failures")]
+    pub breaker_failures: u32,
+    /// How long a paused kind waits before one probe attempt.
+    #[serde(default = "default_breaker_cooldown", with = "duration")]
+    pub breaker_cooldown: Duration,
 }
 
 /// Where outbox rows of one `kind`, queued by effects, are delivered: as `forward` rows are
@@ -222,6 +228,12 @@ pub struct DeliveryConfig {
     /// Attempts of this kind in flight at once; default: `[forward]`'s.
     #[serde(default)]
     pub concurrency: Option<usize>,
+    /// Default: `[forward]`'s.
+    #[serde(default)]
+    pub breaker_failures: Option<u32>,
+    /// Default: `[forward]`'s.
+    #[serde(default, with = "option_duration")]
+    pub breaker_cooldown: Option<Duration>,
 }
 
 impl ForwardConfig {
@@ -234,6 +246,8 @@ impl ForwardConfig {
             schedule: default_schedule(),
             timeout: DEFAULT_FORWARD_TIMEOUT,
             concurrency: DEFAULT_CONCURRENCY,
+            breaker_failures: DEFAULT_BREAKER_FAILURES,
+            breaker_cooldown: DEFAULT_BREAKER_COOLDOWN,
         }
     }
 
@@ -254,6 +268,13 @@ impl ForwardConfig {
         self.concurrency = concurrency;
         self
     }
+
+    /// Paused for `cooldown` after `failures` consecutive failures.
+    pub fn with_breaker(mut self, failures: u32, cooldown: Duration) -> Self {
+        self.breaker_failures = failures;
+        self.breaker_cooldown = cooldown;
+        self
+    }
 }
 
 impl DeliveryConfig {
@@ -266,6 +287,8 @@ impl DeliveryConfig {
             schedule: None,
             timeout: None,
             concurrency: None,
+            breaker_failures: None,
+            breaker_cooldown: None,
         }
     }
 
@@ -325,6 +348,16 @@ impl DeliveryConfig {
                 (Some(concurrency), _) => concurrency,
                 (None, Some(forward)) => forward.concurrency,
                 (None, None) => DEFAULT_CONCURRENCY,
+            },
+            breaker_failures: match (self.breaker_failures, forward) {
+                (Some(failures), _) => failures,
+                (None, Some(forward)) => forward.breaker_failures,
+                (None, None) => DEFAULT_BREAKER_FAILURES,
+            },
+            breaker_cooldown: match (self.breaker_cooldown, forward) {
+                (Some(cooldown), _) => cooldown,
+                (None, Some(forward)) => forward.breaker_cooldown,
+                (None, None) => DEFAULT_BREAKER_COOLDOWN,
             },
         };
         target.check(&at)?;
@@ -392,6 +425,14 @@ fn default_forward_timeout() -> Duration {
 
 fn default_concurrency() -> usize {
     DEFAULT_CONCURRENCY
+}
+
+fn default_breaker_failures() -> u32 {
+    DEFAULT_BREAKER_FAILURES
+}
+
+fn default_breaker_cooldown() -> Duration {
+    DEFAULT_BREAKER_COOLDOWN
 }
 
 impl Default for Config {
@@ -613,6 +654,18 @@ impl ForwardConfig {
             refuse!(
                 key("concurrency"),
                 "must be at least 1 and at most {MAX_CONCURRENCY} (attempts in flight at once)"
+            );
+        }
+        if self.breaker_failures == 0 {
+            refuse!(
+                key("breaker_failures"),
+                "must be at least 1 (consecutive failures that pause the kind)"
+            );
+        }
+        if self.breaker_cooldown.is_zero() || self.breaker_cooldown > MAX_FORWARD_TIMEOUT {
+            refuse!(
+                key("breaker_cooldown"),
+                "must be more than 0 and at most 1h"
             );
         }
         Ok(())

@@ -148,10 +148,16 @@ fn a_slow_target_gets_several_attempts_in_flight_each_row_once() {
 }
 
 #[test]
-fn a_concurrency_of_zero_stops_start_up_naming_the_key() {
+fn bad_lane_settings_stop_start_up_naming_the_key() {
     for (fwd, rcpt, key) in [
         ("concurrency = 0", "", "forward.concurrency"),
         ("", "concurrency = 0", "delivery `send_receipt`.concurrency"),
+        ("breaker_failures = 0", "", "forward.breaker_failures"),
+        (
+            "",
+            "breaker_cooldown = \"0s\"",
+            "delivery `send_receipt`.breaker_cooldown",
+        ),
     ] {
         let dir = test_dir();
         let path = lanes_config(
@@ -207,4 +213,47 @@ fn after_an_outage_the_next_success_makes_every_row_waiting_on_backoff_due() {
         started.elapsed()
     );
     assert_eq!(app.deliveries().len(), 7, "three failures, four deliveries");
+}
+
+fn breaker_metric(server: &Server, kind: &str) -> Option<String> {
+    let (status, metrics) = server.admin_get("/metrics");
+    assert_eq!(status, 200, "{metrics}");
+    let prefix = format!("hookledger_delivery_breaker_open{{kind=\"{kind}\"}} ");
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(&prefix).map(str::to_string))
+}
+
+#[test]
+fn the_breaker_pauses_a_failing_kind_then_one_probe_closes_it() {
+    let app = FakeApp::start(&[503, 503, 503]);
+    let other = FakeApp::start(&[]);
+    let dir = test_dir();
+    let path = lanes_config(
+        dir.path(),
+        &app.url(),
+        &other.url(),
+        "schedule = [\"1s\", \"1s\", \"1s\", \"1s\", \"1s\"]\nconcurrency = 1\n\
+         breaker_failures = 3\nbreaker_cooldown = \"5s\"",
+        "",
+    );
+    let server = Server::start_in(dir.path(), &["--config", &path]);
+    assert_eq!(breaker_metric(&server, "forward").as_deref(), Some("0"));
+    assert_outcome(&server.send(&paid("evt_b1")), "evt_b1", "processed");
+    wait_for(WAIT, || {
+        (breaker_metric(&server, "forward").as_deref() == Some("1")).then_some(())
+    })
+    .expect("the breaker opens after three failures");
+    assert_eq!(app.deliveries().len(), 3);
+    // Paused: neither the failed row (due again after 1 s) nor a new one is attempted.
+    assert_outcome(&server.send(&paid("evt_b2")), "evt_b2", "processed");
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(app.deliveries().len(), 3, "no attempt during the cooldown");
+    // The other kind is not paused.
+    other.wait_delivered(2, WAIT);
+    let db = server.db();
+    wait_for(WAIT, || (done(&db, "forward") == 2).then_some(()))
+        .expect("the probe succeeds and both rows are delivered");
+    assert_eq!(breaker_metric(&server, "forward").as_deref(), Some("0"));
+    assert_eq!(app.deliveries().len(), 5);
 }
