@@ -28,6 +28,8 @@
 //!   the kind for `breaker_cooldown`: no attempt of it meanwhile (rows already handed out are
 //!   left due); then one probe. Its success closes the breaker (and makes the waiting rows due,
 //!   as above), its failure pauses the kind again. `hookledger_delivery_breaker_open{kind}`.
+//! - `rate = "20/s"` (or `"600/m"`): a lane hands out at most that many rows, evenly spaced
+//!   (a token bucket of one token); the others wait their turn, ids only.
 //! - Schedule used up → dead, with `last_error`. `hookledger outbox retry` revives dead rows.
 //! - The database is unavailable → the worker logs, waits and polls again; nothing is lost
 //!   because nothing is marked before it happened.
@@ -49,7 +51,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::config::ForwardConfig;
+use crate::config::{ForwardConfig, Rate};
 use crate::metrics::Metrics;
 use crate::outbox::{next_delay, Attempt, Failure, FollowUp, PendingRow, Target, FORWARD};
 use crate::source::standard::{self, SigningKey};
@@ -71,6 +73,8 @@ pub(crate) struct Lane {
     timeout: Duration,
     /// Consecutive failures that pause the kind, and for how long.
     breaker: (u32, Duration),
+    /// At most so many attempts (none: no limit).
+    rate: Option<Rate>,
 }
 
 impl Lane {
@@ -83,6 +87,12 @@ impl Lane {
     /// Paused for `cooldown` after `failures` consecutive failures, then one probe.
     pub(crate) fn breaker(&mut self, failures: u32, cooldown: Duration) -> &mut Lane {
         self.breaker = (failures.max(1), cooldown);
+        self
+    }
+
+    /// At most `rate` attempts, evenly spaced.
+    pub(crate) fn rate(&mut self, rate: Option<Rate>) -> &mut Lane {
+        self.rate = rate;
         self
     }
 
@@ -145,7 +155,8 @@ impl Targets {
                 )
                 .concurrency(forward.concurrency)
                 .timeout(forward.timeout)
-                .breaker(forward.breaker_failures, forward.breaker_cooldown);
+                .breaker(forward.breaker_failures, forward.breaker_cooldown)
+                .rate(forward.rate.as_deref().and_then(Rate::parse));
         }
         for delivery in &config.deliveries {
             let target = delivery.target(config.forward.as_ref())?;
@@ -155,7 +166,8 @@ impl Targets {
                 .add(&delivery.kind, Box::new(post), target.schedule)
                 .concurrency(target.concurrency)
                 .timeout(target.timeout)
-                .breaker(target.breaker_failures, target.breaker_cooldown);
+                .breaker(target.breaker_failures, target.breaker_cooldown)
+                .rate(target.rate.as_deref().and_then(Rate::parse));
         }
         Ok(targets)
     }
@@ -179,6 +191,7 @@ impl Targets {
                     crate::config::DEFAULT_BREAKER_FAILURES,
                     crate::config::DEFAULT_BREAKER_COOLDOWN,
                 ),
+                rate: None,
             },
         ));
         &mut self.0.last_mut().expect("just pushed").1
@@ -278,6 +291,43 @@ enum Breaker {
     Probing,
 }
 
+/// A token bucket: a token every `spacing`, at most `capacity` saved up.
+#[derive(Debug)]
+struct Bucket {
+    spacing: Duration,
+    capacity: f64,
+    tokens: f64,
+    last: Option<Instant>,
+}
+
+impl Bucket {
+    /// Full at first.
+    fn new(spacing: Duration, capacity: f64) -> Bucket {
+        Bucket {
+            spacing,
+            capacity,
+            tokens: capacity,
+            last: None,
+        }
+    }
+
+    /// Takes a token at `now`, or says how long until there is one.
+    fn take(&mut self, now: Instant) -> Option<Duration> {
+        if let Some(last) = self.last {
+            let earned =
+                now.saturating_duration_since(last).as_secs_f64() / self.spacing.as_secs_f64();
+            self.tokens = (self.tokens + earned).min(self.capacity);
+        }
+        self.last = Some(now);
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            None
+        } else {
+            Some(self.spacing.mul_f64(1.0 - self.tokens))
+        }
+    }
+}
+
 /// What the poller may do now.
 enum Gate {
     Go,
@@ -344,6 +394,22 @@ impl<P> Shared<P> {
             self.metrics.breaker(&self.kind, false);
         }
         failed_before
+    }
+
+    /// Waits for a token of `bucket` (none: no limit); false when stopping.
+    fn turn(&self, bucket: &mut Option<Bucket>) -> bool {
+        let Some(bucket) = bucket else {
+            return !self.stopped();
+        };
+        loop {
+            if self.stopped() {
+                return false;
+            }
+            match bucket.take(Instant::now()) {
+                None => return true,
+                Some(wait) => std::thread::sleep(wait.min(IDLE_POLL)),
+            }
+        }
     }
 
     fn stopped(&self) -> bool {
@@ -490,6 +556,7 @@ impl crate::writer::Background for Worker {
 fn poll_lane<P: OutboxReader + Sync>(shared: &Shared<P>, hand: mpsc::Sender<PendingRow>) {
     let kinds = serde_json::to_string(&[&shared.kind]).expect("strings serialize");
     let concurrency = shared.lane.concurrency;
+    let mut bucket = shared.lane.rate.map(|r| Bucket::new(r.spacing(), 1.0));
     while !shared.stopped() {
         let seen = shared.signal.seen();
         let busy = shared.in_flight();
@@ -530,6 +597,11 @@ fn poll_lane<P: OutboxReader + Sync>(shared: &Shared<P>, hand: mpsc::Sender<Pend
             log::info!("outbox: {} cooldown over; one probe attempt", shared.kind);
         }
         for row in fresh {
+            // At most `rate`: the row waits here (ids only) for its turn.
+            if !shared.turn(&mut bucket) {
+                shared.done(row.id); // stopping: left due
+                continue;
+            }
             if hand.send(row).is_err() {
                 return; // every attempt thread ended
             }
@@ -783,6 +855,26 @@ fn post(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_token_bucket_spaces_takes_and_saves_up_to_its_capacity() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let mut b = Bucket::new(ms(50), 1.0);
+        assert_eq!(b.take(t0), None, "full at first");
+        assert_eq!(b.take(t0), Some(ms(50)));
+        assert_eq!(b.take(t0 + ms(20)), Some(ms(30)));
+        assert_eq!(b.take(t0 + ms(50)), None);
+        // A long pause saves up one token only (the capacity).
+        assert_eq!(b.take(t0 + ms(10_000)), None);
+        assert!(b.take(t0 + ms(10_000)).is_some());
+        let mut burst = Bucket::new(ms(100), 3.0);
+        for _ in 0..3 {
+            assert_eq!(burst.take(t0), None);
+        }
+        assert_eq!(burst.take(t0), Some(ms(100)));
+        assert_eq!(burst.take(t0 + ms(100)), None);
+    }
 
     #[test]
     fn retry_after_as_seconds_or_http_date() {

@@ -412,6 +412,7 @@ impl ServeArgs {
             breaker_cooldown: from_file
                 .as_ref()
                 .map_or(config::DEFAULT_BREAKER_COOLDOWN, |f| f.breaker_cooldown),
+            rate: from_file.as_ref().and_then(|f| f.rate.clone()),
         });
         Ok(config)
     }

@@ -17,6 +17,7 @@ mod effect;
 mod error;
 mod file;
 mod handler;
+mod rate;
 mod secret;
 mod source;
 
@@ -36,6 +37,7 @@ pub use effect::{EffectConfig, SchemaConfig};
 pub use error::ConfigError;
 pub(crate) use error::{refuse, source_key};
 pub use handler::HandlerSettings;
+pub(crate) use rate::Rate;
 pub use secret::Secret;
 pub(crate) use secret::{decode_standard_key, decode_standard_secret, StandardKey};
 pub use source::Handshake;
@@ -208,6 +210,9 @@ pub struct ForwardConfig {
     /// How long a paused kind waits before one probe attempt.
     #[serde(default = "default_breaker_cooldown", with = "duration")]
     pub breaker_cooldown: Duration,
+    /// At most so many attempts of this kind: `"20/s"` or `"600/m"`; default: no limit.
+    #[serde(default)]
+    pub rate: Option<String>,
 }
 
 /// Where outbox rows of one `kind`, queued by effects, are delivered: as `forward` rows are
@@ -234,6 +239,9 @@ pub struct DeliveryConfig {
     /// Default: `[forward]`'s.
     #[serde(default, with = "option_duration")]
     pub breaker_cooldown: Option<Duration>,
+    /// Default: `[forward]`'s.
+    #[serde(default)]
+    pub rate: Option<String>,
 }
 
 impl ForwardConfig {
@@ -248,6 +256,7 @@ impl ForwardConfig {
             concurrency: DEFAULT_CONCURRENCY,
             breaker_failures: DEFAULT_BREAKER_FAILURES,
             breaker_cooldown: DEFAULT_BREAKER_COOLDOWN,
+            rate: None,
         }
     }
 
@@ -266,6 +275,12 @@ impl ForwardConfig {
     /// With this many attempts in flight at once.
     pub fn with_concurrency(mut self, concurrency: usize) -> Self {
         self.concurrency = concurrency;
+        self
+    }
+
+    /// At most `rate` attempts (`"20/s"`, `"600/m"`).
+    pub fn with_rate(mut self, rate: impl Into<String>) -> Self {
+        self.rate = Some(rate.into());
         self
     }
 
@@ -289,6 +304,7 @@ impl DeliveryConfig {
             concurrency: None,
             breaker_failures: None,
             breaker_cooldown: None,
+            rate: None,
         }
     }
 
@@ -359,6 +375,10 @@ impl DeliveryConfig {
                 (None, Some(forward)) => forward.breaker_cooldown,
                 (None, None) => DEFAULT_BREAKER_COOLDOWN,
             },
+            rate: self
+                .rate
+                .clone()
+                .or_else(|| forward.and_then(|f| f.rate.clone())),
         };
         target.check(&at)?;
         Ok(target)
@@ -666,6 +686,17 @@ impl ForwardConfig {
             refuse!(
                 key("breaker_cooldown"),
                 "must be more than 0 and at most 1h"
+            );
+        }
+        if self
+            .rate
+            .as_deref()
+            .is_some_and(|r| Rate::parse(r).is_none())
+        {
+            refuse!(
+                key("rate"),
+                "must be attempts per second or per minute, as \"20/s\" or \"600/m\" \
+                 (at least 1)"
             );
         }
         Ok(())

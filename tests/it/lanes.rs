@@ -153,6 +153,8 @@ fn bad_lane_settings_stop_start_up_naming_the_key() {
         ("concurrency = 0", "", "forward.concurrency"),
         ("", "concurrency = 0", "delivery `send_receipt`.concurrency"),
         ("breaker_failures = 0", "", "forward.breaker_failures"),
+        ("rate = \"fast\"", "", "forward.rate"),
+        ("", "rate = \"0/s\"", "delivery `send_receipt`.rate"),
         (
             "",
             "breaker_cooldown = \"0s\"",
@@ -256,4 +258,33 @@ fn the_breaker_pauses_a_failing_kind_then_one_probe_closes_it() {
         .expect("the probe succeeds and both rows are delivered");
     assert_eq!(breaker_metric(&server, "forward").as_deref(), Some("0"));
     assert_eq!(app.deliveries().len(), 5);
+}
+
+#[test]
+fn a_rate_spaces_a_kinds_attempts() {
+    let app = FakeApp::start(&[]);
+    let other = FakeApp::start(&[]);
+    let dir = test_dir();
+    let path = lanes_config(
+        dir.path(),
+        &app.url(),
+        &other.url(),
+        "schedule = [\"1s\"]\nrate = \"5/s\"",
+        "",
+    );
+    let server = Server::start_in(dir.path(), &["--config", &path]);
+    for i in 0..6 {
+        let id = format!("evt_rate_{i}");
+        assert_outcome(&server.send(&paid(&id)), &id, "processed");
+    }
+    let delivered = app.wait_delivered(6, WAIT);
+    let span = delivered[5].at - delivered[0].at;
+    // One every 200 ms: five gaps (less what the network's jitter may take off the first).
+    assert!(span >= Duration::from_millis(900), "{span:?}");
+    for pair in delivered.windows(2) {
+        let gap = pair[1].at - pair[0].at;
+        assert!(gap >= Duration::from_millis(100), "{gap:?}");
+    }
+    // The other kind has no rate.
+    other.wait_delivered(6, WAIT);
 }

@@ -456,6 +456,8 @@ pub struct Delivery {
     pub headers: std::collections::HashMap<String, String>,
     pub body: Vec<u8>,
     pub status: u16,
+    /// When the request was read.
+    pub at: Instant,
 }
 
 /// A fake app on port 0: answers each request with the next scripted status (then 200),
@@ -607,6 +609,7 @@ fn handle(
         headers,
         body,
         status,
+        at: Instant::now(),
     });
     use std::sync::atomic::Ordering::SeqCst;
     let now = pace.now.fetch_add(1, SeqCst) + 1;
