@@ -637,6 +637,11 @@ fn attempts<P: OutboxReader + Sync>(shared: &Shared<P>, rows: &Mutex<Receiver<Pe
             if deliver(shared, row).is_err() {
                 std::thread::sleep(IDLE_POLL);
             }
+            // A probe that made no attempt (its row changed, or a read failed) said nothing of
+            // the target: the next due row is the probe.
+            if shared.breaker() == Breaker::Probing {
+                shared.set_breaker(Breaker::Open(Instant::now()));
+            }
         }
         shared.done(id);
     }

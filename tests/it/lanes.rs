@@ -227,8 +227,8 @@ fn breaker_metric(server: &Server, kind: &str) -> Option<String> {
 }
 
 #[test]
-fn the_breaker_pauses_a_failing_kind_then_one_probe_closes_it() {
-    let app = FakeApp::start(&[503, 503, 503]);
+fn the_breaker_pauses_a_failing_kind_a_failed_probe_reopens_it_a_good_one_closes_it() {
+    let app = FakeApp::start(&[503, 503, 503, 503]);
     let other = FakeApp::start(&[]);
     let dir = test_dir();
     let path = lanes_config(
@@ -236,7 +236,7 @@ fn the_breaker_pauses_a_failing_kind_then_one_probe_closes_it() {
         &app.url(),
         &other.url(),
         "schedule = [\"1s\", \"1s\", \"1s\", \"1s\", \"1s\"]\nconcurrency = 1\n\
-         breaker_failures = 3\nbreaker_cooldown = \"5s\"",
+         breaker_failures = 3\nbreaker_cooldown = \"4s\"",
         "",
     );
     let server = Server::start_in(dir.path(), &["--config", &path]);
@@ -249,15 +249,25 @@ fn the_breaker_pauses_a_failing_kind_then_one_probe_closes_it() {
     assert_eq!(app.deliveries().len(), 3);
     // Paused: neither the failed row (due again after 1 s) nor a new one is attempted.
     assert_outcome(&server.send(&paid("evt_b2")), "evt_b2", "processed");
-    std::thread::sleep(Duration::from_secs(2));
+    std::thread::sleep(Duration::from_millis(1500));
     assert_eq!(app.deliveries().len(), 3, "no attempt during the cooldown");
     // The other kind is not paused.
     other.wait_delivered(2, WAIT);
+    // The probe fails: paused again, one attempt only.
+    wait_for(WAIT, || (app.deliveries().len() == 4).then_some(())).expect("a probe");
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(
+        app.deliveries().len(),
+        4,
+        "paused again after the failed probe"
+    );
+    assert_eq!(breaker_metric(&server, "forward").as_deref(), Some("1"));
+    // The next probe succeeds: closed, and both rows are delivered.
     let db = server.db();
     wait_for(WAIT, || (done(&db, "forward") == 2).then_some(()))
         .expect("the probe succeeds and both rows are delivered");
     assert_eq!(breaker_metric(&server, "forward").as_deref(), Some("0"));
-    assert_eq!(app.deliveries().len(), 5);
+    assert_eq!(app.deliveries().len(), 6);
 }
 
 #[test]
