@@ -12,7 +12,8 @@
 //! might still roll back. A row is marked `done` only after the app answered 2xx: if the
 //! process dies during an attempt, the row is still `pending` and is delivered again after the
 //! restart. The app must therefore treat `webhook-id` / `Idempotency-Key` (the event id) as
-//! its dedupe key; that makes at-least-once effectively once.
+//! its dedupe key; that makes at-least-once effectively once. With `concurrency` above 1 the
+//! rows of one kind are attempted side by side, so they may arrive out of id order.
 //!
 //! # Failure modes
 //! - 2xx → done. 410 Gone → dead at once (the app says the endpoint is gone).
@@ -26,7 +27,8 @@
 //!   its schedule says, and uses up its schedule sooner.
 //! - Circuit breaker: `breaker_failures` failures in a row (no answer or an error status) pause
 //!   the kind for `breaker_cooldown`: no attempt of it meanwhile (rows already handed out are
-//!   left due); then one probe. Its success closes the breaker (and makes the waiting rows due,
+//!   left due; on PostgreSQL, leased, they are due again when their lease lapses); then one
+//!   probe. Its success closes the breaker (and makes the waiting rows due,
 //!   as above), its failure pauses the kind again. `hookledger_delivery_breaker_open{kind}`.
 //! - `rate = "20/s"` (or `"600/m"`): a lane hands out at most that many rows, evenly spaced
 //!   (a token bucket of one token); the others wait their turn, ids only.
