@@ -1,37 +1,59 @@
 //! The outbox worker: delivers committed outbox rows to the app, after commit, at least once.
 //!
-//! One plain thread polls the read pool for due `pending` rows in id order, POSTs each to the
-//! app with Standard Webhooks signature headers, and writes the result back through the writer
-//! (one writer, always).
+//! Each delivery kind has a lane of its own, so a slow or dead target delays only its own
+//! rows: one poller thread reads the kind's due `pending` rows in id order and hands each to
+//! one of the kind's `concurrency` attempt threads through a channel, never a row already in
+//! flight (on PostgreSQL the lease also keeps other instances off it). An attempt POSTs the row
+//! to the app with Standard Webhooks signature headers and writes the result back through the
+//! writer (one writer, always).
 //!
 //! # Ordering
 //! A row exists only once its event committed, so the app never hears of an event hookledger
 //! might still roll back. A row is marked `done` only after the app answered 2xx: if the
 //! process dies during an attempt, the row is still `pending` and is delivered again after the
 //! restart. The app must therefore treat `webhook-id` / `Idempotency-Key` (the event id) as
-//! its dedupe key; that makes at-least-once effectively once.
+//! its dedupe key; that makes at-least-once effectively once. With `concurrency` above 1 the
+//! rows of one kind are attempted side by side, so they may arrive out of id order.
 //!
 //! # Failure modes
 //! - 2xx → done. 410 Gone → dead at once (the app says the endpoint is gone).
 //! - Any other status, a timeout, a refused connection → retried after the next delay of the
 //!   schedule, ±20 % jitter, later if the app's `Retry-After` asks (at most
 //!   [`crate::outbox::MAX_RETRY_AFTER`]).
+//! - When the kind's target takes a row after failures (or takes a row that had failed before),
+//!   the kind's rows waiting on a retry delay become due at once ([`Write::Recover`]): after an
+//!   outage the backlog goes out within seconds of the app answering again, not at each row's
+//!   next delay. A row that fails alone while others succeed is therefore retried sooner than
+//!   its schedule says, and uses up its schedule sooner.
+//! - Circuit breaker: `breaker_failures` failures in a row (no answer or an error status) pause
+//!   the kind for `breaker_cooldown`: no attempt of it meanwhile (rows already handed out are
+//!   left due; on PostgreSQL, leased, they are due again when their lease lapses); then one
+//!   probe. Its success closes the breaker (and makes the waiting rows due,
+//!   as above), its failure pauses the kind again. `hookledger_delivery_breaker_open{kind}`.
+//! - `rate = "20/s"` (or `"600/m"`): a lane hands out at most that many rows, evenly spaced
+//!   (a token bucket of one token); the others wait their turn, ids only.
 //! - Schedule used up → dead, with `last_error`. `hookledger outbox retry` revives dead rows.
 //! - The database is unavailable → the worker logs, waits and polls again; nothing is lost
 //!   because nothing is marked before it happened.
 //!
+//! # Shutdown
+//! `stop` ends the pollers, lets each running attempt finish within its kind's timeout (plus a
+//! margin to record it), and leaves every other row due for the restart.
+//!
 //! # Memory
-//! The worker holds at most one payload. A poll reads the ids and metadata of up to [`BATCH`]
+//! The worker holds at most one payload per attempt in flight: at most `concurrency` per kind
+//! (the sum over the kinds in all). A poll reads the ids and metadata of at most `concurrency`
 //! due rows, no payload ([`PendingRow`]); the payload of a row is read by id when that row is
-//! attempted ([`OutboxReader::payload`]) and dropped before the next row's is read.
+//! attempted ([`OutboxReader::payload`]) and dropped when its attempt ends.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{self, Receiver, SyncSender};
-use std::sync::Arc;
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::mpsc::{self, Receiver};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use crate::config::ForwardConfig;
+use crate::config::{ForwardConfig, Rate};
 use crate::metrics::Metrics;
 use crate::outbox::{next_delay, Attempt, Failure, FollowUp, PendingRow, Target, FORWARD};
 use crate::source::standard::{self, SigningKey};
@@ -43,14 +65,44 @@ use crate::writer::WriterHandle;
 /// revived by the CLI from another process).
 const IDLE_POLL: Duration = Duration::from_secs(1);
 
-/// Rows fetched per poll: one poll's worth of deliveries at a few per second, small enough
-/// that rows revived meanwhile (by the CLI) wait at most one round.
-const BATCH: usize = 32;
-
-/// A kind's target and when the worker tries again.
+/// A kind's target, when the worker tries again, and how many attempts of the kind may be in
+/// flight at once.
 pub(crate) struct Lane {
     target: Box<dyn Target>,
     schedule: Vec<Duration>,
+    concurrency: usize,
+    /// How long stopping waits for this kind's running attempts.
+    timeout: Duration,
+    /// Consecutive failures that pause the kind, and for how long.
+    breaker: (u32, Duration),
+    /// At most so many attempts (none: no limit).
+    rate: Option<Rate>,
+}
+
+impl Lane {
+    /// With `n` attempts in flight at once (at least 1).
+    pub(crate) fn concurrency(&mut self, n: usize) -> &mut Lane {
+        self.concurrency = n.max(1);
+        self
+    }
+
+    /// Paused for `cooldown` after `failures` consecutive failures, then one probe.
+    pub(crate) fn breaker(&mut self, failures: u32, cooldown: Duration) -> &mut Lane {
+        self.breaker = (failures.max(1), cooldown);
+        self
+    }
+
+    /// At most `rate` attempts, evenly spaced.
+    pub(crate) fn rate(&mut self, rate: Option<Rate>) -> &mut Lane {
+        self.rate = rate;
+        self
+    }
+
+    /// Stopping waits this long for a running attempt (the target's own timeout).
+    pub(crate) fn timeout(&mut self, timeout: Duration) -> &mut Lane {
+        self.timeout = timeout;
+        self
+    }
 }
 
 /// POSTs each row to a URL, signed with the Standard Webhooks headers: `forward` and each
@@ -97,11 +149,16 @@ impl Targets {
     pub(crate) fn of(config: &crate::config::Config) -> anyhow::Result<Targets> {
         let mut targets = Targets::default();
         if let Some(forward) = &config.forward {
-            targets.add(
-                FORWARD,
-                Box::new(Post::new(forward)?),
-                forward.schedule.clone(),
-            );
+            targets
+                .add(
+                    FORWARD,
+                    Box::new(Post::new(forward)?),
+                    forward.schedule.clone(),
+                )
+                .concurrency(forward.concurrency)
+                .timeout(forward.timeout)
+                .breaker(forward.breaker_failures, forward.breaker_cooldown)
+                .rate(forward.rate.as_deref().and_then(Rate::parse));
         }
         for delivery in &config.deliveries {
             if let Some(command) = delivery.command_target()? {
@@ -113,88 +170,388 @@ impl Targets {
             let target = delivery.target(config.forward.as_ref())?;
             let post = Post::new(&target)
                 .map_err(|e| anyhow::anyhow!("delivery `{}`: {e}", delivery.kind))?;
-            targets.add(&delivery.kind, Box::new(post), target.schedule);
+            targets
+                .add(&delivery.kind, Box::new(post), target.schedule)
+                .concurrency(target.concurrency)
+                .timeout(target.timeout)
+                .breaker(target.breaker_failures, target.breaker_cooldown)
+                .rate(target.rate.as_deref().and_then(Rate::parse));
         }
         Ok(targets)
     }
 
-    /// Delivers rows of `kind` through `target`, retried on `schedule`.
-    pub(crate) fn add(&mut self, kind: &str, target: Box<dyn Target>, schedule: Vec<Duration>) {
-        self.0.push((kind.to_string(), Lane { target, schedule }));
+    /// Delivers rows of `kind` through `target`, retried on `schedule`, one attempt at a time
+    /// unless the returned lane says otherwise.
+    pub(crate) fn add(
+        &mut self,
+        kind: &str,
+        target: Box<dyn Target>,
+        schedule: Vec<Duration>,
+    ) -> &mut Lane {
+        self.0.push((
+            kind.to_string(),
+            Lane {
+                target,
+                schedule,
+                concurrency: 1,
+                timeout: crate::config::DEFAULT_FORWARD_TIMEOUT,
+                breaker: (
+                    crate::config::DEFAULT_BREAKER_FAILURES,
+                    crate::config::DEFAULT_BREAKER_COOLDOWN,
+                ),
+                rate: None,
+            },
+        ));
+        &mut self.0.last_mut().expect("just pushed").1
     }
 
     /// Whether there is nothing to deliver (no worker is needed).
     pub(crate) fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
-
-    fn get(&self, kind: &str) -> Option<&Lane> {
-        self.0.iter().find(|(k, _)| k == kind).map(|(_, t)| t)
-    }
-
-    /// The kinds, as the JSON array the outbox queries take.
-    fn kinds(&self) -> String {
-        serde_json::to_string(&self.0.iter().map(|(k, _)| k).collect::<Vec<_>>())
-            .expect("strings serialize")
-    }
 }
 
-/// Handle to the running worker. `stop` lets it finish its current attempt and end.
+/// Handle to the running worker. `stop` lets the running attempts finish (each within its
+/// kind's timeout) and ends the lanes.
 pub(crate) struct Worker {
-    /// Set by `stop`; the thread checks it between attempts and ends.
+    /// Set by `stop`; every thread checks it between attempts and ends.
     stop: Arc<AtomicBool>,
-    /// The worker's own wake-up channel (shared with the writer's [`Waker`]): `stop` sends on
-    /// it so a sleeping worker sees the flag at once.
-    wake: SyncSender<()>,
-    thread: JoinHandle<()>,
+    /// Wakes every lane's poller, so a sleeping one sees the flag at once.
+    wake: Waker,
+    /// Each lane's poller.
+    pollers: Vec<JoinHandle<()>>,
+    /// Each lane's attempt threads, with how long stopping waits for them.
+    attempts: Vec<(Duration, JoinHandle<()>)>,
 }
 
-/// Wakes the worker (after a commit that queued rows). Never blocks.
-#[derive(Clone)]
-pub(crate) struct Waker(SyncSender<()>);
+/// Counts wake-ups; a lane's poller sleeps until the count moves or its wait is over.
+#[derive(Default)]
+struct Signal {
+    count: Mutex<u64>,
+    moved: Condvar,
+}
+
+impl Signal {
+    fn notify(&self) {
+        if let Ok(mut count) = self.count.lock() {
+            *count = count.wrapping_add(1);
+        }
+        self.moved.notify_all();
+    }
+
+    fn seen(&self) -> u64 {
+        self.count.lock().map(|c| *c).unwrap_or(0)
+    }
+
+    /// Waits until a notification after `seen`, at most `timeout`.
+    fn wait(&self, seen: u64, timeout: Duration) {
+        let Ok(count) = self.count.lock() else { return };
+        let _ = self
+            .moved
+            .wait_timeout_while(count, timeout, |c| *c == seen);
+    }
+}
+
+/// Wakes every lane's poller (after a commit that queued rows). Never blocks.
+#[derive(Clone, Default)]
+pub(crate) struct Waker(Arc<Mutex<Vec<Arc<Signal>>>>);
 
 impl Waker {
     pub(crate) fn wake(&self) {
-        let _ = self.0.try_send(());
+        if let Ok(lanes) = self.0.lock() {
+            lanes.iter().for_each(|s| s.notify());
+        }
+    }
+
+    fn register(&self, signal: Arc<Signal>) {
+        if let Ok(mut lanes) = self.0.lock() {
+            lanes.push(signal);
+        }
+    }
+}
+
+/// What the threads of one lane share.
+struct Shared<P> {
+    kind: String,
+    lane: Lane,
+    pool: Arc<P>,
+    writer: WriterHandle,
+    metrics: Arc<Metrics>,
+    stop: Arc<AtomicBool>,
+    /// The ids handed to the attempt threads and not recorded yet: the poller never hands a
+    /// row out twice (on SQLite a row in flight is still due).
+    in_flight: Mutex<HashSet<i64>>,
+    /// The target's failures since its last success.
+    failures: AtomicU32,
+    breaker: Mutex<Breaker>,
+    /// Wakes the poller: a commit, a free attempt thread, `stop`.
+    signal: Arc<Signal>,
+}
+
+/// A kind's circuit breaker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Breaker {
+    /// Attempts go out.
+    Closed,
+    /// Paused after consecutive failures until then; then one probe.
+    Open(Instant),
+    /// The probe is in flight; nothing else goes out.
+    Probing,
+}
+
+/// A token bucket: a token every `spacing`, at most `capacity` saved up.
+#[derive(Debug)]
+struct Bucket {
+    spacing: Duration,
+    capacity: f64,
+    tokens: f64,
+    last: Option<Instant>,
+}
+
+impl Bucket {
+    /// Full at first.
+    fn new(spacing: Duration, capacity: f64) -> Bucket {
+        Bucket {
+            spacing,
+            capacity,
+            tokens: capacity,
+            last: None,
+        }
+    }
+
+    /// Takes a token at `now`, or says how long until there is one.
+    fn take(&mut self, now: Instant) -> Option<Duration> {
+        if let Some(last) = self.last {
+            let earned =
+                now.saturating_duration_since(last).as_secs_f64() / self.spacing.as_secs_f64();
+            self.tokens = (self.tokens + earned).min(self.capacity);
+        }
+        self.last = Some(now);
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            None
+        } else {
+            Some(self.spacing.mul_f64(1.0 - self.tokens))
+        }
+    }
+}
+
+/// What the poller may do now.
+enum Gate {
+    Go,
+    /// Hand out one row, the probe.
+    Probe,
+    Wait(Duration),
+}
+
+impl<P> Shared<P> {
+    /// What the breaker lets the poller do, with `busy` attempts in flight.
+    fn gate(&self, busy: usize) -> Gate {
+        match self.breaker() {
+            Breaker::Closed => Gate::Go,
+            Breaker::Probing => Gate::Wait(IDLE_POLL),
+            Breaker::Open(until) => match until.checked_duration_since(Instant::now()) {
+                Some(left) if !left.is_zero() => Gate::Wait(left),
+                // The attempts in flight when it opened end first: the probe goes alone.
+                _ if busy > 0 => Gate::Wait(IDLE_POLL),
+                _ => Gate::Probe,
+            },
+        }
+    }
+
+    fn breaker(&self) -> Breaker {
+        self.breaker.lock().map(|b| *b).unwrap_or(Breaker::Closed)
+    }
+
+    fn set_breaker(&self, state: Breaker) {
+        if let Ok(mut b) = self.breaker.lock() {
+            *b = state;
+        }
+    }
+
+    /// Counts what an attempt said of the target, opens or closes the breaker; returns the
+    /// failures before a success (0 otherwise).
+    fn observe(&self, health: Health) -> u32 {
+        let Ok(mut breaker) = self.breaker.lock() else {
+            return 0;
+        };
+        let was = *breaker;
+        let failed_before =
+            match health {
+                Health::Up => self.failures.swap(0, Ordering::SeqCst),
+                Health::Down => {
+                    let failures = self.failures.fetch_add(1, Ordering::SeqCst) + 1;
+                    let reopen = was == Breaker::Probing;
+                    if reopen || (was == Breaker::Closed && failures >= self.lane.breaker.0) {
+                        *breaker = Breaker::Open(Instant::now() + self.lane.breaker.1);
+                        log::warn!(
+                        "outbox: {} {} after {failures} failures in a row; no attempt for {:.0?}",
+                        self.kind,
+                        if reopen { "probe failed, paused again" } else { "paused" },
+                        self.lane.breaker.1
+                    );
+                        self.metrics.breaker(&self.kind, true);
+                    }
+                    0
+                }
+                Health::Answered => 0,
+            };
+        if health != Health::Down && was != Breaker::Closed {
+            *breaker = Breaker::Closed;
+            log::info!("outbox: {} answers again; delivering", self.kind);
+            self.metrics.breaker(&self.kind, false);
+        }
+        failed_before
+    }
+
+    /// Waits for a token of `bucket` (none: no limit); false when stopping.
+    fn turn(&self, bucket: &mut Option<Bucket>) -> bool {
+        let Some(bucket) = bucket else {
+            return !self.stopped();
+        };
+        loop {
+            if self.stopped() {
+                return false;
+            }
+            match bucket.take(Instant::now()) {
+                None => return true,
+                Some(wait) => std::thread::sleep(wait.min(IDLE_POLL)),
+            }
+        }
+    }
+
+    fn stopped(&self) -> bool {
+        self.stop.load(Ordering::SeqCst)
+    }
+
+    fn in_flight(&self) -> usize {
+        self.in_flight.lock().map(|s| s.len()).unwrap_or(0)
+    }
+
+    fn done(&self, id: i64) {
+        if let Ok(mut s) = self.in_flight.lock() {
+            s.remove(&id);
+        }
+        self.signal.notify();
     }
 }
 
 impl Worker {
-    /// The waker to give the writer before the worker starts.
-    pub(crate) fn channel() -> (Waker, Receiver<()>) {
-        let (tx, rx) = mpsc::sync_channel(1);
-        (Waker(tx), rx)
+    /// The waker to give the writer before the worker starts, and the worker's copy.
+    pub(crate) fn channel() -> (Waker, Waker) {
+        let waker = Waker::default();
+        (waker.clone(), waker)
     }
 
+    /// Starts a lane per kind: a poller and `concurrency` attempt threads.
     pub(crate) fn spawn(
         config: Targets,
         pool: impl OutboxReader,
         writer: WriterHandle,
         waker: Waker,
-        woken: Receiver<()>,
+        woken: Waker,
         metrics: Arc<Metrics>,
     ) -> anyhow::Result<Worker> {
+        drop(woken);
         let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
-        let thread = std::thread::Builder::new()
-            .name("hookledger-outbox".into())
-            .spawn(move || run(&config, &pool, &writer, &woken, &flag, &metrics))?;
-        Ok(Worker {
-            stop,
-            wake: waker.0,
-            thread,
-        })
+        let pool = Arc::new(pool);
+        let mut worker = Worker {
+            stop: stop.clone(),
+            wake: waker.clone(),
+            pollers: Vec::new(),
+            attempts: Vec::new(),
+        };
+        for (kind, lane) in config.0 {
+            metrics.breaker(&kind, false);
+            let signal = Arc::new(Signal::default());
+            waker.register(signal.clone());
+            let shared = Arc::new(Shared {
+                kind,
+                lane,
+                pool: pool.clone(),
+                writer: writer.clone(),
+                metrics: metrics.clone(),
+                stop: stop.clone(),
+                in_flight: Mutex::new(HashSet::new()),
+                failures: AtomicU32::new(0),
+                breaker: Mutex::new(Breaker::Closed),
+                signal,
+            });
+            let (hand, rows) = mpsc::channel::<PendingRow>();
+            let rows = Arc::new(Mutex::new(rows));
+            let timeout = shared.lane.timeout;
+            for i in 0..shared.lane.concurrency {
+                let (shared, rows) = (shared.clone(), rows.clone());
+                let thread = std::thread::Builder::new()
+                    .name(format!("hookledger-outbox-{}-{i}", shared.kind))
+                    .spawn(move || attempts(&shared, &rows));
+                match thread {
+                    Ok(t) => worker.attempts.push((timeout, t)),
+                    Err(e) => {
+                        worker.stop();
+                        return Err(e.into());
+                    }
+                }
+            }
+            let poller = std::thread::Builder::new()
+                .name(format!("hookledger-outbox-{}", shared.kind))
+                .spawn(move || poll_lane(&shared, hand));
+            match poller {
+                Ok(t) => worker.pollers.push(t),
+                Err(e) => {
+                    worker.stop();
+                    return Err(e.into());
+                }
+            }
+        }
+        Ok(worker)
     }
 
-    /// Asks the worker to stop after its current attempt and waits for it.
+    /// Asks the lanes to stop, waits for the running attempts (each up to its kind's timeout)
+    /// and leaves the rest due.
     pub(crate) fn stop(self) {
         self.stop.store(true, Ordering::SeqCst);
-        let _ = self.wake.try_send(());
-        if self.thread.join().is_err() {
-            log::error!("outbox worker panicked");
+        self.wake.wake();
+        for poller in self.pollers {
+            if poller.join().is_err() {
+                log::error!("outbox poller panicked");
+            }
         }
+        let bound = self
+            .attempts
+            .iter()
+            .map(|(t, _)| *t)
+            .max()
+            .unwrap_or_default()
+            + STOP_MARGIN;
+        let deadline = std::time::Instant::now() + bound;
+        let mut left = self.attempts;
+        while !left.is_empty() && std::time::Instant::now() < deadline {
+            let (finished, running): (Vec<_>, Vec<_>) =
+                left.into_iter().partition(|(_, t)| t.is_finished());
+            for (_, t) in finished {
+                if t.join().is_err() {
+                    log::error!("outbox attempt thread panicked");
+                }
+            }
+            left = running;
+            if !left.is_empty() {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+        if !left.is_empty() {
+            // Their rows are not marked: still pending, attempted again after the restart.
+            log::warn!(
+                "outbox: {} attempts still running after {bound:.0?}; left to the restart",
+                left.len()
+            );
+        }
+        log::debug!("outbox worker stopped");
     }
 }
+
+/// Beyond the kind's timeout, what stopping grants a running attempt to record its result.
+const STOP_MARGIN: Duration = Duration::from_secs(2);
 
 impl crate::writer::Background for Worker {
     fn stop(self: Box<Self>) {
@@ -202,80 +559,162 @@ impl crate::writer::Background for Worker {
     }
 }
 
-fn run(
-    targets: &Targets,
-    pool: &impl OutboxReader,
-    writer: &WriterHandle,
-    woken: &Receiver<()>,
-    stop: &AtomicBool,
-    metrics: &Metrics,
-) {
-    let kinds = targets.kinds();
-    while !stop.load(Ordering::SeqCst) {
-        let rows = match poll(pool, &kinds) {
-            Ok(rows) => rows,
-            Err(e) => {
-                log::error!("outbox: cannot read pending rows: {e:#}");
-                let _ = woken.recv_timeout(IDLE_POLL);
+/// A lane's poller: reads the kind's due rows (ids and metadata, no payload) while an attempt
+/// thread is free and hands each row not in flight to one attempt thread.
+fn poll_lane<P: OutboxReader + Sync>(shared: &Shared<P>, hand: mpsc::Sender<PendingRow>) {
+    let kinds = serde_json::to_string(&[&shared.kind]).expect("strings serialize");
+    let concurrency = shared.lane.concurrency;
+    let mut bucket = shared.lane.rate.map(|r| Bucket::new(r.spacing(), 1.0));
+    while !shared.stopped() {
+        let seen = shared.signal.seen();
+        let busy = shared.in_flight();
+        // Open: nothing until the cooldown is over, then one probe, alone.
+        let probe = match shared.gate(busy) {
+            Gate::Go => false,
+            Gate::Probe => true,
+            Gate::Wait(wait) => {
+                shared.signal.wait(seen, wait.min(IDLE_POLL));
                 continue;
             }
         };
-        if rows.is_empty() {
-            let _ = woken.recv_timeout(idle_wait(pool, &kinds));
+        if busy >= concurrency {
+            shared.signal.wait(seen, IDLE_POLL);
             continue;
         }
-        for row in rows {
-            if stop.load(Ordering::SeqCst) {
-                break;
+        // Rows in flight are still due on SQLite: ask for them too, so `concurrency - busy`
+        // others can come back.
+        let limit = if probe { 1 } else { concurrency };
+        let rows = match shared.pool.due(&kinds, unix_now(), limit) {
+            Ok(rows) => rows,
+            Err(e) => {
+                log::error!("outbox: cannot read pending {} rows: {e:#}", shared.kind);
+                shared.signal.wait(seen, IDLE_POLL);
+                continue;
             }
-            let (id, queued) = (row.id, row.queued);
-            let Some(target) = targets.get(&row.kind) else {
-                continue; // only kinds with a target are polled
-            };
-            let payload = match pool.payload(id, queued) {
-                Ok(Some(payload)) => payload,
-                // Replayed, revived or pruned since the poll: a row pending again is polled
-                // again.
-                Ok(None) => {
-                    log::debug!("outbox row {id} changed before its attempt; skipped");
-                    continue;
-                }
-                Err(e) => {
-                    log::error!("outbox: cannot read the payload of row {id}: {e:#}");
-                    let _ = woken.recv_timeout(IDLE_POLL);
-                    break;
-                }
-            };
-            let attempt = attempt(target, &row, &payload);
-            // Before the next row's is read: one payload at a time.
-            drop(payload);
-            metrics.delivery(&row.kind, attempt.label());
-            match writer.run_blocking(Write::Record {
-                id,
-                queued,
-                attempt,
-            }) {
-                // Replayed or retried meanwhile (it is attempted again), or pruned.
-                Ok(0) => log::info!(
-                    "outbox row {id} changed while it was being delivered; this attempt's \
-                     result is not recorded"
-                ),
-                Ok(_) => {}
-                Err(e) => {
-                    // Not marked: the row stays pending and is attempted again (at least once),
-                    // after a pause so a database that refuses writes is not met with a tight loop.
-                    log::error!("outbox: cannot record attempt on row {id}: {e}");
-                    let _ = woken.recv_timeout(IDLE_POLL);
-                    break;
-                }
+        };
+        let fresh: Vec<PendingRow> = match shared.in_flight.lock() {
+            Ok(mut in_flight) => rows
+                .into_iter()
+                .filter(|r| in_flight.insert(r.id))
+                .collect(),
+            Err(_) => break,
+        };
+        let handed = fresh.len();
+        if probe && handed > 0 {
+            shared.set_breaker(Breaker::Probing);
+            log::info!("outbox: {} cooldown over; one probe attempt", shared.kind);
+        }
+        for row in fresh {
+            // At most `rate`: the row waits here (ids only) for its turn.
+            if !shared.turn(&mut bucket) {
+                shared.done(row.id); // stopping: left due
+                continue;
+            }
+            if hand.send(row).is_err() {
+                return; // every attempt thread ended
             }
         }
+        if handed == 0 {
+            let wait = if busy > 0 {
+                IDLE_POLL
+            } else {
+                idle_wait(&*shared.pool, &kinds)
+            };
+            shared.signal.wait(seen, wait);
+        }
     }
-    log::debug!("outbox worker stopped");
 }
 
-fn poll(pool: &impl OutboxReader, kinds: &str) -> anyhow::Result<Vec<PendingRow>> {
-    pool.due(kinds, unix_now(), BATCH)
+/// A lane's attempt thread: takes the rows the poller hands out, one at a time, until the
+/// poller ends.
+fn attempts<P: OutboxReader + Sync>(shared: &Shared<P>, rows: &Mutex<Receiver<PendingRow>>) {
+    loop {
+        let row = match rows.lock() {
+            Ok(rows) => match rows.recv() {
+                Ok(row) => row,
+                Err(_) => return, // the poller ended
+            },
+            Err(_) => return,
+        };
+        let id = row.id;
+        // Handed out before the breaker opened: not attempted, still due after the cooldown.
+        let paused = matches!(shared.breaker(), Breaker::Open(_));
+        if !shared.stopped() && !paused {
+            // Not recorded: the row stays pending and is attempted again, after a pause so a
+            // database that refuses is not met with a tight loop.
+            if deliver(shared, row).is_err() {
+                std::thread::sleep(IDLE_POLL);
+            }
+            // A probe that made no attempt (its row changed, or a read failed) said nothing of
+            // the target: the next due row is the probe.
+            if shared.breaker() == Breaker::Probing {
+                shared.set_breaker(Breaker::Open(Instant::now()));
+            }
+        }
+        shared.done(id);
+    }
+}
+
+/// Makes the kind's rows waiting on a retry delay due now, and wakes the poller.
+fn recover<P>(shared: &Shared<P>) {
+    match shared.writer.run_blocking(Write::Recover {
+        kind: shared.kind.clone(),
+    }) {
+        Ok(0) => {}
+        Ok(n) => log::info!(
+            "outbox: {} answers again; {n} rows waiting on a retry are due now",
+            shared.kind
+        ),
+        // They stay on their schedule: later, not lost.
+        Err(e) => log::error!("outbox: cannot make {} rows due: {e}", shared.kind),
+    }
+    shared.signal.notify();
+}
+
+/// Reads the payload of `row`, attempts it and records the result.
+fn deliver<P: OutboxReader>(shared: &Shared<P>, row: PendingRow) -> Result<(), ()> {
+    let (id, queued) = (row.id, row.queued);
+    let payload = match shared.pool.payload(id, queued) {
+        Ok(Some(payload)) => payload,
+        // Replayed, revived or pruned since the poll: a row pending again is polled again.
+        Ok(None) => {
+            log::debug!("outbox row {id} changed before its attempt; skipped");
+            return Ok(());
+        }
+        Err(e) => {
+            log::error!("outbox: cannot read the payload of row {id}: {e:#}");
+            return Err(());
+        }
+    };
+    let (attempt, health) = attempt(&shared.lane, &row, &payload);
+    drop(payload);
+    shared.metrics.delivery(&row.kind, attempt.label());
+    let failed_before = shared.observe(health);
+    let recorded = shared.writer.run_blocking(Write::Record {
+        id,
+        queued,
+        attempt,
+    });
+    // The target answers again after failures (here, or before a restart): the rows waiting
+    // on a retry delay need not wait it out.
+    if health == Health::Up && (failed_before > 0 || row.attempts > 0) && recorded.is_ok() {
+        recover(shared);
+    }
+    match recorded {
+        // Replayed or retried meanwhile (it is attempted again), or pruned.
+        Ok(0) => {
+            log::info!(
+                "outbox row {id} changed while it was being delivered; this attempt's result \
+                 is not recorded"
+            );
+            Ok(())
+        }
+        Ok(_) => Ok(()),
+        Err(e) => {
+            log::error!("outbox: cannot record attempt on row {id}: {e}");
+            Err(())
+        }
+    }
 }
 
 /// How long to sleep until the next row is due (at most [`IDLE_POLL`]).
@@ -289,7 +728,7 @@ fn idle_wait(pool: &impl OutboxReader, kinds: &str) -> Duration {
 }
 
 /// One delivery attempt of `row` (with its `payload`), classified.
-fn attempt(config: &Lane, row: &PendingRow, payload: &[u8]) -> Attempt {
+fn attempt(config: &Lane, row: &PendingRow, payload: &[u8]) -> (Attempt, Health) {
     let attempts = usize::try_from(row.attempts)
         .unwrap_or(usize::MAX)
         .saturating_add(1);
@@ -319,7 +758,9 @@ fn attempt(config: &Lane, row: &PendingRow, payload: &[u8]) -> Attempt {
             Attempt::Dead { error }
         }
     };
-    match config.target.attempt(row, payload) {
+    let result = config.target.attempt(row, payload);
+    let health = Health::of(&result);
+    let attempt = match result {
         Ok(follow_up) => {
             log::info!(
                 "outbox: {} {} delivered (attempt {attempts})",
@@ -344,6 +785,28 @@ fn attempt(config: &Lane, row: &PendingRow, payload: &[u8]) -> Attempt {
         }
         Err(Failure::Status(status, retry_after)) => failed(format!("HTTP {status}"), retry_after),
         Err(Failure::Transport(error)) => failed(error, None),
+    };
+    (attempt, health)
+}
+
+/// What one attempt says of its kind's target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Health {
+    /// It took the row.
+    Up,
+    /// No answer, or an error status: the target is failing (down, overloaded, broken).
+    Down,
+    /// It answered about this row alone (gone, refused): nothing about the target.
+    Answered,
+}
+
+impl Health {
+    fn of<T>(result: &Result<T, Failure>) -> Health {
+        match result {
+            Ok(_) => Health::Up,
+            Err(Failure::Status(..) | Failure::Transport(_)) => Health::Down,
+            Err(Failure::Gone | Failure::Refused(_)) => Health::Answered,
+        }
     }
 }
 
@@ -405,6 +868,26 @@ fn post(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_token_bucket_spaces_takes_and_saves_up_to_its_capacity() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let mut b = Bucket::new(ms(50), 1.0);
+        assert_eq!(b.take(t0), None, "full at first");
+        assert_eq!(b.take(t0), Some(ms(50)));
+        assert_eq!(b.take(t0 + ms(20)), Some(ms(30)));
+        assert_eq!(b.take(t0 + ms(50)), None);
+        // A long pause saves up one token only (the capacity).
+        assert_eq!(b.take(t0 + ms(10_000)), None);
+        assert!(b.take(t0 + ms(10_000)).is_some());
+        let mut burst = Bucket::new(ms(100), 3.0);
+        for _ in 0..3 {
+            assert_eq!(burst.take(t0), None);
+        }
+        assert_eq!(burst.take(t0), Some(ms(100)));
+        assert_eq!(burst.take(t0 + ms(100)), None);
+    }
 
     #[test]
     fn retry_after_as_seconds_or_http_date() {

@@ -73,6 +73,11 @@ struct RejectedLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabels {
+    kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct DeliveryLabels {
     kind: String,
     result: &'static str,
@@ -171,6 +176,7 @@ pub(crate) struct Metrics {
     request_seconds: Histogram,
     writer: WriterMetrics,
     deliveries: Family<DeliveryLabels, Counter>,
+    breaker_open: Family<KindLabels, Gauge>,
     outbox_rows: Family<OutboxLabels, Gauge>,
     outbox_oldest_pending: Gauge,
     /// One per configured source: only those can reach a handler.
@@ -225,6 +231,13 @@ impl Metrics {
             "Outbox delivery attempts by kind and result (delivered, retry, dead)",
             deliveries.clone(),
         );
+        let breaker_open = Family::<KindLabels, Gauge>::default();
+        registry.register(
+            "delivery_breaker_open",
+            "Whether a delivery kind's circuit breaker is open (1: paused after consecutive \
+             failures, 0: delivering)",
+            breaker_open.clone(),
+        );
         let outbox_rows = Family::<OutboxLabels, Gauge>::default();
         registry.register(
             "outbox_rows",
@@ -244,6 +257,7 @@ impl Metrics {
             request_seconds,
             writer,
             deliveries,
+            breaker_open,
             outbox_rows,
             outbox_oldest_pending,
             activity: sources
@@ -351,6 +365,16 @@ impl Metrics {
         self.deliveries.get_or_create(&labels).inc();
     }
 
+    /// Whether the circuit breaker of `kind` is open.
+    pub(crate) fn breaker(&self, kind: &str, open: bool) {
+        let labels = KindLabels {
+            kind: kind.to_string(),
+        };
+        self.breaker_open
+            .get_or_create(&labels)
+            .set(i64::from(open));
+    }
+
     /// A copy of each source's activity, in name order.
     pub(crate) fn activity(&self) -> Vec<(Arc<str>, Activity)> {
         let mut all: Vec<_> = self
@@ -453,6 +477,8 @@ mod tests {
         m.event(&stripe, seen(1, "evt_1", Outcome::Duplicate), 0.001);
         m.rejected(None, "unknown_source", 0.0);
         m.delivery("forward", "retry");
+        m.breaker("forward", false);
+        m.breaker("send_receipt", true);
         let outbox = OutboxSummary {
             counts: vec![crate::store::listings::OutboxCount {
                 kind: "forward".into(),
@@ -467,6 +493,8 @@ mod tests {
             r#"hookledger_events_total{source="stripe",type="invoice.paid",outcome="duplicate"} 2"#,
             r#"hookledger_rejected_total{source="-",reason="unknown_source"} 1"#,
             r#"hookledger_delivery_attempts_total{kind="forward",result="retry"} 1"#,
+            r#"hookledger_delivery_breaker_open{kind="forward"} 0"#,
+            r#"hookledger_delivery_breaker_open{kind="send_receipt"} 1"#,
             r#"hookledger_outbox_rows{kind="forward",status="pending"} 3"#,
             "hookledger_outbox_oldest_pending_seconds 30",
             "hookledger_request_duration_seconds_count 4",

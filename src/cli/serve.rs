@@ -403,6 +403,16 @@ impl ServeArgs {
                     .as_ref()
                     .map_or(config::DEFAULT_FORWARD_TIMEOUT, |f| f.timeout),
             ),
+            concurrency: from_file
+                .as_ref()
+                .map_or(config::DEFAULT_CONCURRENCY, |f| f.concurrency),
+            breaker_failures: from_file
+                .as_ref()
+                .map_or(config::DEFAULT_BREAKER_FAILURES, |f| f.breaker_failures),
+            breaker_cooldown: from_file
+                .as_ref()
+                .map_or(config::DEFAULT_BREAKER_COOLDOWN, |f| f.breaker_cooldown),
+            rate: from_file.as_ref().and_then(|f| f.rate.clone()),
         });
         Ok(config)
     }

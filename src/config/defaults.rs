@@ -74,6 +74,17 @@ pub(crate) const DEFAULT_FORWARD_TIMEOUT: Duration = Duration::from_secs(10);
 /// before the next push piles up behind it.
 pub(crate) const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(600);
 
+/// Default attempts in flight at once per delivery kind: enough that a slow app (hundreds of
+/// ms an answer) keeps up with a burst, few enough that the worker holds few payloads.
+pub(crate) const DEFAULT_CONCURRENCY: usize = 8;
+
+/// Default consecutive failures that open a kind's circuit breaker: a few blips pass, an
+/// outage stops the attempts.
+pub(crate) const DEFAULT_BREAKER_FAILURES: u32 = 5;
+
+/// Default pause of a kind whose breaker opened, before one probe attempt.
+pub(crate) const DEFAULT_BREAKER_COOLDOWN: Duration = Duration::from_secs(30);
+
 /// The default delivery schedule: quick retries for blips, then hourly doubling for outages,
 /// then every 8 h until 3 days after the first attempt (as long as the providers themselves
 /// retry).

@@ -17,6 +17,7 @@ mod effect;
 mod error;
 mod file;
 mod handler;
+mod rate;
 mod secret;
 mod source;
 
@@ -26,16 +27,18 @@ pub(crate) use days::{describe_days, parse_days, NEVER};
 pub use defaults::DEFAULT_TOLERANCE_SECS;
 pub(crate) use defaults::{
     default_schedule, DEFAULT_ADMIN_LISTEN, DEFAULT_BATCH_MAX, DEFAULT_BODY_BUDGET,
-    DEFAULT_BUSY_TIMEOUT, DEFAULT_CLAIM_DAYS, DEFAULT_COMMAND_TIMEOUT, DEFAULT_DB,
-    DEFAULT_EFFECT_TIMEOUT, DEFAULT_FORWARD_TIMEOUT, DEFAULT_LISTEN, DEFAULT_MAX_BODY,
-    DEFAULT_MAX_CONNECTIONS, DEFAULT_OUTBOX_LEASE, DEFAULT_PAYLOAD_DAYS, DEFAULT_QUEUE_DEPTH,
-    DEFAULT_READ_TIMEOUT, MIN_RETENTION_DAYS,
+    DEFAULT_BREAKER_COOLDOWN, DEFAULT_BREAKER_FAILURES, DEFAULT_BUSY_TIMEOUT, DEFAULT_CLAIM_DAYS,
+    DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONCURRENCY, DEFAULT_DB, DEFAULT_EFFECT_TIMEOUT,
+    DEFAULT_FORWARD_TIMEOUT, DEFAULT_LISTEN, DEFAULT_MAX_BODY, DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_OUTBOX_LEASE, DEFAULT_PAYLOAD_DAYS, DEFAULT_QUEUE_DEPTH, DEFAULT_READ_TIMEOUT,
+    MIN_RETENTION_DAYS,
 };
 pub(crate) use effect::{bind_parameters, split_statements, BoundStatement};
 pub use effect::{EffectConfig, SchemaConfig};
 pub use error::ConfigError;
 pub(crate) use error::{refuse, source_key};
 pub use handler::HandlerSettings;
+pub(crate) use rate::Rate;
 pub use secret::Secret;
 pub(crate) use secret::{decode_standard_key, decode_standard_secret, StandardKey};
 pub use source::Handshake;
@@ -199,6 +202,18 @@ pub struct ForwardConfig {
     pub schedule: Vec<Duration>,
     #[serde(default = "default_forward_timeout", with = "duration")]
     pub timeout: Duration,
+    /// Attempts of this kind in flight at once (each row attempted by one).
+    #[serde(default = "default_concurrency")]
+    pub concurrency: usize,
+    /// Consecutive failures (no answer, or an error status) that pause this kind.
+    #[serde(default = "default_breaker_failures")]
+    pub breaker_failures: u32,
+    /// How long a paused kind waits before one probe attempt.
+    #[serde(default = "default_breaker_cooldown", with = "duration")]
+    pub breaker_cooldown: Duration,
+    /// At most so many attempts of this kind: `"20/s"` or `"600/m"`; default: no limit.
+    #[serde(default)]
+    pub rate: Option<String>,
 }
 
 /// Where outbox rows of one `kind`, queued by effects, are delivered: as `forward` rows are
@@ -233,6 +248,18 @@ pub struct DeliveryConfig {
     pub schedule: Option<Vec<Duration>>,
     #[serde(default, with = "option_duration")]
     pub timeout: Option<Duration>,
+    /// Attempts of this kind in flight at once; default: `[forward]`'s.
+    #[serde(default)]
+    pub concurrency: Option<usize>,
+    /// Default: `[forward]`'s.
+    #[serde(default)]
+    pub breaker_failures: Option<u32>,
+    /// Default: `[forward]`'s.
+    #[serde(default, with = "option_duration")]
+    pub breaker_cooldown: Option<Duration>,
+    /// Default: `[forward]`'s.
+    #[serde(default)]
+    pub rate: Option<String>,
 }
 
 impl ForwardConfig {
@@ -244,6 +271,10 @@ impl ForwardConfig {
             secret,
             schedule: default_schedule(),
             timeout: DEFAULT_FORWARD_TIMEOUT,
+            concurrency: DEFAULT_CONCURRENCY,
+            breaker_failures: DEFAULT_BREAKER_FAILURES,
+            breaker_cooldown: DEFAULT_BREAKER_COOLDOWN,
+            rate: None,
         }
     }
 
@@ -256,6 +287,25 @@ impl ForwardConfig {
     /// With this timeout of one delivery request.
     pub fn with_timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
+        self
+    }
+
+    /// With this many attempts in flight at once.
+    pub fn with_concurrency(mut self, concurrency: usize) -> Self {
+        self.concurrency = concurrency;
+        self
+    }
+
+    /// At most `rate` attempts (`"20/s"`, `"600/m"`).
+    pub fn with_rate(mut self, rate: impl Into<String>) -> Self {
+        self.rate = Some(rate.into());
+        self
+    }
+
+    /// Paused for `cooldown` after `failures` consecutive failures.
+    pub fn with_breaker(mut self, failures: u32, cooldown: Duration) -> Self {
+        self.breaker_failures = failures;
+        self.breaker_cooldown = cooldown;
         self
     }
 }
@@ -273,6 +323,10 @@ impl DeliveryConfig {
             secret: None,
             schedule: None,
             timeout: None,
+            concurrency: None,
+            breaker_failures: None,
+            breaker_cooldown: None,
+            rate: None,
         }
     }
 
@@ -419,6 +473,12 @@ impl DeliveryConfig {
         }))
     }
 
+    /// With this many attempts in flight at once rather than `[forward]`'s.
+    pub fn with_concurrency(mut self, concurrency: usize) -> Self {
+        self.concurrency = Some(concurrency);
+        self
+    }
+
     /// As a [`ForwardConfig`], the `[forward]` one filling what is not set; errors name the
     /// delivery's keys.
     pub(crate) fn target(
@@ -447,6 +507,25 @@ impl DeliveryConfig {
                 (None, Some(forward)) => forward.timeout,
                 (None, None) => DEFAULT_FORWARD_TIMEOUT,
             },
+            concurrency: match (self.concurrency, forward) {
+                (Some(concurrency), _) => concurrency,
+                (None, Some(forward)) => forward.concurrency,
+                (None, None) => DEFAULT_CONCURRENCY,
+            },
+            breaker_failures: match (self.breaker_failures, forward) {
+                (Some(failures), _) => failures,
+                (None, Some(forward)) => forward.breaker_failures,
+                (None, None) => DEFAULT_BREAKER_FAILURES,
+            },
+            breaker_cooldown: match (self.breaker_cooldown, forward) {
+                (Some(cooldown), _) => cooldown,
+                (None, Some(forward)) => forward.breaker_cooldown,
+                (None, None) => DEFAULT_BREAKER_COOLDOWN,
+            },
+            rate: self
+                .rate
+                .clone()
+                .or_else(|| forward.and_then(|f| f.rate.clone())),
         };
         target.check(&at)?;
         Ok(target)
@@ -546,6 +625,18 @@ impl Default for RetentionConfig {
 
 fn default_forward_timeout() -> Duration {
     DEFAULT_FORWARD_TIMEOUT
+}
+
+fn default_concurrency() -> usize {
+    DEFAULT_CONCURRENCY
+}
+
+fn default_breaker_failures() -> u32 {
+    DEFAULT_BREAKER_FAILURES
+}
+
+fn default_breaker_cooldown() -> Duration {
+    DEFAULT_BREAKER_COOLDOWN
 }
 
 impl Default for Config {
@@ -735,6 +826,9 @@ pub(crate) const MAX_FORWARD_DELAY: Duration = Duration::from_secs(30 * 86_400);
 /// Longest time limit of one event's effects: every other event waits for them.
 pub(crate) const MAX_EFFECT_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// Most attempts of one kind in flight at once: each holds a thread and a payload.
+pub(crate) const MAX_CONCURRENCY: usize = 256;
+
 /// Longest timeout of one delivery request.
 pub(crate) const MAX_FORWARD_TIMEOUT: Duration = Duration::from_secs(3600);
 
@@ -764,6 +858,35 @@ impl ForwardConfig {
         }
         if self.timeout.is_zero() || self.timeout > MAX_FORWARD_TIMEOUT {
             refuse!(key("timeout"), "must be more than 0 and at most 1h");
+        }
+        if self.concurrency == 0 || self.concurrency > MAX_CONCURRENCY {
+            refuse!(
+                key("concurrency"),
+                "must be at least 1 and at most {MAX_CONCURRENCY} (attempts in flight at once)"
+            );
+        }
+        if self.breaker_failures == 0 {
+            refuse!(
+                key("breaker_failures"),
+                "must be at least 1 (consecutive failures that pause the kind)"
+            );
+        }
+        if self.breaker_cooldown.is_zero() || self.breaker_cooldown > MAX_FORWARD_TIMEOUT {
+            refuse!(
+                key("breaker_cooldown"),
+                "must be more than 0 and at most 1h"
+            );
+        }
+        if self
+            .rate
+            .as_deref()
+            .is_some_and(|r| Rate::parse(r).is_none())
+        {
+            refuse!(
+                key("rate"),
+                "must be attempts per second or per minute, as \"20/s\" or \"600/m\" \
+                 (at least 1)"
+            );
         }
         Ok(())
     }

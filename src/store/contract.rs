@@ -289,6 +289,47 @@ fn payloads_are_read_by_id_when_attempted(stores: &mut Stores) {
     );
 }
 
+/// Recovery makes the pending rows of a kind that wait on a retry delay due at once; a row
+/// never attempted, a dead row and another kind's rows keep their times.
+fn recovery_makes_rows_waiting_on_backoff_due(stores: &mut Stores) {
+    let done = stores
+        .writer
+        .run_batch(vec![event("evt_r1", true), event("evt_r2", true)], 10)
+        .unwrap();
+    assert_eq!(outcomes(done).len(), 2);
+    let due = stores.outbox.due(r#"["forward"]"#, 10, 10).unwrap();
+    assert_eq!(due.len(), 2);
+    let retry = Write::Record {
+        id: due[0].id,
+        queued: due[0].queued,
+        attempt: Attempt::Retry {
+            at: 1000,
+            error: "HTTP 503".into(),
+        },
+    };
+    let recorded = stores.writer.run_batch(vec![Work::Write(&retry)], 11);
+    assert_eq!(written(recorded.unwrap()), 1);
+    let other = Write::Recover {
+        kind: "send_receipt".into(),
+    };
+    let recorded = stores.writer.run_batch(vec![Work::Write(&other)], 12);
+    assert_eq!(written(recorded.unwrap()), 0, "another kind's rows");
+    let recover = Write::Recover {
+        kind: "forward".into(),
+    };
+    let recorded = stores.writer.run_batch(vec![Work::Write(&recover)], 12);
+    assert_eq!(
+        written(recorded.unwrap()),
+        1,
+        "only the row waiting on backoff"
+    );
+    let at = "SELECT count(*) FROM outbox WHERE key = 'evt_r1' AND next_attempt_at = 12 \
+              AND attempts = 1 AND status = 'pending'";
+    assert_eq!(count(stores, at), 1);
+    let untouched = "SELECT count(*) FROM outbox WHERE key = 'evt_r2' AND next_attempt_at = 10";
+    assert_eq!(count(stores, untouched), 1);
+}
+
 /// Retention deletes the claims received before its cutoff, and only those.
 fn retention_deletes_only_older_claims(stores: &mut Stores) {
     stores
@@ -357,6 +398,14 @@ macro_rules! contract {
                     return;
                 };
                 super::payloads_are_read_by_id_when_attempted(&mut stores);
+            }
+
+            #[test]
+            fn recovery_makes_rows_waiting_on_backoff_due() {
+                let Some((_guard, mut stores)) = $open else {
+                    return;
+                };
+                super::recovery_makes_rows_waiting_on_backoff_due(&mut stores);
             }
 
             #[test]

@@ -79,6 +79,16 @@ pub(crate) fn record(
     }
 }
 
+/// Makes every pending row of `kind` that waits on a retry delay (it failed before, and is due
+/// later) due at `now`; attempts and schedules are kept. Returns how many.
+pub(crate) fn recover(tx: &dyn Session, kind: &str, now: i64) -> Result<u64, StoreError> {
+    tx.execute(
+        "UPDATE outbox SET next_attempt_at = $2
+         WHERE kind = $1 AND status = 'pending' AND attempts > 0 AND next_attempt_at > $2",
+        &[&kind, &now],
+    )
+}
+
 /// Puts row `id` back to pending with a fresh schedule. Returns whether a row changed.
 pub(crate) fn retry(tx: &dyn Session, id: i64, now: i64) -> Result<bool, StoreError> {
     let changed = tx.execute(

@@ -28,6 +28,9 @@ pub(crate) enum Write {
         queued: i64,
         attempt: Attempt,
     },
+    /// Makes the pending rows of `kind` waiting on a retry delay due now: its target answers
+    /// again after failures (recovery after an outage).
+    Recover { kind: String },
     /// Deletes a batch of ledger rows received before `before`.
     PruneEvents { before: i64 },
     /// Clears the payloads of a batch of ledger rows received before `before`.
@@ -109,7 +112,7 @@ pub(crate) trait Store: Send + 'static {
 /// The outbox worker's view of a database: which rows are due, and the payload of the one it
 /// attempts. It reads on connections of its own; the results of its attempts go through the
 /// writer ([`Write::Record`]).
-pub(crate) trait OutboxReader: Send + 'static {
+pub(crate) trait OutboxReader: Send + Sync + 'static {
     /// Up to `limit` pending rows of `kinds` (a JSON array) due at `now`, in id order, without
     /// their payloads (a poll must not hold `limit` payloads at once).
     fn due(&self, kinds: &str, now: i64, limit: usize) -> anyhow::Result<Vec<PendingRow>>;

@@ -17,6 +17,7 @@ mod embed;
 mod faults;
 mod fixtures;
 mod hostile;
+mod lanes;
 mod mailgun;
 mod operations;
 mod oracles;

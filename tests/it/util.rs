@@ -456,6 +456,8 @@ pub struct Delivery {
     pub headers: std::collections::HashMap<String, String>,
     pub body: Vec<u8>,
     pub status: u16,
+    /// When the request was read.
+    pub at: Instant,
 }
 
 /// A fake app on port 0: answers each request with the next scripted status (then 200),
@@ -466,6 +468,16 @@ pub struct FakeApp {
     script: Arc<Mutex<std::collections::VecDeque<u16>>>,
     /// While set, requests are recorded on arrival but not answered.
     held: Arc<std::sync::atomic::AtomicBool>,
+    /// How long each answer waits (a slow app), and the requests in flight now and at most.
+    pace: Arc<Pace>,
+}
+
+/// A fake app's answer delay and how many requests it had in flight at once.
+#[derive(Default)]
+pub struct Pace {
+    delay_ms: std::sync::atomic::AtomicU64,
+    now: std::sync::atomic::AtomicUsize,
+    max: std::sync::atomic::AtomicUsize,
 }
 
 impl FakeApp {
@@ -480,13 +492,20 @@ impl FakeApp {
         let deliveries = Arc::new(Mutex::new(Vec::new()));
         let script = Arc::new(Mutex::new(script.iter().copied().collect()));
         let held = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let (log, queue, hold) = (deliveries.clone(), Arc::clone(&script), held.clone());
+        let pace = Arc::new(Pace::default());
+        let (log, queue, hold, paced) = (
+            deliveries.clone(),
+            Arc::clone(&script),
+            held.clone(),
+            pace.clone(),
+        );
         std::thread::spawn(move || {
             for stream in listener.incoming() {
                 let Ok(stream) = stream else { continue };
-                let (log, queue, hold) = (log.clone(), queue.clone(), hold.clone());
+                let (log, queue, hold, paced) =
+                    (log.clone(), queue.clone(), hold.clone(), paced.clone());
                 std::thread::spawn(move || {
-                    let _ = handle(stream, &log, &queue, &hold);
+                    let _ = handle(stream, &log, &queue, &hold, &paced);
                 });
             }
         });
@@ -495,6 +514,7 @@ impl FakeApp {
             deliveries,
             script,
             held,
+            pace,
         }
     }
 
@@ -506,6 +526,21 @@ impl FakeApp {
 
     pub fn release(&self) {
         self.held.store(false, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// From now on, each answer comes `delay` after its request was read (a slow app).
+    #[allow(dead_code)]
+    pub fn slow(&self, delay: Duration) {
+        self.pace.delay_ms.store(
+            delay.as_millis() as u64,
+            std::sync::atomic::Ordering::SeqCst,
+        );
+    }
+
+    /// The most requests the app was answering at once.
+    #[allow(dead_code)]
+    pub fn max_in_flight(&self) -> usize {
+        self.pace.max.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     pub fn url(&self) -> String {
@@ -540,6 +575,7 @@ fn handle(
     log: &Mutex<Vec<Delivery>>,
     script: &Mutex<std::collections::VecDeque<u16>>,
     held: &std::sync::atomic::AtomicBool,
+    pace: &Pace,
 ) -> std::io::Result<()> {
     stream.set_read_timeout(Some(Duration::from_secs(10)))?;
     let mut reader = BufReader::new(stream.try_clone()?);
@@ -573,10 +609,16 @@ fn handle(
         headers,
         body,
         status,
+        at: Instant::now(),
     });
-    while held.load(std::sync::atomic::Ordering::SeqCst) {
+    use std::sync::atomic::Ordering::SeqCst;
+    let now = pace.now.fetch_add(1, SeqCst) + 1;
+    pace.max.fetch_max(now, SeqCst);
+    std::thread::sleep(Duration::from_millis(pace.delay_ms.load(SeqCst)));
+    while held.load(SeqCst) {
         std::thread::sleep(Duration::from_millis(10));
     }
+    pace.now.fetch_sub(1, SeqCst);
     write!(
         stream,
         "HTTP/1.1 {status} X\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
