@@ -20,11 +20,11 @@
 //! - Any other status, a timeout, a refused connection → retried after the next delay of the
 //!   schedule, ±20 % jitter, later if the app's `Retry-After` asks (at most
 //!   [`crate::outbox::MAX_RETRY_AFTER`]).
-//! - When the kind's target takes a row after failures (or takes a row that had failed before),
-//!   the kind's rows waiting on a retry delay become due at once ([`Write::Recover`]): after an
-//!   outage the backlog goes out within seconds of the app answering again, not at each row's
-//!   next delay. A row that fails alone while others succeed is therefore retried sooner than
-//!   its schedule says, and uses up its schedule sooner.
+//! - When the kind's target takes a row after an outage ([`RECOVER_AFTER`] failures in a row, or
+//!   at its first answer since the start a row that had failed before), the kind's rows waiting
+//!   on a retry delay become due at once ([`Write::Recover`]): the backlog goes out within
+//!   seconds of the app answering again, not at each row's next delay. A row that fails alone
+//!   between successes keeps its own schedule.
 //! - Circuit breaker: `breaker_failures` failures in a row (no answer or an error status) pause
 //!   the kind for `breaker_cooldown`: no attempt of it meanwhile (rows already handed out are
 //!   left due; on PostgreSQL, leased, they are due again when their lease lapses); then one
@@ -283,6 +283,8 @@ struct Shared<P> {
     in_flight: Mutex<HashSet<i64>>,
     /// The target's failures since its last success.
     failures: AtomicU32,
+    /// Whether the target has taken a row since the worker started.
+    answered: AtomicBool,
     breaker: Mutex<Breaker>,
     /// Wakes the poller: a commit, a free attempt thread, `stop`.
     signal: Arc<Signal>,
@@ -474,6 +476,7 @@ impl Worker {
                 stop: stop.clone(),
                 in_flight: Mutex::new(HashSet::new()),
                 failures: AtomicU32::new(0),
+                answered: AtomicBool::new(false),
                 breaker: Mutex::new(Breaker::Closed),
                 signal,
             });
@@ -655,6 +658,11 @@ fn attempts<P: OutboxReader + Sync>(shared: &Shared<P>, rows: &Mutex<Receiver<Pe
     }
 }
 
+/// Failures in a row before a success that make the kind's waiting rows due at once: an
+/// outage, not one row that fails alone between successes (which keeps its schedule, so a row
+/// the app always refuses still takes the schedule's days to go dead).
+const RECOVER_AFTER: u32 = 3;
+
 /// Makes the kind's rows waiting on a retry delay due now, and wakes the poller.
 fn recover<P>(shared: &Shared<P>) {
     match shared.writer.run_blocking(Write::Recover {
@@ -695,9 +703,13 @@ fn deliver<P: OutboxReader>(shared: &Shared<P>, row: PendingRow) -> Result<(), (
         queued,
         attempt,
     });
-    // The target answers again after failures (here, or before a restart): the rows waiting
-    // on a retry delay need not wait it out.
-    if health == Health::Up && (failed_before > 0 || row.attempts > 0) && recorded.is_ok() {
+    // The target answers again after an outage (failures in a row here, or, at its first
+    // answer since the start, a row that failed before the restart): the rows waiting on a
+    // retry delay need not wait it out. One row that fails alone between successes is not an
+    // outage, and keeps its own schedule.
+    let first = health == Health::Up && !shared.answered.swap(true, Ordering::SeqCst);
+    let outage = failed_before >= RECOVER_AFTER || (first && row.attempts > 0);
+    if health == Health::Up && outage && recorded.is_ok() {
         recover(shared);
     }
     match recorded {

@@ -217,6 +217,43 @@ fn after_an_outage_the_next_success_makes_every_row_waiting_on_backoff_due() {
     assert_eq!(app.deliveries().len(), 7, "three failures, four deliveries");
 }
 
+/// One row that fails between successes is no outage: it keeps its own retry delay (a row the
+/// app always refuses still takes its schedule's days to go dead), while the others go out.
+#[test]
+fn a_row_that_fails_alone_between_successes_keeps_its_delay() {
+    // The first attempt fails, every later one succeeds.
+    let app = FakeApp::start(&[500]);
+    let other = FakeApp::start(&[]);
+    let dir = test_dir();
+    let path = lanes_config(
+        dir.path(),
+        &app.url(),
+        &other.url(),
+        "schedule = [\"30s\", \"30s\"]\nconcurrency = 1",
+        "",
+    );
+    let server = Server::start_in(dir.path(), &["--config", &path]);
+    assert_outcome(&server.send(&paid("evt_alone")), "evt_alone", "processed");
+    let db = server.db();
+    let waiting = "SELECT count(*) FROM outbox WHERE kind = 'forward' AND status = 'pending' \
+                   AND attempts = 1 AND key = 'evt_alone'";
+    wait_for(WAIT, || (db.count(waiting) == 1).then_some(())).expect("its first attempt failed");
+    for id in ["evt_ok_1", "evt_ok_2"] {
+        assert_outcome(&server.send(&paid(id)), id, "processed");
+    }
+    let others = "SELECT count(*) FROM outbox WHERE kind = 'forward' AND status = 'done' \
+                  AND key IN ('evt_ok_1', 'evt_ok_2')";
+    wait_for(WAIT, || (db.count(others) == 2).then_some(())).expect("the others went out");
+    // Well within its 30 s delay (24 s at the least, with jitter): still waiting.
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(db.count(waiting), 1, "the lone failed row keeps its delay");
+    assert_eq!(
+        app.deliveries().len(),
+        3,
+        "one failure, two deliveries, no early retry"
+    );
+}
+
 fn breaker_metric(server: &Server, kind: &str) -> Option<String> {
     let (status, metrics) = server.admin_get("/metrics");
     assert_eq!(status, 200, "{metrics}");
