@@ -4,7 +4,9 @@
 //! missing one fails the test): the Python `slack_sdk` package, and the npm package
 //! `@linear/sdk` in the folder `HOOKLEDGER_ORACLES` names (its `node_modules`).
 
-use crate::oracles::{config_with, header, node_oracles, python_has, run, REQUIRE};
+use crate::oracles::{
+    config_with, header, node_oracles, one_byte_changed, python_has, run, REQUIRE,
+};
 use crate::util::*;
 
 #[test]
@@ -48,9 +50,7 @@ fn slacks_sdk_verifies_what_send_signs_and_hookledger_accepts_what_it_signs() {
         )
     };
     assert_eq!(slack_verifies(&body), "True", "slack_sdk verifies send's");
-    let mut changed = body.clone();
-    let at = changed.len() / 2;
-    changed[at] ^= 0x01;
+    let changed = one_byte_changed(&body);
     assert_eq!(slack_verifies(&changed), "False", "and not another body");
 
     // The other way: the SDK signs, hookledger takes it.
@@ -142,9 +142,7 @@ fn linears_sdk_verifies_what_send_signs_and_hookledger_takes_it() {
         )
     };
     assert_eq!(linear(&body), "Issue create", "@linear/sdk verifies send's");
-    let mut changed = body.clone();
-    let at = changed.len() / 2;
-    changed[at] ^= 0x01;
+    let changed = one_byte_changed(&body);
     assert!(
         linear(&changed).starts_with("refused"),
         "and not another body"

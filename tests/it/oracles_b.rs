@@ -6,7 +6,9 @@
 //! `@paddle/paddle-node-sdk` in the folder `HOOKLEDGER_ORACLES` names (`.ci/run` installs them
 //! and sets `HOOKLEDGER_REQUIRE_SDKS`, so in CI a missing one fails the test).
 
-use crate::oracles::{header, node_oracles, python_has, run, REQUIRE};
+use crate::oracles::{
+    accepted_once, header, node_oracles, one_byte_changed, python_has, run, REQUIRE,
+};
 use crate::util::*;
 
 /// A config with one source `name` of `preset`, its secret in the file, and `extra` lines.
@@ -26,36 +28,6 @@ fn config_of(dir: &std::path::Path, name: &str, secret: &str, extra: &str) -> St
 fn sent_by_hookledger(config: &str, name: &str, fixture: &str) -> (Vec<(String, String)>, Vec<u8>) {
     let file = fixtures_dir().join(fixture);
     capture_send(&["--config", config, "--source", name, file.to_str().unwrap()])
-}
-
-/// `body` with `headers` is processed as `event_id`, then a duplicate; with one byte changed,
-/// refused, and nothing more is claimed. `batch`: the reply lists the events of a split body.
-fn accepted_once(
-    server: &Server,
-    name: &str,
-    body: &[u8],
-    headers: &[(&str, &str)],
-    event_id: &str,
-    batch: bool,
-) {
-    let path = format!("/webhooks/{name}");
-    for outcome in ["processed", "duplicate"] {
-        let reply = server.post(&path, body, headers);
-        if batch {
-            assert_eq!(reply.status, 200, "{}", reply.body);
-            let event = &json(&reply)["events"][0];
-            assert_eq!(event["event_id"], event_id, "{}", reply.body);
-            assert_eq!(event["outcome"], outcome, "{}", reply.body);
-        } else {
-            assert_outcome(&reply, event_id, outcome);
-        }
-    }
-    let mut changed = body.to_vec();
-    let at = changed.len() / 2;
-    changed[at] ^= 0x01;
-    let reply = server.post(&path, &changed, headers);
-    assert_eq!(reply.status, 400, "one changed byte: {}", reply.body);
-    assert_eq!(ledger_count(&server.db()), 1);
 }
 
 #[test]
@@ -97,8 +69,7 @@ fn squares_sdk_verifies_what_send_signs_and_hookledger_accepts_what_it_signs() {
         "True",
         "the SDK verifies send's"
     );
-    let mut changed = body.clone();
-    changed[10] ^= 0x01;
+    let changed = one_byte_changed(&body);
     assert_eq!(verified(&signature, &changed), "False");
 
     // The SDK only verifies: Square's published algorithm signs, and the SDK agrees first.
@@ -120,7 +91,7 @@ fn squares_sdk_verifies_what_send_signs_and_hookledger_accepts_what_it_signs() {
     let server = Server::start_in(dir.path(), &["--config", &config]);
     accepted_once(
         &server,
-        "square",
+        "/webhooks/square",
         &body,
         &[("x-square-hmacsha256-signature", &signed)],
         "6a8f5f28-54a1-4eb0-a98a-3111513fd4fc",
@@ -180,7 +151,7 @@ fn hubspots_sdk_verifies_what_send_signs_and_hookledger_accepts_what_it_signs() 
     let server = Server::start_in(dir.path(), &["--config", &config]);
     accepted_once(
         &server,
-        "hubspot",
+        "/webhooks/hubspot",
         &body,
         &[
             ("X-HubSpot-Signature-v3", &signed),
@@ -239,7 +210,7 @@ fn workoss_sdk_verifies_what_send_signs_and_hookledger_accepts_what_it_signs() {
     let server = Server::start_in(dir.path(), &["--config", &config]);
     accepted_once(
         &server,
-        "workos",
+        "/webhooks/workos",
         &body,
         &[("WorkOS-Signature", &signed)],
         "event_01H2GNQD5B9QC2A6PQ4PVDRZSC",
@@ -247,7 +218,6 @@ fn workoss_sdk_verifies_what_send_signs_and_hookledger_accepts_what_it_signs() {
     );
 }
 
-/// The folder with `node_modules/@paddle/paddle-node-sdk`, if there is one.
 #[test]
 fn paddles_sdk_verifies_what_send_signs_and_hookledger_accepts_what_it_signs() {
     let oracles = node_oracles("@paddle/paddle-node-sdk");
@@ -300,7 +270,7 @@ fn paddles_sdk_verifies_what_send_signs_and_hookledger_accepts_what_it_signs() {
     let server = Server::start_in(dir.path(), &["--config", &config]);
     accepted_once(
         &server,
-        "paddle",
+        "/webhooks/paddle",
         &body,
         &[("Paddle-Signature", &signed)],
         event_id,

@@ -6,22 +6,10 @@
 //! packages `polar-sdk` and `standardwebhooks` (`.ci/run` installs them and sets
 //! `HOOKLEDGER_REQUIRE_SDKS`, so in CI a missing one fails the test).
 
-use crate::oracles::{config_with, header, node_oracles, python_has, run, REQUIRE};
+use crate::oracles::{
+    accepted_once, config_with, header, node_oracles, one_byte_changed, python_has, run, REQUIRE,
+};
 use crate::util::*;
-
-/// `body` with `headers` to source `name` is processed as `event_id`, then a duplicate; with
-/// one byte changed, refused, and nothing more is claimed.
-fn accepted_once(server: &Server, name: &str, body: &[u8], headers: &[(&str, &str)], id: &str) {
-    let path = format!("/webhooks/{name}");
-    assert_outcome(&server.post(&path, body, headers), id, "processed");
-    assert_outcome(&server.post(&path, body, headers), id, "duplicate");
-    let mut changed = body.to_vec();
-    let at = changed.len() / 2;
-    changed[at] ^= 0x01;
-    let reply = server.post(&path, &changed, headers);
-    assert_eq!(reply.status, 400, "one changed byte: {}", reply.body);
-    assert_eq!(ledger_count(&server.db()), 1);
-}
 
 #[test]
 fn shopifys_sdk_verifies_what_send_signs_and_hookledger_accepts_what_it_signs() {
@@ -88,8 +76,7 @@ fn shopifys_sdk_verifies_what_send_signs_and_hookledger_accepts_what_it_signs() 
         format!("valid {id} ORDERS_CREATE"),
         "the SDK verifies send's: {headers:?}"
     );
-    let mut changed = body.clone();
-    changed[10] ^= 0x01;
+    let changed = one_byte_changed(&body);
     assert_eq!(node(&["verify", secret, &sent], &changed), "invalid_hmac");
 
     let signed = node(&["sign", secret], &body);
@@ -111,7 +98,7 @@ fn shopifys_sdk_verifies_what_send_signs_and_hookledger_accepts_what_it_signs() 
         "the SDK verifies Shopify's algorithm"
     );
     let server = Server::start_in(dir.path(), &["--config", &config]);
-    accepted_once(&server, "shop", &body, &delivery, id);
+    accepted_once(&server, "/webhooks/shop", &body, &delivery, id, false);
     let _ = std::fs::remove_file(&path);
 }
 
@@ -169,8 +156,7 @@ fn polars_sdk_verifies_what_send_signs_and_hookledger_accepts_what_it_signs() {
         "verified order.paid",
         "the SDK verifies send's: {headers:?}"
     );
-    let mut changed = body.clone();
-    changed[10] ^= 0x01;
+    let changed = one_byte_changed(&body);
     assert_eq!(
         verified(&sent, &changed),
         "refused: No matching signature found"
@@ -205,7 +191,7 @@ fn polars_sdk_verifies_what_send_signs_and_hookledger_accepts_what_it_signs() {
         .map(|(k, v)| (k.as_str(), v.as_str()))
         .collect();
     let server = Server::start_in(dir.path(), &["--config", &config]);
-    accepted_once(&server, "polar", &body, &delivery, id);
+    accepted_once(&server, "/webhooks/polar", &body, &delivery, id, false);
 }
 
 /// Standard base64 with padding.
