@@ -35,6 +35,9 @@ pub(crate) const MESSAGE_CHARS: usize = 300;
 pub(crate) const KEEP_SECS: i64 = 86_400;
 /// Rows kept per source at most (a flood keeps its newest).
 pub(crate) const ROWS_PER_SOURCE: i64 = 2_000;
+/// The source refusals for a name no source has are kept under (as `/metrics` counts them):
+/// one bucket, whatever names are asked for.
+pub(crate) const UNKNOWN_SOURCE: &str = "-";
 
 #[derive(Debug, Default)]
 struct Bucket {
@@ -78,6 +81,16 @@ impl Refusals {
             last.0 = at;
             last.2 += 1;
         }
+    }
+
+    /// Counts one request for `name`, which no source has.
+    pub(crate) fn record_unknown(&self, name: &str, at: i64) {
+        let unknown: Arc<str> = Arc::from(UNKNOWN_SOURCE);
+        self.record(&unknown, "unknown_source", at, || {
+            format!(
+                "POST /webhooks/{name}: no source has that name; check the URL set at the provider"
+            )
+        });
     }
 
     /// What was counted since the last call, as rows, and an empty count.

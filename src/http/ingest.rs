@@ -49,6 +49,7 @@ pub(crate) async fn webhook(
     let started = Instant::now();
     let Some(source) = ingest.sources.get(name.as_str()) else {
         let rejection = Rejection::unknown_source();
+        ingest.refusals.record_unknown(&name, unix_now());
         let seconds = started.elapsed().as_secs_f64();
         ingest.metrics.rejected(None, rejection.kind, seconds);
         return rejection.into_response();

@@ -20,6 +20,7 @@ use axum::response::Response;
 use super::html::{age, esc, page as html_page, param, q, TOKEN_FIELD};
 use super::{change, read_ledger, read_refusal, Admin};
 use crate::metrics::{Activity, Outcome};
+use crate::refusals::UNKNOWN_SOURCE;
 use crate::store::console::{SourceSummary, WINDOW_SECS};
 use crate::store::listings::{OutboxRow, OutboxSummary};
 use crate::store::Write;
@@ -32,6 +33,8 @@ const DEAD_ROWS: usize = 20;
 /// What the page shows from the database.
 struct Stored {
     sources: Vec<SourceSummary>,
+    /// Requests for a name no source has, when there were some in the window.
+    unknown: Option<SourceSummary>,
     outbox: OutboxSummary,
     dead: Vec<OutboxRow>,
     oldest_claim: Option<i64>,
@@ -46,10 +49,14 @@ pub(super) async fn page(
         return refused;
     }
     let now = unix_now();
-    let names = admin.sources.clone();
+    let mut names = admin.sources.clone();
+    names.push(UNKNOWN_SOURCE.to_string());
     let read = read_ledger(&admin, move |conn| {
+        let mut sources = crate::store::console::summaries(conn, &names, now)?;
+        let unknown = sources.pop().filter(|u| u.refused() > 0);
         Ok(Stored {
-            sources: crate::store::console::summaries(conn, &names, now)?,
+            sources,
+            unknown,
             outbox: crate::store::listings::outbox_summary(conn)?,
             dead: crate::store::listings::outbox_dead(conn, DEAD_ROWS)?,
             oldest_claim: crate::store::listings::oldest_claim(conn)?,
@@ -109,6 +116,16 @@ fn render(
         );
     }
     summary(&mut h, &stored.sources, now);
+    if let Some(unknown) = &stored.unknown {
+        let _ = write!(
+            h,
+            "<h2>Requests for no source</h2><p class=refused id=unknown-source>{} requests in \
+             the last {} min named a source that does not exist.</p>",
+            unknown.refused(),
+            WINDOW_SECS / 60
+        );
+        refusals(&mut h, unknown, now);
+    }
     sources(&mut h, &stored.sources, activity, now);
     outbox(&mut h, stored, now);
     retention(&mut h, admin, stored, now);
