@@ -559,6 +559,38 @@ mod tests {
     }
 
     #[test]
+    fn targets_are_shown_without_credentials_or_query_and_commands_as_argv() {
+        let mut deploy = crate::DeliveryConfig::new("deploy", "");
+        deploy.command = Some(vec!["/bin/sh".into(), "deploy.sh".into()]);
+        let config = Config {
+            forward: Some(ForwardConfig::new(
+                "https://user:p4ss@app.example/hooks?key=s3cret",
+                Secret::new("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"),
+            )),
+            deliveries: vec![
+                crate::DeliveryConfig::new("receipt", "http://mail.example:8025/send"),
+                crate::DeliveryConfig::new("same", ""),
+                deploy,
+            ],
+            ..Config::default()
+        };
+        let shown = shown_targets(&config);
+        let text: Vec<(&str, &str)> = shown
+            .iter()
+            .map(|(k, t)| (k.as_str(), t.as_str()))
+            .collect();
+        assert_eq!(
+            text,
+            [
+                ("forward", "https://app.example/hooks?…"),
+                ("receipt", "http://mail.example:8025/send"),
+                ("same", "https://app.example/hooks?…"),
+                ("deploy", "/bin/sh deploy.sh"),
+            ]
+        );
+    }
+
+    #[test]
     fn shutdown_ends_even_while_an_app_still_holds_a_router() {
         let dir = tempfile::tempdir().unwrap();
         let hookledger = Hookledger::builder()
