@@ -117,8 +117,11 @@ fn status_shows_refusals_by_reason_with_messages_and_survives_a_restart() {
     }
     let missing = server.post("/webhooks/gitlab", b"{}", &[]);
     assert_error(&missing, 400, "invalid_signature");
+    let typo = server.post("/webhooks/gitlba", b"{}", &[]);
+    assert_error(&typo, 404, "unknown_source");
     let db = server.db();
     wait_refusals(&db, "gitlab", 4);
+    wait_refusals(&db, "-", 1);
     // Only hookledger's own words: never the token that was sent.
     assert_eq!(
         db.count("SELECT count(*) FROM hookledger_refusals WHERE message LIKE '%wrong-token%'"),
@@ -150,6 +153,8 @@ fn status_shows_refusals_by_reason_with_messages_and_survives_a_restart() {
         );
         for needle in [
             "missing X-Gitlab-Token header",
+            "1 requests in the last 15 min named a source that does not exist",
+            "POST /webhooks/gitlba: no source has that name",
             "push-1",
             "push-2",
             "evt_ok",
@@ -334,4 +339,76 @@ fn every_change_of_the_console_refuses_without_the_admin_token() {
             "{path}"
         );
     }
+}
+
+/// A flood of refusals from several threads at once is kept exactly (every request counted)
+/// in a bounded number of rows: a few per source, reason and second, not one per request;
+/// the accepted events meanwhile are all processed.
+#[test]
+fn a_flood_of_refusals_is_counted_exactly_in_few_rows() {
+    let app = FakeApp::start(&[]);
+    let server = start_console(&app.url());
+    let started = std::time::Instant::now();
+    let flood = 600;
+    std::thread::scope(|s| {
+        for t in 0..6 {
+            let server = &server;
+            s.spawn(move || {
+                for i in 0..flood / 6 {
+                    let reply = gitlab(server, &format!("f-{t}-{i}"), "Push Hook", "wrong-token");
+                    assert_error(&reply, 400, "invalid_signature");
+                }
+            });
+        }
+        for i in 0..20 {
+            let id = format!("evt_during_flood_{i}");
+            assert_outcome(&server.send(&paid(&id)), &id, "processed");
+        }
+    });
+    let db = server.db();
+    wait_refusals(&db, "gitlab", flood);
+    let seconds = started.elapsed().as_secs() as i64 + 2;
+    let rows = db.count("SELECT count(*) FROM hookledger_refusals");
+    assert!(
+        rows <= 3 * seconds,
+        "{rows} rows for {flood} refusals in {seconds} s"
+    );
+    assert_eq!(ledger_count(&db), 20);
+}
+
+/// The events browser pages: 50 a page, newest first, a link to the older ones and back.
+#[test]
+fn the_events_browser_pages_through_the_ledger() {
+    let app = FakeApp::start(&[]);
+    let server = start_console(&app.url());
+    for i in 0..53 {
+        let id = format!("evt_page_{i:02}");
+        assert_outcome(&server.send(&paid(&id)), &id, "processed");
+    }
+    let links = |page: &str| page.matches("<a class=event-link").count();
+    let first = get(&server, "/events?source=stripe");
+    assert_eq!(links(&first), 50);
+    let older = first
+        .split("<a id=older href=\"")
+        .nth(1)
+        .and_then(|s| s.split('"').next())
+        .unwrap_or_else(|| panic!("no older link in {first}"))
+        .replace("&amp;", "&");
+    assert_eq!(older, "/events?source=stripe&page=1");
+    let second = get(&server, &older);
+    assert_eq!(links(&second), 3);
+    assert!(!second.contains("id=older"), "{second}");
+    assert!(second.contains("<a id=newer href=\"/events?source=stripe&amp;page=0\""));
+    let mut seen: Vec<String> = [&first, &second]
+        .iter()
+        .flat_map(|p| {
+            p.split("<a class=event-link href=\"/event?source=stripe&amp;id=")
+                .skip(1)
+                .map(|s| s.split('"').next().unwrap().to_string())
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    seen.sort();
+    seen.dedup();
+    assert_eq!(seen.len(), 53, "every event once over the two pages");
 }
