@@ -78,6 +78,8 @@ pub struct Hookledger {
     workers: Vec<Box<dyn Background>>,
     /// No second server on this database while this one lives.
     lock: ServeGuard,
+    /// When it was opened (Unix seconds): the console's uptime.
+    started_at: i64,
 }
 
 /// Builds a [`Hookledger`] in code: its config (or parts of it) and the app's own Rust
@@ -209,6 +211,7 @@ impl Hookledger {
             metrics.writer(),
         )
         .context("cannot start the writer thread")?;
+        let refusals = Arc::new(crate::refusals::Refusals::default());
         let mut workers: Vec<Box<dyn Background>> = Vec::new();
         if serving {
             if !targets.is_empty() {
@@ -227,6 +230,10 @@ impl Hookledger {
                 reader.clone(),
             )?));
             workers.extend(stripe::background(&config, &sources, &handle, &reader)?);
+            workers.push(Box::new(crate::refusals::Flusher::spawn(
+                refusals.clone(),
+                handle.clone(),
+            )?));
         }
         let ingest = Arc::new(Ingest {
             sources: sources.clone(),
@@ -235,6 +242,7 @@ impl Hookledger {
             writer: handle.clone(),
             rejection_log: Default::default(),
             metrics: metrics.clone(),
+            refusals,
         });
         Ok(Hookledger {
             app: server::router(ingest),
@@ -246,6 +254,7 @@ impl Hookledger {
             metrics,
             workers,
             lock: guard,
+            started_at: crate::time::unix_now(),
         })
     }
 
@@ -272,6 +281,9 @@ impl Hookledger {
                 .config
                 .admin_listen
                 .is_some_and(|at| !at.ip().is_loopback()),
+            sources: self.config.sources.iter().map(|s| s.name.clone()).collect(),
+            targets: shown_targets(&self.config),
+            started_at: self.started_at,
         })
     }
 
@@ -499,6 +511,34 @@ impl Drop for RunningServer {
     }
 }
 
+/// Each delivery kind's target as the console shows it: a URL without its credentials and
+/// query (either may hold a secret), or a command's argv.
+fn shown_targets(config: &Config) -> Vec<(String, String)> {
+    let url = |text: &str| match url::Url::parse(text) {
+        Ok(mut u) => {
+            let _ = u.set_password(None);
+            let _ = u.set_username("");
+            let query = if u.query().is_some() { "?…" } else { "" };
+            u.set_query(None);
+            format!("{u}{query}")
+        }
+        Err(_) => "(not a URL)".to_string(),
+    };
+    let mut targets = Vec::new();
+    if let Some(forward) = &config.forward {
+        targets.push((crate::outbox::FORWARD.to_string(), url(&forward.url)));
+    }
+    for d in &config.deliveries {
+        let shown = match (&d.command, d.url.as_str(), &config.forward) {
+            (Some(argv), _, _) => argv.join(" "),
+            (None, "", Some(forward)) => url(&forward.url),
+            (None, u, _) => url(u),
+        };
+        targets.push((d.kind.clone(), shown));
+    }
+    targets
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -516,6 +556,38 @@ mod tests {
         fn handle(&self, _: &Tx<'_>, _: &crate::Event, _: Prepared) -> Result<(), StoreError> {
             Ok(())
         }
+    }
+
+    #[test]
+    fn targets_are_shown_without_credentials_or_query_and_commands_as_argv() {
+        let mut deploy = crate::DeliveryConfig::new("deploy", "");
+        deploy.command = Some(vec!["/bin/sh".into(), "deploy.sh".into()]);
+        let config = Config {
+            forward: Some(ForwardConfig::new(
+                "https://user:p4ss@app.example/hooks?key=s3cret",
+                Secret::new("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"),
+            )),
+            deliveries: vec![
+                crate::DeliveryConfig::new("receipt", "http://mail.example:8025/send"),
+                crate::DeliveryConfig::new("same", ""),
+                deploy,
+            ],
+            ..Config::default()
+        };
+        let shown = shown_targets(&config);
+        let text: Vec<(&str, &str)> = shown
+            .iter()
+            .map(|(k, t)| (k.as_str(), t.as_str()))
+            .collect();
+        assert_eq!(
+            text,
+            [
+                ("forward", "https://app.example/hooks?…"),
+                ("receipt", "http://mail.example:8025/send"),
+                ("same", "https://app.example/hooks?…"),
+                ("deploy", "/bin/sh deploy.sh"),
+            ]
+        );
     }
 
     #[test]

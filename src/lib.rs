@@ -28,7 +28,8 @@
 //! 11. `command.rs`: the outbox target that runs a `[[delivery]]` `command` (argv, payload on
 //!     stdin, its process group killed past its timeout).
 //! 12. `delivery.rs`: the outbox worker and its POST target.
-//! 13. `retention.rs`: pruning what the provider can no longer resend.
+//! 13. `retention.rs`: pruning what the provider can no longer resend. `refusals.rs`: refused
+//!     requests counted in memory, kept in the database once a second for `/status`.
 //! 14. `stripe/`: the Stripe wing: billing (and its batch form), the refresh on ties, the API
 //!     client, reconcile, its settings, sample events; `stripe/mod.rs` is what the composition
 //!     root calls.
@@ -56,6 +57,7 @@ mod http;
 mod log_budget;
 mod metrics;
 mod outbox;
+mod refusals;
 mod retention;
 mod source;
 mod sql;

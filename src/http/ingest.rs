@@ -20,6 +20,7 @@ use crate::http::body::{declared_size, read_body, BodyBudget};
 use crate::http::error::{IngestError, Rejection};
 use crate::log_budget::LogBudget;
 use crate::metrics::{self, Metrics, Seen};
+use crate::refusals::Refusals;
 use crate::source::{Challenge, Source, Split};
 use crate::sql::StoreError;
 use crate::store::Outcome;
@@ -35,6 +36,8 @@ pub(crate) struct Ingest {
     /// Rejections are logged at most ten a second.
     pub(crate) rejection_log: LogBudget,
     pub(crate) metrics: Arc<Metrics>,
+    /// Refusals counted for `/status` (kept in the database off this path).
+    pub(crate) refusals: Arc<Refusals>,
 }
 
 /// `POST /webhooks/{source}`.
@@ -46,6 +49,7 @@ pub(crate) async fn webhook(
     let started = Instant::now();
     let Some(source) = ingest.sources.get(name.as_str()) else {
         let rejection = Rejection::unknown_source();
+        ingest.refusals.record_unknown(&name, unix_now());
         let seconds = started.elapsed().as_secs_f64();
         ingest.metrics.rejected(None, rejection.kind, seconds);
         return rejection.into_response();
@@ -195,6 +199,12 @@ fn refuse(
             log::warn!("{name} {id} rejected {kind} {code}: {text} {ms:.1}ms{more}");
         }
     }
+    ingest
+        .refusals
+        .record(name, rejection.kind, unix_now(), || match &known {
+            Some(k) => format!("event {}: {}", k.id, err.log_text()),
+            None => err.log_text(),
+        });
     match known {
         Some(Known { id, kind }) => {
             let seen = Seen {

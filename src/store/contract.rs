@@ -355,6 +355,185 @@ fn retention_deletes_only_older_claims(stores: &mut Stores) {
     assert_eq!(count(stores, "SELECT count(*) FROM webhook_events"), 1);
 }
 
+/// Refusals are kept as written, pruned by age and capped per source in the same write, and
+/// read back by reason with their newest messages; the console's event filter and a kind's
+/// revival read and change only what they name.
+fn refusals_are_capped_and_pruned_and_the_console_reads_them(stores: &mut Stores) {
+    use crate::store::refusals::RefusalRow;
+    let row = |source: &str, reason: &str, at: i64, message: &str| RefusalRow {
+        source: source.into(),
+        reason: reason.into(),
+        at,
+        count: 2,
+        message: message.into(),
+    };
+    let first = Write::Refusals {
+        rows: vec![
+            row("src", "invalid_signature", 10, "too old to keep"),
+            row("src", "invalid_signature", 1000, "no signature matches"),
+            row(
+                "src",
+                "invalid_signature",
+                1001,
+                "missing Stripe-Signature header",
+            ),
+            row("src", "invalid_event", 1002, "no `id`"),
+            row("other", "invalid_signature", 1003, "other's"),
+        ],
+        before: 0,
+        cap: 10,
+    };
+    assert_eq!(
+        written(
+            stores
+                .writer
+                .run_batch(vec![Work::Write(&first)], 1100)
+                .unwrap()
+        ),
+        5
+    );
+    // Past the age and past the cap of 2 for `src`: its oldest go, `other` keeps its row.
+    let second = Write::Refusals {
+        rows: vec![row(
+            "src",
+            "invalid_signature",
+            1004,
+            "no signature matches",
+        )],
+        before: 500,
+        cap: 2,
+    };
+    assert_eq!(
+        written(
+            stores
+                .writer
+                .run_batch(vec![Work::Write(&second)], 1100)
+                .unwrap()
+        ),
+        1
+    );
+    assert_eq!(
+        count(
+            stores,
+            "SELECT count(*) FROM hookledger_refusals WHERE source = 'src'"
+        ),
+        2
+    );
+    assert_eq!(
+        count(
+            stores,
+            "SELECT count(*) FROM hookledger_refusals WHERE source = 'other'"
+        ),
+        1
+    );
+    let names = vec!["src".to_string(), "other".to_string()];
+    let summaries = stores
+        .reader
+        .read(|ledger| crate::store::console::summaries(ledger, &names, 1100))
+        .unwrap();
+    let src = &summaries[0];
+    assert_eq!(src.refused(), 4);
+    let reasons: Vec<(&str, i64)> = src
+        .refusals
+        .iter()
+        .map(|r| (r.reason.as_str(), r.count))
+        .collect();
+    assert_eq!(reasons, [("invalid_event", 2), ("invalid_signature", 2)]);
+    assert_eq!(
+        src.refusals[1].messages,
+        [(1004, "no signature matches".to_string())]
+    );
+    assert_eq!(summaries[1].refused(), 2);
+
+    stores
+        .writer
+        .run_batch(
+            vec![
+                event("evt_a1", true),
+                event("evt_a2", true),
+                event("evt_b", false),
+            ],
+            900,
+        )
+        .unwrap();
+    let filter = crate::store::console::EventFilter {
+        id_prefix: Some("evt_a".into()),
+        from: Some(900),
+        ..Default::default()
+    };
+    let found = stores
+        .reader
+        .read(|ledger| crate::store::console::events(ledger, &filter, 10, 0))
+        .unwrap();
+    let mut ids: Vec<&str> = found.iter().map(|e| e.event_id.as_str()).collect();
+    ids.sort();
+    assert_eq!(ids, ["evt_a1", "evt_a2"]);
+    let later = crate::store::console::EventFilter {
+        from: Some(901),
+        ..filter
+    };
+    assert!(stores
+        .reader
+        .read(|ledger| crate::store::console::events(ledger, &later, 10, 0))
+        .unwrap()
+        .is_empty());
+    let detail = stores
+        .reader
+        .read(|ledger| crate::store::console::event(ledger, "src", "evt_a1"))
+        .unwrap()
+        .expect("evt_a1");
+    assert_eq!(detail.outbox.len(), 1);
+    assert_eq!(detail.payload.as_deref(), Some(&br#"{"id":"evt_a1"}"#[..]));
+
+    let dead = Write::Record {
+        id: detail.outbox[0].id,
+        queued: 0,
+        attempt: Attempt::Dead {
+            error: "HTTP 410".into(),
+        },
+    };
+    assert_eq!(
+        written(
+            stores
+                .writer
+                .run_batch(vec![Work::Write(&dead)], 950)
+                .unwrap()
+        ),
+        1
+    );
+    let other = Write::ReviveKind {
+        kind: "other".into(),
+    };
+    assert_eq!(
+        written(
+            stores
+                .writer
+                .run_batch(vec![Work::Write(&other)], 960)
+                .unwrap()
+        ),
+        0
+    );
+    let forward = Write::ReviveKind {
+        kind: "forward".into(),
+    };
+    assert_eq!(
+        written(
+            stores
+                .writer
+                .run_batch(vec![Work::Write(&forward)], 960)
+                .unwrap()
+        ),
+        1
+    );
+    assert_eq!(
+        count(
+            stores,
+            "SELECT count(*) FROM outbox WHERE status = 'pending'"
+        ),
+        2
+    );
+}
+
 macro_rules! contract {
     ($store:ident, $open:expr) => {
         mod $store {
@@ -414,6 +593,14 @@ macro_rules! contract {
                     return;
                 };
                 super::retention_deletes_only_older_claims(&mut stores);
+            }
+
+            #[test]
+            fn refusals_are_capped_and_pruned_and_the_console_reads_them() {
+                let Some((_guard, mut stores)) = $open else {
+                    return;
+                };
+                super::refusals_are_capped_and_pruned_and_the_console_reads_them(&mut stores);
             }
         }
     };

@@ -72,10 +72,11 @@ pub(crate) fn outbox_show(conn: &dyn Session, id: i64) -> anyhow::Result<Option<
     rows.first().map(outbox_row).transpose()
 }
 
-const OUTBOX_COLUMNS: &str = "id, kind, source, key, status, attempts, next_attempt_at, \
+pub(crate) const OUTBOX_COLUMNS: &str =
+    "id, kind, source, key, status, attempts, next_attempt_at, \
     last_error, created_at, done_at, output";
 
-fn outbox_row(r: &Row) -> anyhow::Result<OutboxRow> {
+pub(crate) fn outbox_row(r: &Row) -> anyhow::Result<OutboxRow> {
     Ok(OutboxRow {
         id: r.get(0)?,
         kind: text(r, 1)?,

@@ -8,7 +8,8 @@
 //!   batched;
 //! - the SQL both stores run, on [`Session`](crate::sql::Session): the claim (`ledger.rs`), the
 //!   outbox's writes (`outbox.rs`), retention (`retention.rs`), the listings
-//!   (`listings.rs`), the app's migrations (`app_schema.rs`), the copy from one store to the
+//!   (`listings.rs`), the operator's console (`console.rs`), refused requests kept for it
+//!   (`refusals.rs`), the app's migrations (`app_schema.rs`), the copy from one store to the
 //!   other (`copy.rs`);
 //! - `owned.rs`: hookledger's own tables, which a handler may read but not change (it may add
 //!   outbox rows);
@@ -17,6 +18,7 @@
 //! - `contract.rs` (tests): one suite every store passes.
 
 mod app_schema;
+pub(crate) mod console;
 #[cfg(test)]
 mod contract;
 pub(crate) mod copy;
@@ -26,6 +28,7 @@ pub(crate) mod outbox;
 mod owned;
 pub(crate) mod pipeline;
 pub(crate) mod postgres;
+pub(crate) mod refusals;
 pub(crate) mod retention;
 pub(crate) mod seam;
 pub(crate) mod sqlite;

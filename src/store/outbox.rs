@@ -110,6 +110,20 @@ pub(crate) fn retry_all_dead(tx: &dyn Session, now: i64) -> Result<u64, StoreErr
     )
 }
 
+/// Puts the dead rows of `kind` back to pending with a fresh schedule. Returns how many.
+pub(crate) fn retry_dead_of_kind(
+    tx: &dyn Session,
+    kind: &str,
+    now: i64,
+) -> Result<u64, StoreError> {
+    tx.execute(
+        "UPDATE outbox SET status = 'pending', attempts = 0, next_attempt_at = $2, done_at = NULL,
+             queued = queued + 1, leased_until = NULL
+         WHERE status = 'dead' AND kind = $1",
+        &[&kind, &now],
+    )
+}
+
 /// Queues a new forward of a stored event of `source` (a replay), or puts its existing row
 /// back to pending. Returns false if the event is not in the ledger or its payload is gone.
 pub(crate) fn replay(

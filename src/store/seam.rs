@@ -39,9 +39,19 @@ pub(crate) enum Write {
     PruneOutbox { before: i64 },
     /// Puts dead outbox row `id` back to pending (or, with `None`, every dead row).
     Revive { id: Option<i64> },
+    /// Puts the dead outbox rows of `kind` back to pending.
+    ReviveKind { kind: String },
     /// Queues a new forward of a stored event of `source`, or puts its existing row back to
     /// pending.
     Replay { source: String, event_id: String },
+    /// Keeps refused requests for `/status` (`rows`), deletes those refused before `before`,
+    /// and keeps at most `cap` rows per source of `rows`: a flood of refusals takes bounded
+    /// room.
+    Refusals {
+        rows: Vec<crate::store::refusals::RefusalRow>,
+        before: i64,
+        cap: i64,
+    },
     /// Rewrites the heartbeat row: `/readyz`'s proof that a write commits.
     Heartbeat { at: i64 },
 }

@@ -11,6 +11,7 @@ mod batches;
 mod billing;
 mod browser;
 mod commands;
+mod console;
 mod crash;
 mod effects;
 mod embed;

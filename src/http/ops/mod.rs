@@ -10,6 +10,11 @@
 //! - `GET /metrics`: Prometheus (OpenMetrics text), see [`crate::metrics`].
 //! - `GET /status`: an HTML page for people; `POST /status/retry-dead` puts the dead outbox rows
 //!   back to pending (see [`status`]).
+//! - `GET /events`, `GET /event`: the events browser, and an event's page with its payload and
+//!   outbox rows; `POST /event/replay` (see [`events`]).
+//! - `GET /outbox`, `GET /outbox/row`: the outbox by kind and status, one row; `POST
+//!   /outbox/retry` (one dead row) and `POST /outbox/retry-dead` (the dead rows of a kind)
+//!   (see [`outbox`]).
 //!
 //! # Who may do what
 //! Nothing changes data without the admin token (`--admin-token`), sent as
@@ -18,6 +23,9 @@
 //! loopback (start-up refuses such a listener without a token). Health and readiness never do:
 //! load balancers and probes call them, and they show nothing about events.
 
+mod events;
+mod html;
+mod outbox;
 mod status;
 
 use std::path::Path;
@@ -60,6 +68,12 @@ pub(crate) struct Admin {
     pub(crate) token: Option<Secret>,
     /// `/metrics` and `/status` need the token too (the listener is not on loopback).
     pub(crate) reads_need_token: bool,
+    /// The configured sources' names, in order.
+    pub(crate) sources: Vec<String>,
+    /// Each delivery kind's target as shown: a URL (without credentials or query) or a command.
+    pub(crate) targets: Vec<(String, String)>,
+    /// When this process started (Unix seconds), for its uptime.
+    pub(crate) started_at: i64,
 }
 
 pub(crate) fn router(admin: Admin) -> Router {
@@ -69,6 +83,13 @@ pub(crate) fn router(admin: Admin) -> Router {
         .route("/metrics", get(metrics))
         .route("/status", get(status::page))
         .route("/status/retry-dead", post(status::retry_dead))
+        .route("/events", get(events::list))
+        .route("/event", get(events::show))
+        .route("/event/replay", post(events::replay))
+        .route("/outbox", get(outbox::list))
+        .route("/outbox/row", get(outbox::show))
+        .route("/outbox/retry", post(outbox::retry))
+        .route("/outbox/retry-dead", post(outbox::retry_dead))
         .fallback(|| async { Rejection::not_found() })
         .with_state(Arc::new(admin))
 }
@@ -166,6 +187,42 @@ async fn read_ledger<T: Send + 'static>(
         )
             .into_response()
     })
+}
+
+/// A change asked for by a form of the console: refused without the admin token (the form's
+/// `token` field or a bearer token, never basic auth, which a browser would send by itself
+/// for another site's form); else `write` (read from the form; `Err`: 400 with its text) is
+/// committed by the writer, and the answer is a redirect (303) to `then(changed rows)`.
+pub(super) async fn change(
+    admin: &Admin,
+    headers: &HeaderMap,
+    form: &[u8],
+    write: Result<Write, String>,
+    then: impl FnOnce(u64) -> String,
+) -> Response {
+    let token = html::param(form, "token");
+    if let Some(refused) = refusal(admin, headers, Auth::form_or_bearer(token.as_deref())) {
+        return refused;
+    }
+    let write = match write {
+        Ok(write) => write,
+        Err(why) => return (StatusCode::BAD_REQUEST, format!("{why}\n")).into_response(),
+    };
+    let writer = admin.writer.clone();
+    let done = tokio::task::spawn_blocking(move || writer.run_blocking(write)).await;
+    match done {
+        Ok(Ok(n)) => (StatusCode::SEE_OTHER, [(header::LOCATION, then(n))]).into_response(),
+        Ok(Err(e)) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("nothing was changed: {e}\n"),
+        )
+            .into_response(),
+        Err(e) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("nothing was changed: {e}\n"),
+        )
+            .into_response(),
+    }
 }
 
 /// The answer to a read (`/metrics`, `/status`) that must show the token and does not. Reads

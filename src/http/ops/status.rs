@@ -1,6 +1,9 @@
-//! `GET /status`: one HTML page, rendered here, no script. Per source: this instance's events
-//! per minute and its last events with their outcomes. Then the outbox (rows per kind and
-//! status, the dead rows with their last error) and the retention horizon.
+//! `GET /status`: one HTML page, rendered here, no script. At the top a line per source (its
+//! last event's age, events per minute, refusals in the last 15 minutes); per source its last
+//! events and its refusals by reason with their last messages, read from the database (so
+//! they survive a restart), then what this instance answered since it started (duplicates
+//! and failures are not in the ledger). Then the outbox (rows per kind and status, the dead
+//! rows with their last error) and the retention horizon; version and uptime in the header.
 //!
 //! `POST /status/retry-dead` (the page's button) puts every dead row back to pending through
 //! the writer. It needs the admin token in the form's `token` field or as a bearer token, never
@@ -11,11 +14,14 @@ use std::sync::Arc;
 
 use axum::body::Bytes;
 use axum::extract::{RawQuery, State};
-use axum::http::{header, HeaderMap, StatusCode};
-use axum::response::{Html, IntoResponse, Response};
+use axum::http::HeaderMap;
+use axum::response::Response;
 
-use super::{read_ledger, read_refusal, refusal, Admin, Auth};
+use super::html::{age, esc, page as html_page, param, q, TOKEN_FIELD};
+use super::{change, read_ledger, read_refusal, Admin};
 use crate::metrics::{Activity, Outcome};
+use crate::refusals::UNKNOWN_SOURCE;
+use crate::store::console::{SourceSummary, WINDOW_SECS};
 use crate::store::listings::{OutboxRow, OutboxSummary};
 use crate::store::Write;
 use crate::time::format_time;
@@ -26,6 +32,9 @@ const DEAD_ROWS: usize = 20;
 
 /// What the page shows from the database.
 struct Stored {
+    sources: Vec<SourceSummary>,
+    /// Requests for a name no source has, when there were some in the window.
+    unknown: Option<SourceSummary>,
     outbox: OutboxSummary,
     dead: Vec<OutboxRow>,
     oldest_claim: Option<i64>,
@@ -39,8 +48,15 @@ pub(super) async fn page(
     if let Some(refused) = read_refusal(&admin, &headers) {
         return refused;
     }
-    let read = read_ledger(&admin, |conn| {
+    let now = unix_now();
+    let mut names = admin.sources.clone();
+    names.push(UNKNOWN_SOURCE.to_string());
+    let read = read_ledger(&admin, move |conn| {
+        let mut sources = crate::store::console::summaries(conn, &names, now)?;
+        let unknown = sources.pop().filter(|u| u.refused() > 0);
         Ok(Stored {
+            sources,
+            unknown,
             outbox: crate::store::listings::outbox_summary(conn)?,
             dead: crate::store::listings::outbox_dead(conn, DEAD_ROWS)?,
             oldest_claim: crate::store::listings::oldest_claim(conn)?,
@@ -50,27 +66,10 @@ pub(super) async fn page(
         Ok(stored) => stored,
         Err(refused) => return refused,
     };
-    let revived = query.as_deref().and_then(|q| {
-        url::form_urlencoded::parse(q.as_bytes())
-            .find(|(k, _)| k == "revived")
-            .and_then(|(_, v)| v.parse::<u64>().ok())
-    });
-    let html = render(
-        &admin,
-        &stored,
-        &admin.metrics.activity(),
-        revived,
-        unix_now(),
-    );
-    (
-        [
-            (header::CACHE_CONTROL, "no-store"),
-            // Its button changes data: no other site may frame it.
-            (header::X_FRAME_OPTIONS, "DENY"),
-        ],
-        Html(html),
-    )
-        .into_response()
+    let revived =
+        param(query.unwrap_or_default().as_bytes(), "revived").and_then(|v| v.parse::<u64>().ok());
+    let html = render(&admin, &stored, &admin.metrics.activity(), revived, now);
+    html_page("hookledger status", &html)
 }
 
 pub(super) async fn retry_dead(
@@ -78,44 +77,18 @@ pub(super) async fn retry_dead(
     headers: HeaderMap,
     form: Bytes,
 ) -> Response {
-    let token = url::form_urlencoded::parse(&form)
-        .find(|(k, _)| k == "token")
-        .map(|(_, v)| v.into_owned());
-    if let Some(refused) = refusal(&admin, &headers, Auth::form_or_bearer(token.as_deref())) {
-        return refused;
-    }
-    let writer = admin.writer.clone();
-    let revived =
-        tokio::task::spawn_blocking(move || writer.run_blocking(Write::Revive { id: None })).await;
-    match revived {
-        Ok(Ok(n)) => {
+    change(
+        &admin,
+        &headers,
+        &form,
+        Ok(Write::Revive { id: None }),
+        |n| {
             log::info!("admin: {n} dead outbox rows put back to pending from /status");
-            (
-                StatusCode::SEE_OTHER,
-                [(header::LOCATION, format!("/status?revived={n}"))],
-            )
-                .into_response()
-        }
-        Ok(Err(e)) => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!("the dead rows were not revived: {e}\n"),
-        )
-            .into_response(),
-        Err(e) => (
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("the dead rows were not revived: {e}\n"),
-        )
-            .into_response(),
-    }
+            format!("/status?revived={n}")
+        },
+    )
+    .await
 }
-
-const STYLE: &str = "body{font:14px/1.4 system-ui,sans-serif;margin:1.5em auto;max-width:70em;\
-padding:0 1em;color:#222}h1{font-size:1.4em}h2{border-bottom:1px solid #ccc;margin-top:1.6em}\
-table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ddd;padding:.2em .6em;\
-text-align:left;vertical-align:top}th{background:#f4f4f4}td.n{text-align:right}\
-.processed{color:#176117}.duplicate{color:#555}.failed,.dead{color:#a11}\
-.note{color:#666}.flash{background:#eef7ee;border:1px solid #9c9;padding:.4em .8em}\
-code{font-size:.95em}";
 
 fn render(
     admin: &Admin,
@@ -127,9 +100,11 @@ fn render(
     let mut h = String::with_capacity(16 * 1024);
     let _ = write!(
         h,
-        "<!doctype html><html lang=en><head><meta charset=utf-8>\
-         <title>hookledger status</title><style>{STYLE}</style></head><body>\
-         <h1>hookledger status</h1><p class=note>{} (UTC) · database {}</p>",
+        "<h1>hookledger status</h1><p class=note id=about>hookledger {} · up {} (since {} UTC) \
+         · {} (UTC) · database {}</p>",
+        env!("CARGO_PKG_VERSION"),
+        age(now - admin.started_at),
+        format_time(admin.started_at),
         format_time(now),
         esc(&admin.database.to_string()),
     );
@@ -140,101 +115,210 @@ fn render(
             "<p class=flash id=revived>{n} dead {rows} put back to pending.</p>"
         );
     }
-    sources(&mut h, activity);
+    summary(&mut h, &stored.sources, now);
+    if let Some(unknown) = &stored.unknown {
+        let _ = write!(
+            h,
+            "<h2>Requests for no source</h2><p class=refused id=unknown-source>{} requests in \
+             the last {} min named a source that does not exist.</p>",
+            unknown.refused(),
+            WINDOW_SECS / 60
+        );
+        refusals(&mut h, unknown, now);
+    }
+    sources(&mut h, &stored.sources, activity, now);
     outbox(&mut h, stored, now);
     retention(&mut h, admin, stored, now);
-    h.push_str("</body></html>\n");
     h
 }
 
-fn sources(h: &mut String, activity: &[(Arc<str>, Activity)]) {
-    h.push_str("<h2>Sources</h2><p class=note>What this instance answered since it started.</p>");
-    for (name, a) in activity {
-        let name = esc(name);
+/// A line per source: what an operator looks at first.
+fn summary(h: &mut String, sources: &[SourceSummary], now: i64) {
+    let minutes = WINDOW_SECS / 60;
+    h.push_str("<ul class=summary id=summary>");
+    for s in sources {
+        let name = esc(&s.source);
+        let last = s.last_event_at.map_or_else(
+            || "no event yet".to_string(),
+            |at| format!("last event {} ago", age(now - at)),
+        );
+        let rate = s.events as f64 / minutes as f64;
         let _ = write!(
             h,
-            "<section class=source id=\"source-{name}\"><h3>{name}</h3>\
-             <p>Requests refused before an event could be read (signature, size, body): {}.</p>",
-            a.rejected
+            "<li id=\"summary-{name}\"><a href=\"#source-{name}\"><b>{name}</b></a>: {last} · \
+             {rate:.1} events/min · "
         );
-        if a.minutes.is_empty() {
-            h.push_str("<p class=note>No events yet.</p></section>");
+        if s.refusals.is_empty() {
+            let _ = write!(h, "no refusals in {minutes} min</li>");
             continue;
         }
-        h.push_str(
-            "<table class=throughput><tr><th>minute (UTC)</th><th>processed</th>\
-             <th>duplicate</th><th>failed</th></tr>",
+        let reasons: Vec<String> = s
+            .refusals
+            .iter()
+            .map(|r| format!("{} {}", esc(&r.reason), r.count))
+            .collect();
+        let _ = write!(
+            h,
+            "<span class=refused>{} refused in {minutes} min ({})</span></li>",
+            s.refused(),
+            reasons.join(", ")
         );
-        for m in a.minutes.iter().rev() {
-            let _ = write!(
-                h,
-                "<tr><td>{}</td><td class=n>{}</td><td class=n>{}</td><td class=n>{}</td></tr>",
-                &format_time(m.minute * 60)[..16],
-                m.processed,
-                m.duplicate,
-                m.failed
-            );
-        }
-        h.push_str(
-            "</table><table class=events><tr><th>answered (UTC)</th><th>event</th>\
-             <th>type</th><th>outcome</th><th>ms</th></tr>",
+    }
+    h.push_str("</ul>");
+}
+
+fn sources(
+    h: &mut String,
+    summaries: &[SourceSummary],
+    activity: &[(Arc<str>, Activity)],
+    now: i64,
+) {
+    let minutes = WINDOW_SECS / 60;
+    h.push_str("<h2>Sources</h2>");
+    for s in summaries {
+        let name = esc(&s.source);
+        let _ = write!(
+            h,
+            "<section class=source id=\"source-{name}\"><h3>{name}</h3><p>Events in the last \
+             {minutes} min: {} ({:.1}/min). <a href=\"/events?source={}\">Browse its \
+             events</a></p>",
+            s.events,
+            s.events as f64 / minutes as f64,
+            esc(&q(&s.source)),
         );
-        for e in &a.recent {
-            let outcome = e.outcome.label();
-            let reason = if e.outcome == Outcome::Failed {
-                format!(" ({})", e.reason)
-            } else {
-                String::new()
-            };
-            let _ = write!(
-                h,
-                "<tr class=event><td>{}</td><td><code>{}</code></td><td>{}</td>\
-                 <td class={outcome}>{outcome}{reason}</td><td class=n>{:.1}</td></tr>",
-                format_time(e.at),
-                esc(&e.id),
-                esc(&e.kind),
-                e.millis
+        refusals(h, s, now);
+        if !s.recent.is_empty() {
+            h.push_str(
+                "<table class=ledger-events><tr><th>received (UTC)</th><th>event</th>\
+                 <th>type</th></tr>",
             );
+            for e in &s.recent {
+                let _ = write!(
+                    h,
+                    "<tr class=ledger-event><td>{}</td><td><a href=\"{}\"><code>{}</code></a></td>\
+                     <td>{}</td></tr>",
+                    format_time(e.received_at),
+                    esc(&super::events::link(&e.source, &e.event_id)),
+                    esc(&e.event_id),
+                    esc(&e.event_type),
+                );
+            }
+            h.push_str("</table>");
         }
-        h.push_str("</table></section>");
+        if let Some((_, a)) = activity.iter().find(|(n, _)| **n == *s.source) {
+            instance(h, a);
+        }
+        h.push_str("</section>");
     }
 }
 
-fn outbox(h: &mut String, stored: &Stored, now: i64) {
-    h.push_str("<h2>Outbox</h2>");
-    let mut kinds: Vec<&str> = stored
-        .outbox
-        .counts
-        .iter()
-        .map(|c| c.kind.as_str())
-        .collect();
-    kinds.dedup();
-    if kinds.is_empty() {
-        h.push_str("<p class=note>No rows.</p>");
-    } else {
-        h.push_str(
-            "<table class=outbox><tr><th>kind</th><th>pending</th><th>done</th><th>dead</th></tr>",
+/// A source's refusals by reason, with their last messages.
+fn refusals(h: &mut String, s: &SourceSummary, now: i64) {
+    let minutes = WINDOW_SECS / 60;
+    if s.refusals.is_empty() {
+        let _ = write!(
+            h,
+            "<p class=note>No requests refused in the last {minutes} min.</p>"
         );
-        for kind in kinds {
-            let count = |status: &str| {
-                stored
-                    .outbox
-                    .counts
-                    .iter()
-                    .find(|c| c.kind == kind && c.status == status)
-                    .map_or(0, |c| c.rows)
-            };
+        return;
+    }
+    let _ = write!(
+        h,
+        "<p class=refused>Requests refused in the last {minutes} min: {}.</p>\
+         <table class=refusals><tr><th>reason</th><th>requests</th><th>last</th>\
+         <th>last messages</th></tr>",
+        s.refused()
+    );
+    for r in &s.refusals {
+        let _ = write!(
+            h,
+            "<tr class=refusal><td class=refused>{}</td><td class=n>{}</td><td>{} ago</td><td>",
+            esc(&r.reason),
+            r.count,
+            age(now - r.last_at)
+        );
+        for (at, message) in &r.messages {
             let _ = write!(
                 h,
-                "<tr><td>{}</td><td class=n>{}</td><td class=n>{}</td><td class=n>{}</td></tr>",
-                esc(kind),
-                count("pending"),
-                count("done"),
-                count("dead")
+                "<div class=message>{} <span class=note>({} ago)</span></div>",
+                esc(message),
+                age(now - at)
             );
         }
-        h.push_str("</table>");
+        h.push_str("</td></tr>");
     }
+    h.push_str("</table>");
+}
+
+/// What this instance answered since it started (duplicates and failures too).
+fn instance(h: &mut String, a: &Activity) {
+    let _ = write!(
+        h,
+        "<h4>This instance since it started</h4><p>Requests refused before an event could be \
+         read (signature, size, body): {}.</p>",
+        a.rejected
+    );
+    if a.minutes.is_empty() {
+        h.push_str("<p class=note>No events yet.</p>");
+        return;
+    }
+    h.push_str(
+        "<table class=throughput><tr><th>minute (UTC)</th><th>processed</th>\
+         <th>duplicate</th><th>failed</th></tr>",
+    );
+    for m in a.minutes.iter().rev() {
+        let _ = write!(
+            h,
+            "<tr><td>{}</td><td class=n>{}</td><td class=n>{}</td><td class=n>{}</td></tr>",
+            &format_time(m.minute * 60)[..16],
+            m.processed,
+            m.duplicate,
+            m.failed
+        );
+    }
+    h.push_str(
+        "</table><table class=events><tr><th>answered (UTC)</th><th>event</th>\
+         <th>type</th><th>outcome</th><th>ms</th></tr>",
+    );
+    for e in &a.recent {
+        let outcome = e.outcome.label();
+        let reason = if e.outcome == Outcome::Failed {
+            format!(" ({})", e.reason)
+        } else {
+            String::new()
+        };
+        let _ = write!(
+            h,
+            "<tr class=event><td>{}</td><td><code>{}</code></td><td>{}</td>\
+             <td class={outcome}>{outcome}{reason}</td><td class=n>{:.1}</td></tr>",
+            format_time(e.at),
+            esc(&e.id),
+            esc(&e.kind),
+            e.millis
+        );
+    }
+    h.push_str("</table>");
+}
+
+/// The statuses to show as columns: the three every store has, then any other in the rows
+/// (a newer hookledger's, say), by name.
+pub(super) fn statuses(outbox: &OutboxSummary) -> Vec<String> {
+    let mut statuses: Vec<String> = ["pending", "done", "dead"].map(String::from).to_vec();
+    let mut others: Vec<String> = outbox
+        .counts
+        .iter()
+        .map(|c| c.status.clone())
+        .filter(|s| !statuses.contains(s))
+        .collect();
+    others.sort();
+    others.dedup();
+    statuses.extend(others);
+    statuses
+}
+
+fn outbox(h: &mut String, stored: &Stored, now: i64) {
+    h.push_str("<h2>Outbox</h2><p><a href=/outbox>Browse the outbox</a></p>");
+    super::outbox::counts_table(h, &stored.outbox);
     if let Some(at) = stored.outbox.oldest_pending {
         let _ = write!(h, "<p>Oldest pending row queued {} ago.</p>", age(now - at));
     }
@@ -252,8 +336,10 @@ fn outbox(h: &mut String, stored: &Stored, now: i64) {
     for r in &stored.dead {
         let _ = write!(
             h,
-            "<tr class=dead-row><td class=n>{}</td><td>{}</td><td>{}</td><td><code>{}</code></td>\
-             <td class=n>{}</td><td>{}</td><td class=dead>{}</td></tr>",
+            "<tr class=dead-row><td class=n><a href=\"/outbox/row?id={}\">{}</a></td><td>{}</td>\
+             <td>{}</td><td><code>{}</code></td><td class=n>{}</td><td>{}</td>\
+             <td class=dead>{}</td></tr>",
+            r.id,
             r.id,
             esc(&r.kind),
             esc(&r.source),
@@ -263,10 +349,10 @@ fn outbox(h: &mut String, stored: &Stored, now: i64) {
             esc(r.last_error.as_deref().unwrap_or(""))
         );
     }
-    h.push_str(
-        "</table><form method=post action=/status/retry-dead>\
-         <label>Admin token <input type=password name=token autocomplete=off required></label> \
-         <button type=submit id=retry-dead>Retry dead rows</button></form>",
+    let _ = write!(
+        h,
+        "</table><form method=post action=/status/retry-dead>{TOKEN_FIELD}\
+         <button type=submit id=retry-dead>Retry dead rows</button></form>"
     );
 }
 
@@ -291,53 +377,4 @@ fn retention(h: &mut String, admin: &Admin, stored: &Stored, now: i64) {
             .oldest_claim
             .map_or_else(|| "none".to_string(), format_time)
     );
-}
-
-/// `42 s`, `3 min`, `5 h`, `2 days`.
-fn age(seconds: i64) -> String {
-    let s = seconds.max(0);
-    match s {
-        0..120 => format!("{s} s"),
-        120..7200 => format!("{} min", s / 60),
-        7200..172_800 => format!("{} h", s / 3600),
-        _ => format!("{} days", s / 86_400),
-    }
-}
-
-/// `text` safe in HTML text and in a double-quoted attribute.
-fn esc(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn text_is_escaped_for_html_and_attributes() {
-        assert_eq!(
-            esc(r#"<script>alert("x&y's")</script>"#),
-            "&lt;script&gt;alert(&quot;x&amp;y&#39;s&quot;)&lt;/script&gt;"
-        );
-    }
-
-    #[test]
-    fn ages_read_in_the_unit_that_fits() {
-        assert_eq!(age(-5), "0 s");
-        assert_eq!(age(119), "119 s");
-        assert_eq!(age(600), "10 min");
-        assert_eq!(age(3 * 3600), "3 h");
-        assert_eq!(age(5 * 86_400), "5 days");
-    }
 }

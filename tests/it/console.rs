@@ -1,0 +1,414 @@
+//! The operator's console over HTTP (`/status`, `/events`, `/event`, `/outbox`): what it
+//! shows from the database, and that every change it offers refuses without the admin token.
+//! The same pages in Chromium are in `browser.rs`.
+
+use std::path::Path;
+
+use hookledger::internals::Reply;
+
+use crate::admin::{TOKEN, WAIT};
+use crate::util::*;
+
+pub(crate) const GITLAB_TOKEN: &str = "gitlab_shared_token_1";
+
+/// A config with two sources (stripe, and gitlab whose type comes from a header), a forward
+/// to `forward` (a 410 is dead at once; otherwise one retry a second later) and the admin
+/// token.
+pub(crate) fn console_config(dir: &Path, forward: &str) -> String {
+    let config = format!(
+        r#"
+admin_token = "env:HOOKLEDGER_TEST_ADMIN_TOKEN"
+
+[[source]]
+name = "stripe"
+scheme = "stripe"
+secrets = ["env:STRIPE_WEBHOOK_SECRET"]
+
+[[source]]
+name = "gitlab"
+scheme = "token"
+secrets = ["env:TEST_GITLAB_TOKEN"]
+token = {{ header = "X-Gitlab-Token" }}
+id = {{ header = "X-Gitlab-Event-UUID" }}
+type = {{ header = "X-Gitlab-Event" }}
+
+[forward]
+url = "{forward}"
+secret = "{FORWARD_SECRET}"
+schedule = ["1s"]
+"#
+    );
+    let path = dir.join("hookledger.toml");
+    std::fs::write(&path, config).unwrap();
+    path.to_str().unwrap().to_string()
+}
+
+/// A server on [`console_config`] in `dir` (a restart when its database exists).
+pub(crate) fn start_console_in(dir: &Path, forward: &str) -> Server {
+    let config = console_config(dir, forward);
+    Server::start_with_env(
+        dir,
+        &["--config", &config],
+        &[
+            ("RUST_LOG", "info"),
+            ("HOOKLEDGER_TEST_ADMIN_TOKEN", TOKEN),
+            ("TEST_GITLAB_TOKEN", GITLAB_TOKEN),
+        ],
+    )
+}
+
+pub(crate) fn start_console(forward: &str) -> Server {
+    let dir = test_dir();
+    let mut server = start_console_in(dir.path(), forward);
+    server.keep(dir);
+    server
+}
+
+/// A GitLab-style delivery to source `gitlab`: `id`, `kind` (its type) and the `token`.
+pub(crate) fn gitlab(server: &Server, id: &str, kind: &str, token: &str) -> Reply {
+    server.post(
+        "/webhooks/gitlab",
+        br#"{"object_kind":"push"}"#,
+        &[
+            ("X-Gitlab-Token", token),
+            ("X-Gitlab-Event-UUID", id),
+            ("X-Gitlab-Event", kind),
+        ],
+    )
+}
+
+/// Waits until the refusals of `source` kept in the database stand for `n` requests.
+pub(crate) fn wait_refusals(db: &Db, source: &str, n: i64) {
+    let kept = || {
+        db.count(&format!(
+            "SELECT CAST(coalesce(sum(count), 0) AS BIGINT) FROM hookledger_refusals \
+             WHERE source = '{source}'"
+        ))
+    };
+    wait_for(WAIT, || (kept() >= n).then_some(()))
+        .unwrap_or_else(|| panic!("{source}: {} refusals kept, not {n}", kept()));
+}
+
+fn get(server: &Server, path: &str) -> String {
+    let (status, body) = server.admin_get(path);
+    assert_eq!(status, 200, "{path}: {body}");
+    body
+}
+
+/// `/status` says why a source's requests are refused (reason, count, message) from the
+/// database: the same after a restart, with the events of the last minutes; refusals of one
+/// source are not shown for another.
+#[test]
+fn status_shows_refusals_by_reason_with_messages_and_survives_a_restart() {
+    let app = FakeApp::start(&[]);
+    let dir = test_dir();
+    let mut server = start_console_in(dir.path(), &app.url());
+    for id in ["push-1", "push-2"] {
+        assert_outcome(
+            &gitlab(&server, id, "Push Hook", GITLAB_TOKEN),
+            id,
+            "processed",
+        );
+    }
+    assert_outcome(&server.send(&paid("evt_ok")), "evt_ok", "processed");
+    for i in 0..3 {
+        let reply = gitlab(&server, &format!("bad-{i}"), "Push Hook", "wrong-token");
+        assert_error(&reply, 400, "invalid_signature");
+    }
+    let missing = server.post("/webhooks/gitlab", b"{}", &[]);
+    assert_error(&missing, 400, "invalid_signature");
+    let typo = server.post("/webhooks/gitlba", b"{}", &[]);
+    assert_error(&typo, 404, "unknown_source");
+    let db = server.db();
+    wait_refusals(&db, "gitlab", 4);
+    wait_refusals(&db, "-", 1);
+    // Only hookledger's own words: never the token that was sent.
+    assert_eq!(
+        db.count("SELECT count(*) FROM hookledger_refusals WHERE message LIKE '%wrong-token%'"),
+        0
+    );
+    let before = get(&server, "/status");
+    assert!(server.terminate().is_some());
+    let server = start_console_in(dir.path(), &app.url());
+    let page = get(&server, "/status");
+    for page in [&before, &page] {
+        let summary = page
+            .split("<li id=\"summary-gitlab\">")
+            .nth(1)
+            .and_then(|rest| rest.split("</li>").next())
+            .unwrap_or_else(|| panic!("no gitlab summary in {page}"));
+        assert!(
+            summary.contains("4 refused in 15 min (invalid_signature 4)"),
+            "{summary}"
+        );
+        assert!(summary.contains("last event"), "{summary}");
+        let stripe = page.split("<li id=\"summary-stripe\">").nth(1).unwrap();
+        assert!(
+            stripe
+                .split("</li>")
+                .next()
+                .unwrap()
+                .contains("no refusals"),
+            "{stripe}"
+        );
+        for needle in [
+            "missing X-Gitlab-Token header",
+            "1 requests in the last 15 min named a source that does not exist",
+            "POST /webhooks/gitlba: no source has that name",
+            "push-1",
+            "push-2",
+            "evt_ok",
+            &format!("hookledger {}", env!("CARGO_PKG_VERSION")),
+        ] {
+            assert!(page.contains(needle), "no `{needle}` in {page}");
+        }
+    }
+}
+
+/// The events browser filters by source, type, the start of an id and a time range; an
+/// event's page shows its payload escaped and its outbox row with the target.
+#[test]
+fn the_events_browser_filters_and_an_events_page_shows_payload_and_outbox_rows() {
+    let app = FakeApp::start(&[]);
+    let server = start_console(&app.url());
+    for id in ["evt_alpha_1", "evt_alpha_2", "evt_beta_1"] {
+        assert_outcome(&server.send(&paid(id)), id, "processed");
+    }
+    assert_outcome(
+        &gitlab(&server, "gl-1", "Tag Push Hook", GITLAB_TOKEN),
+        "gl-1",
+        "processed",
+    );
+    wait_outbox_status(&server.db(), "evt_alpha_1", "done", WAIT);
+    let found = |query: &str| -> Vec<String> {
+        let page = get(&server, &format!("/events?{query}"));
+        page.split("<a class=event-link href=\"")
+            .skip(1)
+            .map(|s| s.split('"').next().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(found("").len(), 4);
+    assert_eq!(found("source=gitlab").len(), 1);
+    assert_eq!(found("id=evt_alpha").len(), 2);
+    assert_eq!(found("id=evt_alpha&source=gitlab").len(), 0);
+    assert_eq!(found("type=Tag+Push+Hook").len(), 1);
+    let hour_ago = now() - 3600;
+    assert_eq!(found(&format!("from={hour_ago}")).len(), 4);
+    assert_eq!(found(&format!("to={hour_ago}")).len(), 0);
+    let bad = get(&server, "/events?from=soon");
+    assert!(bad.contains("is not a time"), "{bad}");
+
+    let link = found("id=evt_beta").pop().unwrap();
+    assert_eq!(link, "/event?source=stripe&amp;id=evt_beta_1");
+    let page = get(&server, &link.replace("&amp;", "&"));
+    for needle in [
+        "<pre id=payload>{\n  &quot;",
+        "invoice.paid",
+        "processed",
+        &format!("<code>{}</code>", app.url()),
+        "<td class=done>done</td>",
+    ] {
+        assert!(page.contains(needle), "no `{needle}` in {page}");
+    }
+    let (status, missing) = server.admin_get("/event?source=stripe&id=nope");
+    assert_eq!(status, 404, "{missing}");
+}
+
+/// The outbox view lists rows of any status by kind; retrying one dead row changes that row
+/// only, retrying a kind's dead rows changes only that kind's.
+#[test]
+fn the_outbox_view_retries_one_dead_row_or_the_dead_rows_of_a_kind() {
+    let app = FakeApp::start(&[410, 410, 410]);
+    let server = start_console(&app.url());
+    let ids = ["evt_d1", "evt_d2", "evt_d3"];
+    for id in ids {
+        assert_outcome(&server.send(&paid(id)), id, "processed");
+    }
+    let db = server.db();
+    for id in ids {
+        wait_outbox_status(&db, id, "dead", WAIT);
+    }
+    let page = get(&server, "/outbox?kind=forward&status=dead");
+    assert_eq!(page.matches("class=\"outbox-row status-dead\"").count(), 3);
+    assert!(page.contains("HTTP 410"), "{page}");
+    assert!(page.contains("id=retry-kind"), "{page}");
+    let id: i64 = db
+        .opt("SELECT id FROM outbox WHERE key = $1", &[&"evt_d2"])
+        .unwrap();
+    let form = format!("id={id}&token={TOKEN}");
+    let (status, head, _) = server.admin_request("POST", "/outbox/retry", &[], form.as_bytes());
+    assert_eq!(status, 303, "{head}");
+    assert!(
+        head.contains(&format!("/outbox/row?id={id}&retried=1")),
+        "{head}"
+    );
+    wait_outbox_status(&db, "evt_d2", "done", WAIT);
+    for other in ["evt_d1", "evt_d3"] {
+        assert_eq!(outbox_row(&db, other).unwrap().0, "dead", "{other}");
+    }
+    let form = format!("kind=other&token={TOKEN}");
+    let (status, head, _) =
+        server.admin_request("POST", "/outbox/retry-dead", &[], form.as_bytes());
+    assert_eq!(status, 303, "{head}");
+    assert!(head.contains("retried=0"), "{head}");
+    assert_eq!(
+        db.count("SELECT count(*) FROM outbox WHERE status = 'dead'"),
+        2
+    );
+    let form = format!("kind=forward&token={TOKEN}");
+    let (status, head, _) =
+        server.admin_request("POST", "/outbox/retry-dead", &[], form.as_bytes());
+    assert_eq!(status, 303, "{head}");
+    assert!(head.contains("retried=2"), "{head}");
+    wait_outbox_status(&db, "evt_d1", "done", WAIT);
+    wait_outbox_status(&db, "evt_d3", "done", WAIT);
+    let row = get(&server, &format!("/outbox/row?id={id}"));
+    assert!(row.contains("<td class=done>done</td>"), "{row}");
+}
+
+/// Every change the console offers refuses without the token, with a wrong one, and with
+/// the token as basic auth (a browser sends that by itself, so another site's form could):
+/// each time nothing changes in the database. Reads on a rebound name need the token.
+#[test]
+fn every_change_of_the_console_refuses_without_the_admin_token() {
+    let app = FakeApp::start(&[410]);
+    let server = start_console(&app.url());
+    assert_outcome(&server.send(&paid("evt_t")), "evt_t", "processed");
+    let db = server.db();
+    wait_outbox_status(&db, "evt_t", "dead", WAIT);
+    let id: i64 = db
+        .opt("SELECT id FROM outbox WHERE key = $1", &[&"evt_t"])
+        .unwrap();
+    let snapshot = || {
+        db.opt::<(String, i64, i64)>(
+            "SELECT status, attempts, queued FROM outbox WHERE id = $1",
+            &[&id],
+        )
+        .unwrap()
+    };
+    let before = snapshot();
+    let basic = {
+        use base64::Engine;
+        let encoded = base64::engine::general_purpose::STANDARD.encode(format!("x:{TOKEN}"));
+        format!("Basic {encoded}")
+    };
+    let actions = [
+        ("/event/replay", "source=stripe&id=evt_t".to_string()),
+        ("/outbox/retry", format!("id={id}")),
+        ("/outbox/retry-dead", "kind=forward".to_string()),
+        ("/status/retry-dead", String::new()),
+    ];
+    for (path, form) in &actions {
+        let tries: [(Vec<(&str, &str)>, String); 4] = [
+            (vec![], form.clone()),
+            (vec![], format!("{form}&token=not-the-token-at-all")),
+            (vec![("Authorization", &basic)], form.clone()),
+            (
+                vec![("Authorization", "Bearer not-the-token-at-all")],
+                form.clone(),
+            ),
+        ];
+        for (headers, body) in &tries {
+            let (status, _, reply) = server.admin_request("POST", path, headers, body.as_bytes());
+            assert_eq!(status, 401, "{path} {headers:?} {body}: {reply}");
+            assert_eq!(snapshot(), before, "{path} changed the row");
+        }
+        assert_eq!(server.admin_get(path).0, 405, "{path} by GET");
+    }
+    assert_eq!(db.count("SELECT count(*) FROM outbox"), 1);
+    // With the token as a bearer header, the replay goes through.
+    let bearer = format!("Bearer {TOKEN}");
+    let (status, head, _) = server.admin_request(
+        "POST",
+        "/event/replay",
+        &[("Authorization", &bearer)],
+        b"source=stripe&id=evt_t",
+    );
+    assert_eq!(status, 303, "{head}");
+    wait_outbox_status(&db, "evt_t", "done", WAIT);
+    let rebound = [("Host", "rebound.example:9090")];
+    for path in [
+        "/events",
+        "/event?source=stripe&id=evt_t",
+        "/outbox",
+        "/outbox/row?id=1",
+    ] {
+        assert_eq!(
+            server.admin_request("GET", path, &rebound, b"").0,
+            401,
+            "{path}"
+        );
+    }
+}
+
+/// A flood of refusals from several threads at once is kept exactly (every request counted)
+/// in a bounded number of rows: a few per source, reason and second, not one per request;
+/// the accepted events meanwhile are all processed.
+#[test]
+fn a_flood_of_refusals_is_counted_exactly_in_few_rows() {
+    let app = FakeApp::start(&[]);
+    let server = start_console(&app.url());
+    let started = std::time::Instant::now();
+    let flood = 600;
+    std::thread::scope(|s| {
+        for t in 0..6 {
+            let server = &server;
+            s.spawn(move || {
+                for i in 0..flood / 6 {
+                    let reply = gitlab(server, &format!("f-{t}-{i}"), "Push Hook", "wrong-token");
+                    assert_error(&reply, 400, "invalid_signature");
+                }
+            });
+        }
+        for i in 0..20 {
+            let id = format!("evt_during_flood_{i}");
+            assert_outcome(&server.send(&paid(&id)), &id, "processed");
+        }
+    });
+    let db = server.db();
+    wait_refusals(&db, "gitlab", flood);
+    let seconds = started.elapsed().as_secs() as i64 + 2;
+    let rows = db.count("SELECT count(*) FROM hookledger_refusals");
+    assert!(
+        rows <= 3 * seconds,
+        "{rows} rows for {flood} refusals in {seconds} s"
+    );
+    assert_eq!(ledger_count(&db), 20);
+}
+
+/// The events browser pages: 50 a page, newest first, a link to the older ones and back.
+#[test]
+fn the_events_browser_pages_through_the_ledger() {
+    let app = FakeApp::start(&[]);
+    let server = start_console(&app.url());
+    for i in 0..53 {
+        let id = format!("evt_page_{i:02}");
+        assert_outcome(&server.send(&paid(&id)), &id, "processed");
+    }
+    let links = |page: &str| page.matches("<a class=event-link").count();
+    let first = get(&server, "/events?source=stripe");
+    assert_eq!(links(&first), 50);
+    let older = first
+        .split("<a id=older href=\"")
+        .nth(1)
+        .and_then(|s| s.split('"').next())
+        .unwrap_or_else(|| panic!("no older link in {first}"))
+        .replace("&amp;", "&");
+    assert_eq!(older, "/events?source=stripe&page=1");
+    let second = get(&server, &older);
+    assert_eq!(links(&second), 3);
+    assert!(!second.contains("id=older"), "{second}");
+    assert!(second.contains("<a id=newer href=\"/events?source=stripe&amp;page=0\""));
+    let mut seen: Vec<String> = [&first, &second]
+        .iter()
+        .flat_map(|p| {
+            p.split("<a class=event-link href=\"/event?source=stripe&amp;id=")
+                .skip(1)
+                .map(|s| s.split('"').next().unwrap().to_string())
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    seen.sort();
+    seen.dedup();
+    assert_eq!(seen.len(), 53, "every event once over the two pages");
+}
