@@ -184,14 +184,15 @@ fn tamper_at(scheme: &str, body: &[u8]) -> usize {
     }
 }
 
-/// The README's table of presets is the catalog's (`hookledger presets --markdown`).
+/// The book's table of presets is the catalog's (`hookledger presets --markdown`).
 #[test]
-fn the_readmes_table_of_presets_is_the_catalogs() {
+fn the_books_table_of_presets_is_the_catalogs() {
     let (code, table, err) = cli(&["presets", "--markdown"]);
     assert_eq!(code, 0, "{err}");
-    let readme =
-        std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))
-            .unwrap();
+    let readme = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/src/sources.md"),
+    )
+    .unwrap();
     let begin = readme
         .find("<!-- presets:begin")
         .expect("the table's start marker");
@@ -202,7 +203,7 @@ fn the_readmes_table_of_presets_is_the_catalogs() {
     assert_eq!(
         &readme[begin..end],
         table,
-        "README's table: regenerate it with `hookledger presets --markdown`"
+        "docs/src/sources.md's table: regenerate it with `hookledger presets --markdown`"
     );
     for (name, ..) in hookledger::internals::presets() {
         assert!(table.contains(&format!("| `{name}` |")), "{name}");
