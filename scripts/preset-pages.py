@@ -104,7 +104,7 @@ Provider's documentation: <{p['docs']}>
 ## Configure
 
 In {title}'s webhook settings, set the endpoint URL to `https://your.host/webhooks/{name}` (the
-path is `/webhooks/` and the source's `name`) and copy the secret it shows. Then:
+path is `/webhooks/` and the source's `name`), and take its secret as below. Then:
 
 ```toml
 [[source]]
@@ -113,10 +113,10 @@ preset  = "{name}"
 secrets = ["env:{env}"]
 {url_line}```
 
-<!-- provider notes -->
+<!-- provider notes: where the provider shows the secret, anything particular to it -->
 
-The preset stands for these keys (`hookledger presets` lists them all; a key written on the
-source is over the preset's):
+The preset stands for these keys (from the catalog, `src/source/catalog.rs`; a key written on
+the source is over the preset's):
 
 ```toml
 {p['keys']}

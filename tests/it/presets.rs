@@ -239,6 +239,10 @@ fn every_preset_has_its_page_in_the_book() {
             page.contains(&format!("tests/fixtures/{fixture}")),
             "{name}: the page names its fixture {fixture}"
         );
+        assert!(
+            !page.contains("<!-- provider notes"),
+            "{name}: the skeleton's provider notes are still to be written"
+        );
     }
     for entry in std::fs::read_dir(docs.join("sources")).unwrap() {
         let file = entry.unwrap().file_name().into_string().unwrap();
