@@ -34,7 +34,13 @@ TRY_SECRET = {
     "stripe": "whsec_test_secret",
     "standard": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
     "basic": "hookledger:a-password-of-some-length",
-    "ecdsa": "<a base64 PKCS#8 P-256 private key>",
+}
+# How to set the secret to try a scheme whose secret is a key made for the test.
+TRY_EXPORT = {
+    "ecdsa": "# A P-256 private key made for the test (base64 PKCS#8): the source verifies with its public\n"
+    "# half, and send signs with it.\n"
+    'export {env}="$(openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 |\n'
+    '  openssl pkcs8 -topk8 -nocrypt -outform DER | base64 -w0)"',
 }
 
 
@@ -83,6 +89,8 @@ def page(p):
     cap = "25 MiB (the `github` scheme's default)" if scheme == "github" else "1 MiB (`[http] max_body`, `--max-body`)"
     url_line = f'public_url = "https://your.host/webhooks/{name}"   # the URL the provider calls: it is signed\n' if signs_url else ""
     try_url = f'public_url = "http://127.0.0.1:8080/webhooks/{name}"\n' if signs_url else ""
+    export = TRY_EXPORT.get(scheme, "export {env}='{secret}'").format(
+        env=env, secret=TRY_SECRET.get(scheme, "a-shared-secret-of-some-length"))
     send = f"hookledger send --config hookledger.toml --source {name}"
     if p["fixture_type"]:
         send += f" --type '{p['fixture_type']}'"
@@ -155,7 +163,7 @@ name    = "{name}"
 preset  = "{name}"
 secrets = ["env:{env}"]
 {try_url}EOF
-export {env}='{TRY_SECRET.get(scheme, "a-shared-secret-of-some-length")}'
+{export}
 hookledger serve --config hookledger.toml &
 {send}
 ```
