@@ -20,6 +20,7 @@ import re
 import sys
 import urllib.parse
 
+sys.dont_write_bytecode = True  # no __pycache__ in the work tree
 from preset_catalog import ROOT, presets
 
 

@@ -12,6 +12,7 @@ preset has no page.
 import sys
 import tomllib
 
+sys.dont_write_bytecode = True  # no __pycache__ in the work tree
 from preset_catalog import ROOT, presets
 
 PAGES = ROOT / "docs" / "src" / "sources"
