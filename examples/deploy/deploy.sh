@@ -1,7 +1,7 @@
 #!/bin/sh
-# Deploys on a GitHub push, run by hookledger as a `[[delivery]]` command (see README,
-# "Running a command: a deploy on push"). hookledger runs it without a shell around it, in
-# `workdir`, with the push's JSON on stdin and only these variables set: HOOKLEDGER_SOURCE,
+# Deploys on a GitHub push, run by hookledger as a `[[delivery]]` command (see
+# docs/src/commands.md). hookledger runs it without a shell around it, in `workdir`, with
+# the push's JSON on stdin and only these variables set: HOOKLEDGER_SOURCE,
 # HOOKLEDGER_EVENT_ID, HOOKLEDGER_EVENT_TYPE, HOOKLEDGER_KIND, HOOKLEDGER_KEY,
 # HOOKLEDGER_ATTEMPT, and those named in the delivery's `env` (PATH, HOME, ...).
 #

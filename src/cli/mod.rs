@@ -103,7 +103,7 @@ pub enum Command {
     /// List the providers' presets (`preset = "NAME"` on a source): what each verifies, how a
     /// replay is stopped, and where the provider documents it.
     Presets {
-        /// As a Markdown table (the README's).
+        /// As a Markdown table (the book's preset catalog).
         #[arg(long)]
         markdown: bool,
     },

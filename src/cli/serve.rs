@@ -19,8 +19,8 @@ use super::common::{from_environment, Exit};
 /// value (or the default), one that is not leaves it.
 #[derive(Debug, Args)]
 pub struct ServeArgs {
-    /// A TOML config file with [[source]] entries (see the README and
-    /// examples/hookledger.toml); flags and environment variables override it.
+    /// A TOML config file with [[source]] entries (see docs/src/configuration.md
+    /// and examples/hookledger.toml); flags and environment variables override it.
     #[arg(long, env = "HOOKLEDGER_CONFIG")]
     config: Option<PathBuf>,
     /// Address to listen on (port 0 picks a free port; the chosen address is printed).

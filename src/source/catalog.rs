@@ -367,7 +367,7 @@ type = { json = "/subscriptionType" }"#,
     },
 ];
 
-/// The catalog as a Markdown table (the README's, which a test keeps equal to this).
+/// The catalog as a Markdown table (the book's, docs/src/sources/presets.md, which a test keeps equal to this).
 pub(crate) fn markdown() -> String {
     let dash = |s: &str| {
         if s.is_empty() {

@@ -211,8 +211,8 @@ fn a_zero_amount_invoice_extends_the_plan_and_grants_no_credits() {
     assert_eq!(credits(&db, "acct_1"), 100);
 }
 
-/// The README says a billing event without what it needs is a 400: an empty invoice or
-/// subscription id, a negative amount.
+/// The book (docs/src/guarantees.md) says a billing event without what it needs is a 400: an
+/// empty invoice or subscription id, a negative amount.
 #[test]
 fn empty_object_ids_and_a_negative_amount_are_refused_and_write_nothing() {
     let server = Server::start(&[]);

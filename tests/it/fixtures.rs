@@ -166,7 +166,7 @@ fn every_stripe_vector_gives_its_expected_answer() {
     {
         let id = case["id"].as_str().unwrap();
         let expect = match case["expect"].as_str().unwrap() {
-            // t 15 s ahead with tolerance 10: the response contract (README, "Responses")
+            // t 15 s ahead with tolerance 10: the response contract (docs/src/guarantees.md, "Responses")
             // refuses timestamps further in the future than the tolerance (as stripe-php does).
             "library-dependent" => "reject",
             other => other,

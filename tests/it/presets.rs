@@ -184,14 +184,15 @@ fn tamper_at(scheme: &str, body: &[u8]) -> usize {
     }
 }
 
-/// The README's table of presets is the catalog's (`hookledger presets --markdown`).
+/// The book's table of presets is the catalog's (`hookledger presets --markdown`).
 #[test]
-fn the_readmes_table_of_presets_is_the_catalogs() {
+fn the_books_table_of_presets_is_the_catalogs() {
     let (code, table, err) = cli(&["presets", "--markdown"]);
     assert_eq!(code, 0, "{err}");
-    let readme =
-        std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))
-            .unwrap();
+    let readme = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/src/sources/presets.md"),
+    )
+    .unwrap();
     let begin = readme
         .find("<!-- presets:begin")
         .expect("the table's start marker");
@@ -202,10 +203,54 @@ fn the_readmes_table_of_presets_is_the_catalogs() {
     assert_eq!(
         &readme[begin..end],
         table,
-        "README's table: regenerate it with `hookledger presets --markdown`"
+        "docs/src/sources/presets.md's table: regenerate it with `hookledger presets --markdown`"
     );
     for (name, ..) in hookledger::internals::presets() {
         assert!(table.contains(&format!("| `{name}` |")), "{name}");
+    }
+}
+
+/// Every preset has its page in the book (`docs/src/sources/<name>.md`, listed in SUMMARY.md),
+/// which shows the preset's keys as the catalog has them and its fixture; and every page there
+/// is a preset's. `scripts/preset-pages.py` writes the skeleton of a missing page.
+#[test]
+fn every_preset_has_its_page_in_the_book() {
+    let docs = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/src");
+    let summary = std::fs::read_to_string(docs.join("SUMMARY.md")).unwrap();
+    let presets = hookledger::internals::presets();
+    for (name, keys, fixture, _) in &presets {
+        let path = docs.join("sources").join(format!("{name}.md"));
+        let page = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+            panic!("{name}: no page {path:?} ({e}): run scripts/preset-pages.py and edit it")
+        });
+        assert!(
+            summary.contains(&format!("(sources/{name}.md)")),
+            "{name}: its page is not in docs/src/SUMMARY.md"
+        );
+        assert!(
+            page.contains(&format!("preset  = \"{name}\"")),
+            "{name}: the page's config names the preset"
+        );
+        assert!(
+            page.contains(&format!("```toml\n{keys}\n```")),
+            "{name}: the page shows the preset's keys as the catalog has them:\n{keys}"
+        );
+        assert!(
+            page.contains(&format!("tests/fixtures/{fixture}")),
+            "{name}: the page names its fixture {fixture}"
+        );
+        assert!(
+            !page.contains("<!-- provider notes"),
+            "{name}: the skeleton's provider notes are still to be written"
+        );
+    }
+    for entry in std::fs::read_dir(docs.join("sources")).unwrap() {
+        let file = entry.unwrap().file_name().into_string().unwrap();
+        let stem = file.strip_suffix(".md").unwrap_or(&file);
+        assert!(
+            stem == "presets" || presets.iter().any(|(name, ..)| *name == stem),
+            "docs/src/sources/{file} is no preset's page"
+        );
     }
 }
 

@@ -1,5 +1,5 @@
-//! Every row of the response contract (README, "Responses") and the exactly-once semantics, each
-//! asserting the database state, not only the status.
+//! Every row of the response contract (docs/src/guarantees.md, "Responses") and the
+//! exactly-once semantics, each asserting the database state, not only the status.
 
 use std::time::Duration;
 
