@@ -413,7 +413,7 @@ impl Target {
         }
     }
 
-    /// Claims received at or after `since` (0 if the ledger does not exist yet).
+    /// Claims received at or after `since` (0 if the ledger is not created yet).
     fn received_since(&self, since: i64) -> anyhow::Result<usize> {
         const SQL: &str = "SELECT count(*) FROM webhook_events WHERE received_at >= ";
         let n: i64 = match self {
@@ -423,9 +423,16 @@ impl Target {
                 rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
             )?
             .query_row(&format!("{SQL}?1"), [since], |r| r.get(0))?,
-            Target::Postgres { url, .. } => postgres::Client::connect(url, postgres::NoTls)?
-                .query_one(&format!("{SQL}$1"), &[&since])?
-                .get(0),
+            Target::Postgres { url, .. } => {
+                let mut client = postgres::Client::connect(url, postgres::NoTls)?;
+                let migrated: bool = client
+                    .query_one("SELECT to_regclass('webhook_events') IS NOT NULL", &[])?
+                    .get(0);
+                if !migrated {
+                    return Ok(0);
+                }
+                client.query_one(&format!("{SQL}$1"), &[&since])?.get(0)
+            }
         };
         Ok(n as usize)
     }
@@ -628,11 +635,12 @@ impl Ledgers for PgLedgers {
              SELECT 'stripe', id, 'invoice.paid', at, at FROM (
                  SELECT id, {start} + (row_number() OVER (ORDER BY id)) * {span} / {claims} AS at
                  FROM (SELECT {id} AS id FROM generate_series(1, {claims}) g) ids
-             ) rows ORDER BY id;
-             VACUUM ANALYZE webhook_events;",
+             ) rows ORDER BY id",
             start = now - 400 * 86_400,
             span = 399 * 86_400,
         ))?;
+        // On its own: VACUUM cannot run in the multi-statement string's transaction.
+        client.batch_execute("VACUUM ANALYZE webhook_events")?;
         Ok(target)
     }
 
