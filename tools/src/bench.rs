@@ -24,7 +24,7 @@ use hookledger::Secret;
 use crate::loadgen::{self, Report, Request, Workload};
 use hookledger::internals::table;
 
-const SECRET: &str = "whsec_bench_secret";
+pub(crate) const SECRET: &str = "whsec_bench_secret";
 
 /// Settings of one bench run.
 #[derive(Debug, Clone)]
@@ -63,6 +63,7 @@ pub fn run(config: &BenchConfig) -> anyhow::Result<()> {
                 requests,
                 resend_share: resend,
                 seed: (connections * 100 + (resend * 100.0) as usize) as u64,
+                ids: loadgen::Ids::Ordered,
             };
             // Mode b does one fsync per event: a quarter of the requests measure it as well.
             let short = Workload {
@@ -107,6 +108,7 @@ pub fn run(config: &BenchConfig) -> anyhow::Result<()> {
         requests: config.requests,
         resend_share: 0.2,
         seed: 256,
+        ids: loadgen::Ids::Ordered,
     };
     let mut extra = Vec::new();
     for (mode, args) in [
@@ -159,6 +161,7 @@ pub fn hostile(config: &BenchConfig) -> anyhow::Result<()> {
         requests: 800,
         resend_share: 0.0,
         seed: 7,
+        ids: loadgen::Ids::Ordered,
     };
     let requests = loadgen::prepare(&workload, &secret, &server.addr.to_string());
     let (calm, attacked) = requests.split_at(400);
@@ -383,6 +386,7 @@ fn memory_attack(
         requests: 1,
         resend_share: 0.0,
         seed: 11,
+        ids: loadgen::Ids::Ordered,
     };
     let valid = loadgen::prepare(&workload, &Secret::new(SECRET), &server.addr.to_string());
     let report = loadgen::run(server.addr, &valid, 1);
@@ -417,6 +421,7 @@ pub fn postgres(config: &BenchConfig, admin_url: &str) -> anyhow::Result<()> {
         requests: config.requests,
         resend_share: 0.2,
         seed: 6420,
+        ids: loadgen::Ids::Ordered,
     };
     let mut admin = postgres::Client::connect(admin_url, postgres::NoTls)
         .context("connecting to --postgres")?;
@@ -508,7 +513,7 @@ pub fn postgres(config: &BenchConfig, admin_url: &str) -> anyhow::Result<()> {
 }
 
 /// `url` with its database name replaced by `name`.
-fn with_database(url: &str, name: &str) -> String {
+pub(crate) fn with_database(url: &str, name: &str) -> String {
     let (base, query) = url.split_once('?').unwrap_or((url, ""));
     let host = match base.rsplit_once('/') {
         Some((host, _)) if host.contains("//") && !host.ends_with('/') => host,
@@ -521,7 +526,7 @@ fn with_database(url: &str, name: &str) -> String {
     }
 }
 
-fn describe(check: &loadgen::LedgerCheck) -> String {
+pub(crate) fn describe(check: &loadgen::LedgerCheck) -> String {
     if check.exact() {
         format!("exact ({} events)", check.in_ledger)
     } else {
@@ -703,25 +708,48 @@ fn fsync_probe(dir: &Path) -> anyhow::Result<String> {
 }
 
 /// A `hookledger serve` child process for one measurement.
-struct Server {
+pub(crate) struct Server {
     child: Child,
-    addr: SocketAddr,
+    pub(crate) addr: SocketAddr,
 }
 
 impl Server {
-    fn start(exe: &Path, db: &Path, args: &[&str]) -> anyhow::Result<Server> {
+    pub(crate) fn start(exe: &Path, db: &Path, args: &[&str]) -> anyhow::Result<Server> {
         Server::start_on(exe, db.as_os_str(), &db.with_extension("log"), args)
     }
 
     /// A server on `db` (a file or a PostgreSQL URL), logging to `log`.
-    fn start_on(
+    pub(crate) fn start_on(
         exe: &Path,
         db: &std::ffi::OsStr,
         log_path: &Path,
         args: &[&str],
     ) -> anyhow::Result<Server> {
+        Server::start_in(exe, db, log_path, args, None)
+    }
+
+    /// [`Server::start_on`], inside the control group `cgroup` (a directory of the cgroup file
+    /// system) when given: a shell joins it, then becomes the server, so the server's every
+    /// page (heap and the page cache it reads) is charged to the group from its first one.
+    pub(crate) fn start_in(
+        exe: &Path,
+        db: &std::ffi::OsStr,
+        log_path: &Path,
+        args: &[&str],
+        cgroup: Option<&Path>,
+    ) -> anyhow::Result<Server> {
         let log = std::fs::File::create(log_path)?;
-        let mut child = Command::new(exe)
+        let mut command = match cgroup {
+            None => Command::new(exe),
+            Some(group) => {
+                let mut sh = Command::new("sh");
+                sh.args(["-c", r#"echo $$ > "$0/cgroup.procs" && exec "$@""#])
+                    .arg(group)
+                    .arg(exe);
+                sh
+            }
+        };
+        let mut child = command
             .arg("serve")
             .args(["--listen", "127.0.0.1:0", "--admin-listen", "off"])
             .args(["--stripe-secret", SECRET, "--db"])
@@ -755,7 +783,7 @@ impl Server {
     }
 
     /// Peak resident memory of the server so far, in KiB.
-    fn peak_rss_kib(&self) -> Option<u64> {
+    pub(crate) fn peak_rss_kib(&self) -> Option<u64> {
         self.status_field("VmHWM")
     }
 
@@ -765,7 +793,7 @@ impl Server {
     }
 
     /// SIGTERM and wait, so the database is closed cleanly before it is checked.
-    fn stop(&mut self) -> anyhow::Result<()> {
+    pub(crate) fn stop(&mut self) -> anyhow::Result<()> {
         Command::new("kill")
             .arg("-TERM")
             .arg(self.child.id().to_string())

@@ -26,6 +26,29 @@ pub struct Workload {
     pub resend_share: f64,
     /// Seed for the event mix, so a run can be repeated.
     pub seed: u64,
+    /// How the event ids are made.
+    pub ids: Ids,
+}
+
+/// The shape of the event ids: where a new id falls in the ledger's key index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Ids {
+    /// `evt_load_<seed>_<counter>`: each new id sorts after every earlier one (as Stripe's,
+    /// which begin with a timestamp): claims land on the index's last pages.
+    Ordered,
+    /// `evt_<32 random hex digits>` (as GitHub's UUIDs, Shopify's or Svix message ids): each
+    /// claim lands on a random page of the key index.
+    Random,
+}
+
+impl Ids {
+    /// The `i`-th new event id of a run with `seed`.
+    pub fn event_id(self, seed: u64, i: usize, rng: &mut fastrand::Rng) -> String {
+        match self {
+            Ids::Ordered => format!("evt_load_{seed:04}_{i:08}"),
+            Ids::Random => format!("evt_{:032x}", rng.u128(..)),
+        }
+    }
 }
 
 /// One pre-built request.
@@ -50,7 +73,7 @@ pub fn prepare(workload: &Workload, secret: &Secret, host: &str) -> Vec<Request>
             });
             continue;
         }
-        let event_id = format!("evt_load_{}_{i:08}", workload.seed);
+        let event_id = workload.ids.event_id(workload.seed, i, &mut rng);
         let customer = format!("cus_load_{:05}", rng.usize(..10_000));
         let account = format!("acct_{customer}");
         let mut body = if rng.f64() < 0.8 {

@@ -3,6 +3,7 @@
 //! measure is what ships. Exit code: 0 ok, 1 the ledger check lost events, 2 could not run.
 
 mod bench;
+mod growth;
 mod loadgen;
 mod plain;
 
@@ -28,6 +29,9 @@ enum Command {
     /// Send pre-signed realistic events to a running hookledger and report throughput and
     /// latency; with --db, check the ledger holds exactly the events that got a 200.
     Loadgen(LoadgenArgs),
+    /// Cost as the ledger grows: pre-fills ledgers of N claims (time-ordered and random ids),
+    /// then loads a pre-filled and an empty one alternately, optionally in a memory limit.
+    Growth(growth::GrowthArgs),
 }
 
 #[derive(Debug, Args)]
@@ -77,12 +81,16 @@ struct LoadgenArgs {
     db: Option<PathBuf>,
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Time-ordered ids (Stripe's) or random ones (UUIDs).
+    #[arg(long, value_enum, default_value = "ordered")]
+    ids: loadgen::Ids,
 }
 
 fn main() -> ExitCode {
     let result = match Cli::parse().command {
         Command::Run(args) => run(args),
         Command::Loadgen(args) => loadgen(args),
+        Command::Growth(args) => growth::run(args),
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,
@@ -95,17 +103,7 @@ fn main() -> ExitCode {
 }
 
 fn run(args: RunArgs) -> anyhow::Result<bool> {
-    let exe = match args.exe {
-        Some(exe) => exe,
-        None => std::env::current_exe()
-            .context("finding this binary")?
-            .with_file_name("hookledger"),
-    };
-    anyhow::ensure!(
-        exe.is_file(),
-        "no hookledger binary at {} (build it with `cargo build --release -p hookledger`, or pass --exe)",
-        exe.display()
-    );
+    let exe = server_exe(args.exe)?;
     let config = bench::BenchConfig {
         requests: args.requests,
         dir: args.dir,
@@ -124,6 +122,22 @@ fn run(args: RunArgs) -> anyhow::Result<bool> {
     Ok(true)
 }
 
+/// `exe`, or `hookledger` next to this binary; an error if it is not there.
+fn server_exe(exe: Option<PathBuf>) -> anyhow::Result<PathBuf> {
+    let exe = match exe {
+        Some(exe) => exe,
+        None => std::env::current_exe()
+            .context("finding this binary")?
+            .with_file_name("hookledger"),
+    };
+    anyhow::ensure!(
+        exe.is_file(),
+        "no hookledger binary at {} (build it with `cargo build --release -p hookledger`, or pass --exe)",
+        exe.display()
+    );
+    Ok(exe)
+}
+
 /// Returns false when the ledger check finds acknowledged events missing.
 fn loadgen(args: LoadgenArgs) -> anyhow::Result<bool> {
     let secret = args
@@ -137,6 +151,7 @@ fn loadgen(args: LoadgenArgs) -> anyhow::Result<bool> {
         requests: args.requests,
         resend_share: args.resend.clamp(0.0, 1.0),
         seed: args.seed,
+        ids: args.ids,
     };
     let requests = loadgen::prepare(&workload, &secret, &args.addr.to_string());
     let report = loadgen::run(args.addr, &requests, args.connections);
