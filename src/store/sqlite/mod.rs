@@ -132,11 +132,13 @@ impl SqliteStore {
         SqliteStore::open_for_cli(path, DEFAULT_BUSY_TIMEOUT)
     }
 
-    /// A migrated in-memory database, for unit tests.
-    #[cfg(test)]
+    /// A migrated in-memory database: for unit tests, and where a new database's app
+    /// migrations and effects are checked before its file is created.
     pub(crate) fn open_in_memory() -> anyhow::Result<SqliteStore> {
         let mut conn = Connection::open_in_memory()?;
-        migrate(&mut conn)?;
+        conn.pragma_update(None, "foreign_keys", "ON")?;
+        // Nothing to tell the operator: this database lives for a check.
+        migrate_at(&mut conn, log::Level::Debug)?;
         Ok(SqliteStore::new(conn)?)
     }
 
@@ -300,8 +302,14 @@ impl SqliteStore {
     /// [`Store::check_statement`], the guard on.
     fn check_as_handler(&self, sql: &str, parameters: usize) -> Result<bool, String> {
         self.handler.take_refusal();
-        let failed =
-            |e: rusqlite::Error| self.handler.take_refusal().unwrap_or_else(|| e.to_string());
+        // SQLite's own message alone: rusqlite's adds the statement as prepared (with `$1`
+        // where the app wrote `:body`); the caller quotes the statement as written.
+        let failed = |e: rusqlite::Error| {
+            self.handler.take_refusal().unwrap_or_else(|| match e {
+                rusqlite::Error::SqlInputError { msg, .. } => msg,
+                e => e.to_string(),
+            })
+        };
         let stmt = self.conn.prepare(sql).map_err(failed)?;
         if stmt.parameter_count() < parameters {
             return Err(format!(
@@ -446,6 +454,11 @@ fn configure_writer(conn: &Connection) -> rusqlite::Result<()> {
 
 /// Brings the schema to the newest version, one transaction per migration.
 fn migrate(conn: &mut Connection) -> anyhow::Result<()> {
+    migrate_at(conn, log::Level::Info)
+}
+
+/// [`migrate`], logging each version reached at `level`.
+fn migrate_at(conn: &mut Connection, level: log::Level) -> anyhow::Result<()> {
     let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
     let version = usize::try_from(version).unwrap_or(usize::MAX);
     if version > MIGRATIONS.len() {
@@ -461,7 +474,7 @@ fn migrate(conn: &mut Connection) -> anyhow::Result<()> {
             .with_context(|| format!("migration {} failed", i + 1))?;
         tx.pragma_update(None, "user_version", (i + 1) as i64)?;
         tx.commit()?;
-        log::info!("database migrated to schema version {}", i + 1);
+        log::log!(level, "database migrated to schema version {}", i + 1);
     }
     Ok(())
 }
