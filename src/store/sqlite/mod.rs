@@ -86,6 +86,8 @@ pub(crate) struct SqliteStore {
     over_time: Option<(String, String)>,
     /// Stops with the store: the last checkpoint runs after the last commit.
     _checkpoints: Option<Checkpointer>,
+    /// Where "applied migration" goes: info, or debug on an in-memory database for a check.
+    log_level: log::Level,
 }
 
 impl SqliteStore {
@@ -139,7 +141,9 @@ impl SqliteStore {
         conn.pragma_update(None, "foreign_keys", "ON")?;
         // Nothing to tell the operator: this database lives for a check.
         migrate_at(&mut conn, log::Level::Debug)?;
-        Ok(SqliteStore::new(conn)?)
+        let mut store = SqliteStore::new(conn)?;
+        store.log_level = log::Level::Debug;
+        Ok(store)
     }
 
     fn new(conn: Connection) -> rusqlite::Result<SqliteStore> {
@@ -165,6 +169,7 @@ impl SqliteStore {
             handler_limit: DEFAULT_EFFECT_TIMEOUT,
             over_time: None,
             _checkpoints: None,
+            log_level: log::Level::Info,
         })
     }
 
@@ -213,6 +218,7 @@ impl Store for SqliteStore {
             session: conn,
             batch: &batch,
             begin: "BEGIN IMMEDIATE",
+            level: self.log_level,
         };
         app_schema::migrate(&migrator, folder)
     }
