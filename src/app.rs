@@ -192,6 +192,15 @@ impl Hookledger {
         stripe::add_targets(&config, &mut targets);
         let forward = config.forward.is_some() || access == Access::Command { forward: true };
         let sources = sources_of(&config, forward)?;
+        if access == Access::Serve
+            && (config.schema.migrations.is_some() || !config.effects.is_empty())
+        {
+            // A new SQLite file: the app's migrations and effects are tried in memory first,
+            // so that a bad one stops start-up before the file is created.
+            if let Some(mut scratch) = store::scratch(&config.database)? {
+                with_handlers(&config, &mut *scratch, HashMap::new(), Vec::new())?;
+            }
+        }
         let store::Stores {
             mut writer,
             reader,
@@ -426,15 +435,24 @@ fn compile_effects(
                 effect.source,
                 j + 1
             );
-            let bound = bind_parameters(sql).map_err(|e| anyhow::anyhow!("{at}: {e}"))?;
+            // Quoted as the app wrote it: the database saw `$1` where it says `:body`.
+            let refused = |why: &str| {
+                let written: Vec<String> = sql
+                    .trim()
+                    .lines()
+                    .map(|line| format!("    {line}"))
+                    .collect();
+                anyhow::anyhow!("{at}: {why}\n  the statement:\n{}", written.join("\n"))
+            };
+            let bound = bind_parameters(sql).map_err(|e| refused(&e))?;
             let returns_rows = store
                 .check_statement(&bound.sql, bound.parameters.len())
-                .map_err(|e| anyhow::anyhow!("{at}: {e}"))?;
+                .map_err(|e| refused(&e))?;
             if returns_rows {
-                anyhow::bail!(
-                    "{at}: it returns rows (a SELECT, or RETURNING); an effect's statements \
-                     change data and return nothing"
-                );
+                return Err(refused(
+                    "it returns rows (a SELECT, or RETURNING); an effect's statements change \
+                     data and return nothing",
+                ));
             }
             statements.push(bound);
         }

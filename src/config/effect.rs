@@ -171,8 +171,16 @@ impl EffectConfig {
         if self.on.iter().any(|p| p.contains('*') && !p.ends_with('*')) {
             refuse!(key("on"), "`*` may only end a pattern");
         }
-        if split_statements(&self.sql).is_empty() {
+        let statements = split_statements(&self.sql);
+        if statements.is_empty() {
             refuse!(key("sql"), "is empty");
+        }
+        // The parameters now, before the database is opened (the rest of the SQL can only be
+        // checked against it).
+        for (j, statement) in statements.iter().enumerate() {
+            if let Err(e) = bind_parameters(statement) {
+                refuse!(key("sql"), "statement {}: {e}", j + 1);
+            }
         }
         Ok(())
     }

@@ -740,6 +740,16 @@ impl Config {
         for (i, effect) in self.effects.iter().enumerate() {
             effect.validate(i + 1, &names)?;
         }
+        if let Some(folder) = &self.schema.migrations {
+            // Here, not when they are applied: by then the database would have been created.
+            if let Err(e) = std::fs::read_dir(folder) {
+                refuse!(
+                    "schema.migrations",
+                    "cannot read folder {}: {e}",
+                    folder.display()
+                );
+            }
+        }
         self.validate_admin()?;
         if let Database::Postgres(url) = &self.database {
             parse_postgres(url)?;

@@ -11,11 +11,13 @@ use sha2::{Digest, Sha256};
 use crate::sql::Session;
 
 /// How a store runs a migration: `batch` runs SQL text as it is (several statements, no
-/// parameters), and `begin` opens the transaction each migration runs in.
+/// parameters), `begin` opens the transaction each migration runs in, and each one applied is
+/// logged at `level` (info; debug on the in-memory database of a check, which nobody keeps).
 pub(crate) struct Migrator<'a> {
     pub(crate) session: &'a dyn Session,
     pub(crate) batch: &'a dyn Fn(&str) -> anyhow::Result<()>,
     pub(crate) begin: &'a str,
+    pub(crate) level: log::Level,
 }
 
 /// Applies the migrations of `folder` not applied yet; returns how many it applied.
@@ -61,7 +63,7 @@ pub(crate) fn migrate(db: &Migrator<'_>, folder: &Path) -> anyhow::Result<usize>
         match apply(db, &name, &sql, &hash) {
             Ok(true) => {
                 (db.batch)("COMMIT")?;
-                log::info!("applied migration {name}");
+                log::log!(db.level, "applied migration {name}");
                 applied += 1;
             }
             Ok(false) => (db.batch)("COMMIT")?,
@@ -110,6 +112,7 @@ mod tests {
                 session: &*conn,
                 batch: &batch,
                 begin: "BEGIN",
+                level: log::Level::Info,
             },
             folder,
         )

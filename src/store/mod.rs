@@ -82,6 +82,20 @@ pub(crate) struct Stores {
     pub(crate) guard: ServeGuard,
 }
 
+/// For a SQLite database whose file does not exist yet: an empty one in memory, with
+/// hookledger's schema, to apply the app's migrations and check its effects on before the file
+/// is created, so that a bad one creates nothing. `None` for an existing file, and on
+/// PostgreSQL (whose database the operator made; a bad effect stops start-up after
+/// hookledger's tables are in it).
+pub(crate) fn scratch(database: &Database) -> anyhow::Result<Option<Box<dyn Store>>> {
+    match database {
+        Database::Sqlite(path) if !path.exists() => {
+            Ok(Some(Box::new(sqlite::SqliteStore::open_in_memory()?)))
+        }
+        _ => Ok(None),
+    }
+}
+
 /// How a database is opened.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Access {

@@ -404,3 +404,62 @@ sql = """{effect}
     })
     .expect("the log says why the event failed");
 }
+
+/// `examples/effects` (its `postgres/` twin on PostgreSQL), as shipped: its own migration
+/// creates the tables its effects write, and an event in makes the app's rows: one order per
+/// invoice, the running total, one receipt queued in the outbox.
+#[test]
+fn the_effects_example_writes_the_tables_its_own_migration_creates() {
+    let example = match store() {
+        Store::Sqlite => "examples/effects/hookledger.toml",
+        Store::Postgres => "examples/effects/postgres/hookledger.toml",
+    };
+    let config = Path::new(env!("CARGO_MANIFEST_DIR")).join(example);
+    let server = Server::start(&["--config", config.to_str().unwrap()]);
+    let db = server.db();
+    assert_eq!(
+        db.count("SELECT count(*) FROM orders"),
+        0,
+        "the migration made the table"
+    );
+
+    assert_outcome(
+        &server.send(&fixture("invoice.paid")),
+        "evt_1Pgci1B7WZ01zgkWrMGF0FaA",
+        "processed",
+    );
+    let order: (String, String, i64) =
+        db.one("SELECT invoice_id, event_id, amount FROM orders", &[]);
+    assert_eq!(
+        order,
+        (
+            "in_1Pgc6tB7WZ01zgkWu9fdqL6I".to_string(),
+            "evt_1Pgci1B7WZ01zgkWrMGF0FaA".to_string(),
+            2000
+        )
+    );
+    assert_eq!(total(&server), 2000);
+    assert_eq!(
+        db.strings("SELECT key FROM outbox WHERE kind = 'send_receipt'"),
+        ["in_1Pgc6tB7WZ01zgkWu9fdqL6I"]
+    );
+
+    // The second event about the same payment is claimed, and adds no order, no amount and
+    // no receipt.
+    assert_outcome(
+        &server.send(&fixture("invoice.payment_succeeded")),
+        "evt_1PgcGQB7WZ01zgkWFJrikLTV",
+        "processed",
+    );
+    assert_eq!(ledger_count(&db), 2);
+    assert_eq!(db.count("SELECT count(*) FROM orders"), 1);
+    assert_eq!(total(&server), 2000);
+    assert_eq!(
+        db.count("SELECT count(*) FROM outbox WHERE kind = 'send_receipt'"),
+        1
+    );
+    assert_eq!(
+        db.strings("SELECT name FROM hookledger_app_migrations"),
+        ["001_orders.sql"]
+    );
+}

@@ -29,6 +29,7 @@ mod oracles_twilio;
 mod outbox;
 mod postgres;
 mod presets;
+mod proxies;
 mod receiver;
 mod reconcile;
 mod sdks;

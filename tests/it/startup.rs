@@ -451,22 +451,39 @@ fn bad_effects_and_changed_migrations_stop_start_up() {
         err.contains("effect 1.source: names no [[source]]"),
         "{err}"
     );
+    // The parameters are checked with the config, before the database is created.
+    for (sql, expected) in [
+        (
+            "INSERT INTO t VALUES (1); INSERT INTO t VALUES (:amount)",
+            vec![
+                "effect 1.sql: statement 2",
+                "unknown parameter `:amount`",
+                ":body",
+            ],
+        ),
+        (
+            "INSERT INTO t VALUES ($1)",
+            vec![
+                "effect 1.sql: statement 1",
+                "positional parameter `$1`: name it",
+            ],
+        ),
+    ] {
+        let effect = format!("[[effect]]\nsource = \"stripe\"\non = \"*\"\nsql = \"{sql}\"\n");
+        let path = write(dir.path(), "p.toml", &config(&effect));
+        let err = refused(&["--config", &path], &env);
+        for part in expected {
+            assert!(err.contains(part), "`{part}` not in: {err}");
+        }
+    }
     for (effect, expected) in [
         (
             "[[effect]]\nsource = \"stripe\"\non = \"*\"\nsql = \"INSERT INTO t VALUES (1); INSERT INTO nope VALUES (1)\"\n",
             vec!["effect 1 (source `stripe`), statement 2", no_such_table],
         ),
         (
-            "[[effect]]\nsource = \"stripe\"\non = \"*\"\nsql = \"INSERT INTO t VALUES (:amount)\"\n",
-            vec!["effect 1 (source `stripe`), statement 1", "unknown parameter `:amount`", ":body"],
-        ),
-        (
             "[[effect]]\nsource = \"stripe\"\non = \"*\"\nsql = \"INSERT INTO t VALUES (?)\"\n",
             vec![question_mark],
-        ),
-        (
-            "[[effect]]\nsource = \"stripe\"\non = \"*\"\nsql = \"INSERT INTO t VALUES ($1)\"\n",
-            vec!["positional parameter `$1`: name it"],
         ),
         (
             "[[effect]]\nsource = \"stripe\"\non = \"*\"\nsql = \"SELECT x FROM t\"\n",
@@ -492,10 +509,12 @@ fn bad_effects_and_changed_migrations_stop_start_up() {
         ),
     ] {
         let path = write(dir.path(), "b.toml", &config(effect));
-        let (err, _) = refused_at_open(&["--config", &path], &env);
+        let (err, created) = refused_at_open(&["--config", &path], &env);
         for part in expected {
             assert!(err.contains(part), "`{part}` not in: {err}");
         }
+        // A new SQLite file is made only once the effects passed (checked in memory first).
+        assert!(!created || store() == Store::Postgres, "created: {err}");
     }
     // A migration edited after it was applied.
     let path = write(dir.path(), "c.toml", &config(""));
@@ -636,4 +655,82 @@ fn admin_settings_that_would_expose_the_admin_routes_stop_start_up() {
         "{err}"
     );
     assert!(!database_created(dir.path()));
+}
+
+/// A missing `[schema] migrations` folder stops start-up naming the key, before the database
+/// is created (it was read only when applied, after the database had been made); so does a
+/// migration that fails, on SQLite.
+#[test]
+fn a_missing_migrations_folder_stops_start_up_before_the_database_is_created() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(
+        dir.path(),
+        "hookledger.toml",
+        "[schema]\nmigrations = \"migrations/\"\n\n[[source]]\nname = \"stripe\"\n\
+         scheme = \"stripe\"\nsecrets = [\"env:HOOKLEDGER_TEST_STRIPE\"]\n",
+    );
+    // `refused` checks that no database was created.
+    let err = refused(&["--config", &path], &[("HOOKLEDGER_TEST_STRIPE", SECRET)]);
+    assert!(
+        err.contains("schema.migrations: cannot read folder")
+            && err.contains(&dir.path().join("migrations").display().to_string()),
+        "{err}"
+    );
+
+    // A migration that fails, on a new SQLite file: tried in memory first, so no file either.
+    std::fs::create_dir(dir.path().join("migrations")).unwrap();
+    write(
+        &dir.path().join("migrations"),
+        "001_bad.sql",
+        "CREATE TABLE orders (id TEXT PRIMARY KEY);\nCREATE TABLE (",
+    );
+    let (err, created) =
+        refused_at_open(&["--config", &path], &[("HOOKLEDGER_TEST_STRIPE", SECRET)]);
+    assert!(err.contains("001_bad.sql"), "{err}");
+    assert!(!created || store() == Store::Postgres, "created: {err}");
+}
+
+/// An effect that the database refuses is quoted as the app wrote it (`:body`, its own line
+/// breaks), not as it was prepared (`$1`).
+#[test]
+fn an_effect_the_database_refuses_is_quoted_as_written() {
+    let (no_table, syntax) = match store() {
+        Store::Sqlite => ("no such table: nope", r#"near "WHER": syntax error"#),
+        Store::Postgres => (r#"relation "nope" does not exist"#, "syntax error"),
+    };
+    let dir = tempfile::tempdir().unwrap();
+    for (sql, why) in [
+        (
+            "INSERT INTO nope (x, y)\nVALUES (:body, :event_id)",
+            no_table,
+        ),
+        ("UPDATE nope SET x = :body\nWHER y = :event_id", syntax),
+    ] {
+        let path = write(
+            dir.path(),
+            "hookledger.toml",
+            &format!(
+                "[[source]]\nname = \"stripe\"\nscheme = \"stripe\"\n\
+                 secrets = [\"env:HOOKLEDGER_TEST_STRIPE\"]\n\n[[effect]]\n\
+                 source = \"stripe\"\non = \"*\"\nsql = \"\"\"\n{sql}\n\"\"\"\n"
+            ),
+        );
+        let (err, created) =
+            refused_at_open(&["--config", &path], &[("HOOKLEDGER_TEST_STRIPE", SECRET)]);
+        assert!(!created || store() == Store::Postgres, "created: {err}");
+        assert!(
+            err.contains("effect 1 (source `stripe`), statement 1") && err.contains(why),
+            "{err}"
+        );
+        for line in sql.lines() {
+            assert!(
+                err.contains(&format!("    {line}")),
+                "`{line}` not quoted: {err}"
+            );
+        }
+        assert!(
+            !err.contains("$1") && !err.contains("$2"),
+            "the prepared SQL: {err}"
+        );
+    }
 }

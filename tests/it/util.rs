@@ -101,6 +101,14 @@ impl Server {
         server
     }
 
+    /// As [`Server::start_on`], with `env` (and no `RUST_LOG` unless it says so).
+    pub fn start_on_with_env(db_arg: &str, args: &[&str], env: &[(&str, &str)]) -> Server {
+        let temp = test_dir();
+        let mut server = Server::spawn(temp.path(), db_arg.to_string(), args, env);
+        server._temp = Some(temp);
+        server
+    }
+
     /// Runs `hookledger serve` in `dir` on `db_arg` and waits for its address.
     fn spawn(dir: &Path, db_arg: String, args: &[&str], env: &[(&str, &str)]) -> Server {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_hookledger"));

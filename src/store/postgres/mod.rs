@@ -279,6 +279,7 @@ impl Store for PgStore {
             session,
             batch: &batch,
             begin: &begin,
+            level: log::Level::Info,
         };
         app_schema::migrate(&migrator, folder)
     }

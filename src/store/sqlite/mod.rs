@@ -87,6 +87,8 @@ pub(crate) struct SqliteStore {
     over_time: Option<(String, String)>,
     /// Stops with the store: the last checkpoint runs after the last commit.
     _checkpoints: Option<Checkpointer>,
+    /// Where "applied migration" goes: info, or debug on an in-memory database for a check.
+    log_level: log::Level,
 }
 
 impl SqliteStore {
@@ -133,12 +135,16 @@ impl SqliteStore {
         SqliteStore::open_for_cli(path, DEFAULT_BUSY_TIMEOUT)
     }
 
-    /// A migrated in-memory database, for unit tests.
-    #[cfg(test)]
+    /// A migrated in-memory database: for unit tests, and where a new database's app
+    /// migrations and effects are checked before its file is created.
     pub(crate) fn open_in_memory() -> anyhow::Result<SqliteStore> {
         let mut conn = Connection::open_in_memory()?;
-        migrate(&mut conn)?;
-        Ok(SqliteStore::new(conn)?)
+        conn.pragma_update(None, "foreign_keys", "ON")?;
+        // Nothing to tell the operator: this database lives for a check.
+        migrate_at(&mut conn, log::Level::Debug)?;
+        let mut store = SqliteStore::new(conn)?;
+        store.log_level = log::Level::Debug;
+        Ok(store)
     }
 
     fn new(conn: Connection) -> rusqlite::Result<SqliteStore> {
@@ -164,6 +170,7 @@ impl SqliteStore {
             handler_limit: DEFAULT_EFFECT_TIMEOUT,
             over_time: None,
             _checkpoints: None,
+            log_level: log::Level::Info,
         })
     }
 
@@ -212,6 +219,7 @@ impl Store for SqliteStore {
             session: conn,
             batch: &batch,
             begin: "BEGIN IMMEDIATE",
+            level: self.log_level,
         };
         app_schema::migrate(&migrator, folder)
     }
@@ -301,8 +309,14 @@ impl SqliteStore {
     /// [`Store::check_statement`], the guard on.
     fn check_as_handler(&self, sql: &str, parameters: usize) -> Result<bool, String> {
         self.handler.take_refusal();
-        let failed =
-            |e: rusqlite::Error| self.handler.take_refusal().unwrap_or_else(|| e.to_string());
+        // SQLite's own message alone: rusqlite's adds the statement as prepared (with `$1`
+        // where the app wrote `:body`); the caller quotes the statement as written.
+        let failed = |e: rusqlite::Error| {
+            self.handler.take_refusal().unwrap_or_else(|| match e {
+                rusqlite::Error::SqlInputError { msg, .. } => msg,
+                e => e.to_string(),
+            })
+        };
         let stmt = self.conn.prepare(sql).map_err(failed)?;
         if stmt.parameter_count() < parameters {
             return Err(format!(
@@ -447,6 +461,11 @@ fn configure_writer(conn: &Connection) -> rusqlite::Result<()> {
 
 /// Brings the schema to the newest version, one transaction per migration.
 fn migrate(conn: &mut Connection) -> anyhow::Result<()> {
+    migrate_at(conn, log::Level::Info)
+}
+
+/// [`migrate`], logging each version reached at `level`.
+fn migrate_at(conn: &mut Connection, level: log::Level) -> anyhow::Result<()> {
     let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
     let version = usize::try_from(version).unwrap_or(usize::MAX);
     if version > MIGRATIONS.len() {
@@ -462,7 +481,7 @@ fn migrate(conn: &mut Connection) -> anyhow::Result<()> {
             .with_context(|| format!("migration {} failed", i + 1))?;
         tx.pragma_update(None, "user_version", (i + 1) as i64)?;
         tx.commit()?;
-        log::info!("database migrated to schema version {}", i + 1);
+        log::log!(level, "database migrated to schema version {}", i + 1);
     }
     Ok(())
 }
