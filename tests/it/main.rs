@@ -6,6 +6,7 @@
 mod util;
 
 mod admin;
+mod alerts;
 mod api;
 mod batches;
 mod billing;
