@@ -188,6 +188,7 @@ impl Hookledger {
         }
         let mut targets = delivery::Targets::of(&config)?;
         stripe::add_targets(&config, &mut targets);
+        crate::alerts::add_targets(&config, &mut targets)?;
         let forward = config.forward.is_some() || access == Access::Command { forward: true };
         let sources = sources_of(&config, forward)?;
         let store::Stores {
@@ -211,6 +212,11 @@ impl Hookledger {
         .context("cannot start the writer thread")?;
         let mut workers: Vec<Box<dyn Background>> = Vec::new();
         if serving {
+            let watch =
+                crate::alerts::Watch::new(&config, handle.clone(), reader.clone(), metrics.clone());
+            if let Some(watch) = &watch {
+                targets.observe(watch.clone());
+            }
             if !targets.is_empty() {
                 workers.push(Box::new(delivery::Worker::spawn(
                     targets,
@@ -220,6 +226,9 @@ impl Hookledger {
                     woken,
                     metrics.clone(),
                 )?));
+            }
+            if let Some(watch) = &watch {
+                workers.push(Box::new(watch.spawn()?));
             }
             workers.push(Box::new(Retention::spawn(
                 handle.clone(),

@@ -55,7 +55,9 @@ use std::time::{Duration, Instant};
 
 use crate::config::{ForwardConfig, Rate};
 use crate::metrics::Metrics;
-use crate::outbox::{next_delay, Attempt, Failure, FollowUp, PendingRow, Target, FORWARD};
+use crate::outbox::{
+    next_delay, Attempt, Failure, FollowUp, Observer, PendingRow, Target, FORWARD,
+};
 use crate::source::standard::{self, SigningKey};
 use crate::store::{OutboxReader, Write};
 use crate::time::unix_now;
@@ -153,7 +155,7 @@ impl Target for Post {
 /// The targets by outbox kind: `forward`, each `[[delivery]]`, and those the composition
 /// root adds (a provider wing's fetches).
 #[derive(Default)]
-pub(crate) struct Targets(Vec<(String, Lane)>);
+pub(crate) struct Targets(Vec<(String, Lane)>, Option<Arc<dyn Observer>>);
 
 impl Targets {
     /// The POST targets of `config`: `forward` and each `[[delivery]]`.
@@ -214,6 +216,11 @@ impl Targets {
             },
         ));
         &mut self.0.last_mut().expect("just pushed").1
+    }
+
+    /// Tells `observer` of each attempt recorded.
+    pub(crate) fn observe(&mut self, observer: Arc<dyn Observer>) {
+        self.1 = Some(observer);
     }
 
     /// Whether there is nothing to deliver (no worker is needed).
@@ -299,6 +306,8 @@ struct Shared<P> {
     breaker: Mutex<Breaker>,
     /// Wakes the poller: a commit, a free attempt thread, `stop`.
     signal: Arc<Signal>,
+    /// Told of each recorded attempt (the alerts).
+    observer: Option<Arc<dyn Observer>>,
 }
 
 /// A kind's circuit breaker.
@@ -474,6 +483,7 @@ impl Worker {
             pollers: Vec::new(),
             attempts: Vec::new(),
         };
+        let observer = config.1;
         for (kind, lane) in config.0 {
             metrics.breaker(&kind, false);
             let signal = Arc::new(Signal::default());
@@ -490,6 +500,7 @@ impl Worker {
                 answered: AtomicBool::new(false),
                 breaker: Mutex::new(Breaker::Closed),
                 signal,
+                observer: observer.clone(),
             });
             let (hand, rows) = mpsc::channel::<PendingRow>();
             let rows = Arc::new(Mutex::new(rows));
@@ -712,8 +723,11 @@ fn deliver<P: OutboxReader>(shared: &Shared<P>, row: PendingRow) -> Result<(), (
     let recorded = shared.writer.run_blocking(Write::Record {
         id,
         queued,
-        attempt,
+        attempt: attempt.clone(),
     });
+    if let (Ok(1..), Some(observer)) = (&recorded, &shared.observer) {
+        observer.recorded(&row, &attempt);
+    }
     // The target answers again after an outage (failures in a row here, or, at its first
     // answer since the start, a row that failed before the restart): the rows waiting on a
     // retry delay need not wait it out. One row that fails alone between successes is not an

@@ -61,6 +61,12 @@ pub(crate) enum Failure {
     Transport(String),
 }
 
+/// Told of each attempt the worker recorded (the alerts watch rows going dead and kinds
+/// delivering again). Called on the attempt's thread, after the write committed.
+pub(crate) trait Observer: Send + Sync {
+    fn recorded(&self, row: &PendingRow, attempt: &Attempt);
+}
+
 /// A write a [`Target`] hands back with its success: it runs in the transaction that marks its
 /// row done, and only when the row is still the one attempted (not replayed meanwhile).
 pub(crate) trait FollowUp: Send + Sync + fmt::Debug {

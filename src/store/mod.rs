@@ -7,7 +7,7 @@
 //! - `pipeline.rs`: claim → handlers → outbox row, written once for every store, job by job or
 //!   batched;
 //! - the SQL both stores run, on [`Session`](crate::sql::Session): the claim (`ledger.rs`), the
-//!   outbox's writes (`outbox.rs`), retention (`retention.rs`), the listings
+//!   outbox's writes (`outbox.rs`), `[[alert]]` incidents (`alerts.rs`), retention (`retention.rs`), the listings
 //!   (`listings.rs`), the app's migrations (`app_schema.rs`), the copy from one store to the
 //!   other (`copy.rs`);
 //! - `owned.rs`: hookledger's own tables, which a handler may read but not change (it may add
@@ -16,6 +16,7 @@
 //!   read connections and errors, alike in shape;
 //! - `contract.rs` (tests): one suite every store passes.
 
+pub(crate) mod alerts;
 mod app_schema;
 #[cfg(test)]
 mod contract;

@@ -52,6 +52,8 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0001_schema.sql"),
     include_str!("migrations/0002_heartbeat.sql"),
     include_str!("migrations/0003_outbox_output.sql"),
+    // 0004 and 0005 are other branches'.
+    include_str!("migrations/0006_alert_incidents.sql"),
 ];
 
 /// The advisory lock keys: migrations (hookledger's and the app's) and retention.

@@ -49,6 +49,8 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0005_heartbeat.sql"),
     include_str!("migrations/0006_outbox_text_identity.sql"),
     include_str!("migrations/0007_outbox_output.sql"),
+    // 0008 and 0009 are other branches'; this list is positional (user_version).
+    include_str!("migrations/0010_alert_incidents.sql"),
 ];
 
 /// SQLite's virtual machine steps between two looks at a running handler's deadline: a few
