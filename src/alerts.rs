@@ -145,13 +145,20 @@ impl Watch {
                 }
             })
             .collect();
+        // The counts start at zero with the process: the first sample, so refusals that come
+        // before the first tick are counted too.
+        let zero = metrics
+            .refusals()
+            .into_iter()
+            .map(|(s, _)| (s, 0))
+            .collect();
         Some(Arc::new(Watch {
             alerts,
             writer,
             reader,
             metrics,
             open: Mutex::default(),
-            samples: Mutex::default(),
+            samples: Mutex::new(VecDeque::from([(Instant::now(), zero)])),
             noted: Mutex::default(),
         }))
     }

@@ -459,3 +459,44 @@ fn a_bad_alert_is_refused_at_start_up_naming_its_key() {
         assert!(!database_created(dir.path()), "{alert}: nothing is created");
     }
 }
+
+#[test]
+fn two_instances_on_one_postgres_database_send_one_message_per_incident() {
+    if !postgres_reachable() {
+        assert!(
+            std::env::var("HOOKLEDGER_REQUIRE_POSTGRES").is_err(),
+            "HOOKLEDGER_REQUIRE_POSTGRES is set and PostgreSQL does not answer"
+        );
+        eprintln!("skipped: no PostgreSQL server answers");
+        return;
+    }
+    let slack = Receiver::start(200, "ok");
+    let (down, _) = down_app();
+    let dir = test_dir();
+    let url = postgres_db_in(dir.path());
+    let config = alert_config(
+        dir.path(),
+        &format!("http://{down}/hooks"),
+        "schedule = [\"1s\"]\nbreaker_failures = 100",
+        &format!("url = \"{}\"\non = [\"dead\"]", slack.url()),
+    );
+    let args = ["--config", &config, "--outbox-lease", "3s"];
+    let a = Server::start_on(&url, &args);
+    let b = Server::start_on(&url, &args);
+    for i in 0..4 {
+        let id = format!("evt_two_{i}");
+        let server = if i % 2 == 0 { &a } else { &b };
+        assert_outcome(&server.send(&paid(&id)), &id, "processed");
+    }
+    let db = Db::open(&url);
+    for i in 0..4 {
+        wait_outbox_status(&db, &format!("evt_two_{i}"), "dead", WAIT);
+    }
+    slack.wait(1);
+    no_more_than(&slack, 1, Duration::from_secs(3));
+    assert_eq!(db.count("SELECT count(*) FROM alert_incidents"), 1);
+    assert_eq!(
+        db.count("SELECT count(*) FROM outbox WHERE kind = 'alert:1'"),
+        1
+    );
+}
