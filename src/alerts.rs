@@ -100,6 +100,9 @@ pub(crate) fn add_targets(config: &Config, targets: &mut Targets) -> anyhow::Res
     Ok(())
 }
 
+/// Refusals since the start, by source.
+type Counts = HashMap<Arc<str>, u64>;
+
 /// One configured alert.
 struct Alert {
     name: String,
@@ -116,7 +119,7 @@ pub(crate) struct Watch {
     /// The open incidents (alert index, cause, subject), as last read or written here.
     open: Mutex<HashSet<(usize, String, String)>>,
     /// Refusal counts by source, sampled every tick, oldest first (the longest window's).
-    samples: Mutex<VecDeque<(Instant, HashMap<Arc<str>, u64>)>>,
+    samples: Mutex<VecDeque<(Instant, Counts)>>,
     /// When this instance last noted a refusal incident still there, by (alert, source).
     noted: Mutex<HashMap<(usize, Arc<str>), Instant>>,
 }
@@ -286,7 +289,7 @@ impl Watch {
             return;
         }
         let now = Instant::now();
-        let counts: HashMap<Arc<str>, u64> = self.metrics.refusals().into_iter().collect();
+        let counts: Counts = self.metrics.refusals().into_iter().collect();
         let longest = self
             .alerts
             .iter()

@@ -12,13 +12,16 @@ use crate::util::*;
 
 const WAIT: Duration = Duration::from_secs(30);
 
+/// A request's headers, names in lower case.
+type Headers = Vec<(String, String)>;
+
 /// A tiny HTTP server on port 0: answers every request with `status` and `body`, and keeps
 /// each request's body (a Slack-shaped receiver, or an app that fails with a message).
 struct Receiver {
     addr: SocketAddr,
     status: Arc<AtomicU16>,
     bodies: Arc<Mutex<Vec<Vec<u8>>>>,
-    headers: Arc<Mutex<Vec<Vec<(String, String)>>>>,
+    headers: Arc<Mutex<Vec<Headers>>>,
 }
 
 impl Receiver {
@@ -74,7 +77,7 @@ fn answer(
     status: &AtomicU16,
     body: &str,
     bodies: &Mutex<Vec<Vec<u8>>>,
-    headers: &Mutex<Vec<Vec<(String, String)>>>,
+    headers: &Mutex<Vec<Headers>>,
 ) -> std::io::Result<()> {
     stream.set_read_timeout(Some(Duration::from_secs(10)))?;
     let mut reader = BufReader::new(stream.try_clone()?);
