@@ -141,7 +141,7 @@ fn dead_error(url: &str) -> String {
 }
 
 #[test]
-fn a_dead_rows_error_names_refused_timeout_dns_and_http_500_with_the_target() {
+fn a_dead_rows_error_names_refused_timeout_dns_tls_and_http_500_with_the_target() {
     // Refused: a port nobody listens on.
     let (down, _) = down_app();
     let refused = std::thread::spawn(move || dead_error(&format!("http://{down}/hooks")));
@@ -158,6 +158,10 @@ fn a_dead_rows_error_names_refused_timeout_dns_and_http_500_with_the_target() {
         std::thread::spawn(move || dead_error(&format!("http://{silent_addr}/hooks?token=s3")));
     // DNS: a name that cannot resolve (RFC 6761 reserves .invalid).
     let dns = std::thread::spawn(|| dead_error("http://nonexistent.invalid/hooks"));
+    // TLS: https:// to a server that speaks plain HTTP.
+    let plain = Receiver::start(500, "not TLS");
+    let plain_addr = plain.addr;
+    let tls = std::thread::spawn(move || dead_error(&format!("https://{plain_addr}/hook")));
     // HTTP 500 with a body, whose start is kept.
     let failing = Receiver::start(500, "database is locked\n(SQLITE_BUSY)");
     let status = dead_error(&failing.url());
@@ -185,6 +189,11 @@ fn a_dead_rows_error_names_refused_timeout_dns_and_http_500_with_the_target() {
             "HTTP 500 from {}: database is locked (SQLITE_BUSY)",
             failing.url()
         )
+    );
+    let tls = tls.join().unwrap();
+    assert!(
+        tls.starts_with("TLS: ") && tls.ends_with(&format!("(https://{plain_addr}/hook)")),
+        "{tls}"
     );
 }
 
