@@ -190,6 +190,7 @@ impl Hookledger {
         }
         let mut targets = delivery::Targets::of(&config)?;
         stripe::add_targets(&config, &mut targets);
+        crate::alerts::add_targets(&config, &mut targets)?;
         let forward = config.forward.is_some() || access == Access::Command { forward: true };
         let sources = sources_of(&config, forward)?;
         if access == Access::Serve
@@ -223,6 +224,11 @@ impl Hookledger {
         let refusals = Arc::new(crate::refusals::Refusals::default());
         let mut workers: Vec<Box<dyn Background>> = Vec::new();
         if serving {
+            let watch =
+                crate::alerts::Watch::new(&config, handle.clone(), reader.clone(), metrics.clone());
+            if let Some(watch) = &watch {
+                targets.observe(watch.clone());
+            }
             if !targets.is_empty() {
                 workers.push(Box::new(delivery::Worker::spawn(
                     targets,
@@ -232,6 +238,9 @@ impl Hookledger {
                     woken,
                     metrics.clone(),
                 )?));
+            }
+            if let Some(watch) = &watch {
+                workers.push(Box::new(watch.spawn()?));
             }
             workers.push(Box::new(Retention::spawn(
                 handle.clone(),

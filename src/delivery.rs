@@ -55,7 +55,9 @@ use std::time::{Duration, Instant};
 
 use crate::config::{ForwardConfig, Rate};
 use crate::metrics::Metrics;
-use crate::outbox::{next_delay, Attempt, Failure, FollowUp, PendingRow, Target, FORWARD};
+use crate::outbox::{
+    next_delay, Attempt, Failure, FollowUp, Observer, PendingRow, Target, FORWARD,
+};
 use crate::source::standard::{self, SigningKey};
 use crate::store::{OutboxReader, Write};
 use crate::time::unix_now;
@@ -111,6 +113,8 @@ pub(crate) struct Post {
     url: String,
     key: SigningKey,
     agent: ureq::Agent,
+    /// The agent's, named in a timeout's cause.
+    timeout: Duration,
 }
 
 impl Post {
@@ -120,6 +124,7 @@ impl Post {
         Ok(Post {
             url: config.url.clone(),
             key,
+            timeout: config.timeout,
             agent: ureq::AgentBuilder::new()
                 .timeout(config.timeout)
                 .redirects(0)
@@ -135,14 +140,22 @@ impl Target for Post {
         row: &PendingRow,
         payload: &[u8],
     ) -> Result<Option<Arc<dyn FollowUp>>, Failure> {
-        post(&self.agent, &self.url, &self.key, row, payload).map(|()| None)
+        post(
+            &self.agent,
+            self.timeout,
+            &self.url,
+            &self.key,
+            row,
+            payload,
+        )
+        .map(|()| None)
     }
 }
 
 /// The targets by outbox kind: `forward`, each `[[delivery]]`, and those the composition
 /// root adds (a provider wing's fetches).
 #[derive(Default)]
-pub(crate) struct Targets(Vec<(String, Lane)>);
+pub(crate) struct Targets(Vec<(String, Lane)>, Option<Arc<dyn Observer>>);
 
 impl Targets {
     /// The POST targets of `config`: `forward` and each `[[delivery]]`.
@@ -203,6 +216,11 @@ impl Targets {
             },
         ));
         &mut self.0.last_mut().expect("just pushed").1
+    }
+
+    /// Tells `observer` of each attempt recorded.
+    pub(crate) fn observe(&mut self, observer: Arc<dyn Observer>) {
+        self.1 = Some(observer);
     }
 
     /// Whether there is nothing to deliver (no worker is needed).
@@ -288,6 +306,8 @@ struct Shared<P> {
     breaker: Mutex<Breaker>,
     /// Wakes the poller: a commit, a free attempt thread, `stop`.
     signal: Arc<Signal>,
+    /// Told of each recorded attempt (the alerts).
+    observer: Option<Arc<dyn Observer>>,
 }
 
 /// A kind's circuit breaker.
@@ -463,6 +483,7 @@ impl Worker {
             pollers: Vec::new(),
             attempts: Vec::new(),
         };
+        let observer = config.1;
         for (kind, lane) in config.0 {
             metrics.breaker(&kind, false);
             let signal = Arc::new(Signal::default());
@@ -479,6 +500,7 @@ impl Worker {
                 answered: AtomicBool::new(false),
                 breaker: Mutex::new(Breaker::Closed),
                 signal,
+                observer: observer.clone(),
             });
             let (hand, rows) = mpsc::channel::<PendingRow>();
             let rows = Arc::new(Mutex::new(rows));
@@ -701,8 +723,11 @@ fn deliver<P: OutboxReader>(shared: &Shared<P>, row: PendingRow) -> Result<(), (
     let recorded = shared.writer.run_blocking(Write::Record {
         id,
         queued,
-        attempt,
+        attempt: attempt.clone(),
     });
+    if let (Ok(1..), Some(observer)) = (&recorded, &shared.observer) {
+        observer.recorded(&row, &attempt);
+    }
     // The target answers again after an outage (failures in a row here, or, at its first
     // answer since the start, a row that failed before the restart): the rows waiting on a
     // retry delay need not wait it out. One row that fails alone between successes is not an
@@ -785,17 +810,19 @@ fn attempt(config: &Lane, row: &PendingRow, payload: &[u8]) -> (Attempt, Health)
             log::error!("outbox: {} {} dead: {error}", row.kind, row.key);
             Attempt::Dead { error }
         }
-        Err(Failure::Gone) => {
+        Err(Failure::Gone(detail)) => {
             log::error!(
                 "outbox: {} {} dead: the app answered 410 Gone",
                 row.kind,
                 row.key
             );
             Attempt::Dead {
-                error: "HTTP 410 Gone".into(),
+                error: format!("HTTP 410 Gone {detail}"),
             }
         }
-        Err(Failure::Status(status, retry_after)) => failed(format!("HTTP {status}"), retry_after),
+        Err(Failure::Status(status, retry_after, detail)) => {
+            failed(format!("HTTP {status} {detail}"), retry_after)
+        }
         Err(Failure::Transport(error)) => failed(error, None),
     };
     (attempt, health)
@@ -817,7 +844,7 @@ impl Health {
         match result {
             Ok(_) => Health::Up,
             Err(Failure::Status(..) | Failure::Transport(_)) => Health::Down,
-            Err(Failure::Gone | Failure::Refused(_)) => Health::Answered,
+            Err(Failure::Gone(_) | Failure::Refused(_)) => Health::Answered,
         }
     }
 }
@@ -842,6 +869,7 @@ pub(crate) const TYPE_HEADER: &str = "webhook-type";
 /// source's name.
 fn post(
     agent: &ureq::Agent,
+    timeout: Duration,
     url: &str,
     key: &SigningKey,
     row: &PendingRow,
@@ -862,18 +890,128 @@ fn post(
         // Event ids are unique per source; an app fed by several sources dedupes on both.
         .set(SOURCE_HEADER, &row.source)
         .send_bytes(payload);
+    answer(result, url, Some(timeout))
+}
+
+/// A POST's result as a [`Failure`] that names the cause (refused, timeout, DNS, TLS, or the
+/// HTTP status with the start of the body) and the target.
+pub(crate) fn answer(
+    result: Result<ureq::Response, ureq::Error>,
+    url: &str,
+    timeout: Option<Duration>,
+) -> Result<(), Failure> {
+    let target = shown_url(url);
     match result {
         Ok(response) if (200..300).contains(&response.status()) => Ok(()),
-        Ok(response) => Err(Failure::Status(response.status(), None)),
-        Err(ureq::Error::Status(410, _)) => Err(Failure::Gone),
+        Ok(response) => Err(Failure::Status(
+            response.status(),
+            None,
+            from(&target, response),
+        )),
+        Err(ureq::Error::Status(410, response)) => Err(Failure::Gone(from(&target, response))),
         Err(ureq::Error::Status(status, response)) => {
             let retry_after = response
                 .header("Retry-After")
                 .and_then(|v| parse_retry_after(v, std::time::SystemTime::now()));
-            Err(Failure::Status(status, retry_after))
+            Err(Failure::Status(
+                status,
+                retry_after,
+                from(&target, response),
+            ))
         }
-        // The kind only: the full message repeats the URL, which may carry credentials.
-        Err(ureq::Error::Transport(t)) => Err(Failure::Transport(t.kind().to_string())),
+        Err(ureq::Error::Transport(t)) => Err(Failure::Transport(format!(
+            "{} ({target})",
+            cause(&t, timeout)
+        ))),
+    }
+}
+
+/// Bytes of an error answer's body kept on the row: enough for a framework's error line.
+pub(crate) const BODY_EXCERPT: usize = 200;
+
+/// `from URL: excerpt` of an error answer (the excerpt one line, control characters dropped).
+fn from(target: &str, response: ureq::Response) -> String {
+    use std::io::Read;
+    let mut body = Vec::with_capacity(BODY_EXCERPT);
+    // At most a little past the excerpt; a body that does not arrive in time is left.
+    let _ = response
+        .into_reader()
+        .take(BODY_EXCERPT as u64 + 4)
+        .read_to_end(&mut body);
+    let text = String::from_utf8_lossy(&body);
+    let mut excerpt: String = text
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect::<String>()
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    if excerpt.len() > BODY_EXCERPT {
+        let mut end = BODY_EXCERPT;
+        while !excerpt.is_char_boundary(end) {
+            end -= 1;
+        }
+        excerpt.truncate(end);
+        excerpt.push('…');
+    }
+    match excerpt.is_empty() {
+        true => format!("from {target}"),
+        false => format!("from {target}: {excerpt}"),
+    }
+}
+
+/// Why a request got no answer, in words an operator acts on: refused, timeout, DNS, TLS.
+fn cause(t: &ureq::Transport, timeout: Option<Duration>) -> String {
+    use std::io::ErrorKind as Io;
+    let io = std::error::Error::source(t).and_then(|e| e.downcast_ref::<std::io::Error>());
+    let within = timeout.map_or(String::new(), |t| format!(" within {t:.0?}"));
+    let tls = t.message().is_some_and(|m| m.contains("tls"));
+    match t.kind() {
+        ureq::ErrorKind::Dns => match t.url().and_then(|u| u.host_str()) {
+            Some(host) => format!("DNS: cannot resolve {host}"),
+            None => "DNS: cannot resolve the host".into(),
+        },
+        _ if tls => match io {
+            Some(e) => format!(
+                "TLS: {}",
+                e.get_ref().map_or(e.to_string(), |r| r.to_string())
+            ),
+            None => "TLS: handshake failed".into(),
+        },
+        ureq::ErrorKind::ConnectionFailed => match io.map(|e| e.kind()) {
+            Some(Io::ConnectionRefused) => "connection refused".into(),
+            Some(Io::TimedOut | Io::WouldBlock) => format!("timeout: no connection{within}"),
+            Some(_) => format!("cannot connect: {}", io.expect("some")),
+            None => "cannot connect".into(),
+        },
+        ureq::ErrorKind::Io => match io.map(|e| e.kind()) {
+            Some(Io::TimedOut | Io::WouldBlock) => format!("timeout: no answer{within}"),
+            Some(Io::ConnectionReset | Io::ConnectionAborted | Io::BrokenPipe) => {
+                "connection reset before an answer".into()
+            }
+            Some(Io::UnexpectedEof) => "connection closed before an answer".into(),
+            Some(_) => format!("network error: {}", io.expect("some")),
+            None => "network error".into(),
+        },
+        ureq::ErrorKind::BadStatus | ureq::ErrorKind::BadHeader => {
+            "not an HTTP answer (bad status line or header)".into()
+        }
+        other => other.to_string(),
+    }
+}
+
+/// `url` as errors show it: without user, password, query and fragment, which may carry
+/// credentials.
+pub(crate) fn shown_url(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(mut u) => {
+            let _ = u.set_username("");
+            let _ = u.set_password(None);
+            u.set_query(None);
+            u.set_fragment(None);
+            u.to_string()
+        }
+        Err(_) => "the target".into(),
     }
 }
 

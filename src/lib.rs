@@ -28,7 +28,9 @@
 //! 11. `command.rs`: the outbox target that runs a `[[delivery]]` `command` (argv, payload on
 //!     stdin, its process group killed past its timeout).
 //! 12. `delivery.rs`: the outbox worker and its POST target.
-//! 13. `retention.rs`: pruning what the provider can no longer resend. `refusals.rs`: refused
+//! 13. `alerts.rs`: `[[alert]]`, one message per incident (rows going dead, a source
+//!     refused too often, an old backlog) and one when it clears, through the outbox.
+//!     `retention.rs`: pruning what the provider can no longer resend. `refusals.rs`: refused
 //!     requests counted in memory, kept in the database once a second for `/status`.
 //! 14. `stripe/`: the Stripe wing: billing (and its batch form), the refresh on ties, the API
 //!     client, reconcile, its settings, sample events; `stripe/mod.rs` is what the composition
@@ -44,6 +46,7 @@
 //! [`Tx`]: crate::Tx
 //! [`Error`]: crate::Error
 
+mod alerts;
 mod app;
 mod cli;
 mod command;
@@ -69,9 +72,9 @@ mod writer;
 pub use app::{Builder, Hookledger, RunningServer};
 pub use config::Handshake;
 pub use config::{
-    Config, ConfigError, Database, DeliveryConfig, EffectConfig, ForwardConfig, HandlerSettings,
-    HmacAlgorithm, HmacConfig, HmacEncoding, HttpConfig, Locator, ReconcileConfig, Refresh,
-    RetentionConfig, SchemaConfig, SchemeName, Secret, SourceConfig, StorageConfig,
+    AlertConfig, Config, ConfigError, Database, DeliveryConfig, EffectConfig, ForwardConfig,
+    HandlerSettings, HmacAlgorithm, HmacConfig, HmacEncoding, HttpConfig, Locator, ReconcileConfig,
+    Refresh, RetentionConfig, SchemaConfig, SchemeName, Secret, SourceConfig, StorageConfig,
     TimestampConfig, TokenConfig, WriterConfig,
 };
 pub use error::Error;

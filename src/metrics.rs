@@ -375,6 +375,15 @@ impl Metrics {
             .set(i64::from(open));
     }
 
+    /// Each configured source's requests refused before an event could be read, since the
+    /// start (the alerts sample them).
+    pub(crate) fn refusals(&self) -> Vec<(Arc<str>, u64)> {
+        self.activity
+            .iter()
+            .map(|(name, a)| (name.clone(), lock(a).rejected))
+            .collect()
+    }
+
     /// A copy of each source's activity, in name order.
     pub(crate) fn activity(&self) -> Vec<(Arc<str>, Activity)> {
         let mut all: Vec<_> = self

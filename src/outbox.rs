@@ -48,15 +48,23 @@ pub(crate) trait Target: Send + Sync + 'static {
 /// Why an attempt failed.
 #[derive(Debug)]
 pub(crate) enum Failure {
-    /// The target said it is gone for good (HTTP 410): dead at once.
-    Gone,
+    /// The target said it is gone for good (HTTP 410): dead at once. With where it was sent
+    /// and the start of the answer's body.
+    Gone(String),
     /// Nothing a retry would change (a key the API refuses, an object it does not have): dead
     /// at once.
     Refused(String),
-    /// An HTTP status, with the `Retry-After` the target asked for: retried.
-    Status(u16, Option<Duration>),
-    /// No answer (refused, timed out, reset): retried.
+    /// An HTTP status, with the `Retry-After` the target asked for, and where it was sent
+    /// with the start of the answer's body (`from URL: excerpt`): retried.
+    Status(u16, Option<Duration>, String),
+    /// No answer (refused, timed out, reset, DNS, TLS), its cause and the target: retried.
     Transport(String),
+}
+
+/// Told of each attempt the worker recorded (the alerts watch rows going dead and kinds
+/// delivering again). Called on the attempt's thread, after the write committed.
+pub(crate) trait Observer: Send + Sync {
+    fn recorded(&self, row: &PendingRow, attempt: &Attempt);
 }
 
 /// A write a [`Target`] hands back with its success: it runs in the transaction that marks its

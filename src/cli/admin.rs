@@ -13,8 +13,10 @@ use crate::cli::table;
 use crate::config::RetentionConfig;
 use crate::retention::{self, Pruned};
 use crate::sql::Session;
-use crate::store::listings::{EventRow, OutboxRow};
-use crate::store::{Store, Write};
+use std::collections::HashMap;
+
+use crate::store::listings::{self, EventRow, OutboxRow};
+use crate::store::{Reader, Store, Write};
 use crate::time::format_time;
 use crate::time::unix_now;
 
@@ -57,6 +59,73 @@ pub(crate) fn prune(
         store.write_now(&write, now)
     })?)
 }
+
+/// How often `events list --follow` looks for new events: soon enough to watch a test
+/// delivery arrive, and one small indexed query a look.
+const FOLLOW_POLL: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// `events list --follow`: the last `limit` events, oldest first, then each new one as it is
+/// received, a line each, until interrupted (or stdout is closed).
+pub(crate) fn follow(
+    reader: &Reader,
+    since: Option<i64>,
+    kind: Option<&str>,
+    source: Option<&str>,
+    limit: usize,
+    json: bool,
+) -> anyhow::Result<crate::cli::Exit> {
+    use std::io::Write as _;
+    // Each look reads from a little before the newest event printed, skipping those printed:
+    // an event committed late (another instance's, a batch that waited) with an earlier
+    // `received_at` is still shown.
+    let mut newest: Option<i64> = None;
+    let mut printed: HashMap<(String, String), i64> = HashMap::new();
+    let mut batch = limit;
+    let mut out = std::io::stdout();
+    loop {
+        let from = newest.map(|n| n - FOLLOW_LOOKBACK).or(since);
+        let mut rows =
+            reader.read(|ledger| listings::events_list(ledger, from, kind, source, batch))?;
+        rows.reverse();
+        for row in rows {
+            let key = (row.source.clone(), row.event_id.clone());
+            if printed.contains_key(&key) {
+                continue;
+            }
+            newest = newest.max(Some(row.received_at));
+            printed.insert(key, row.received_at);
+            let line = match json {
+                true => serde_json::to_string(&row)?,
+                false => format!(
+                    "{}  {}  {}  {}  {} bytes",
+                    format_time(row.received_at),
+                    row.source,
+                    row.event_id,
+                    row.event_type,
+                    row.payload_bytes
+                ),
+            };
+            // A closed pipe (`| head`) ends the command, quietly.
+            if writeln!(out, "{line}").and_then(|()| out.flush()).is_err() {
+                return Ok(crate::cli::Exit::Ok);
+            }
+        }
+        if let Some(n) = newest {
+            printed.retain(|_, at| *at >= n - FOLLOW_LOOKBACK);
+        }
+        // After the first look, everything since (a burst of more than this between two
+        // looks shows its newest).
+        batch = FOLLOW_BATCH;
+        std::thread::sleep(FOLLOW_POLL);
+    }
+}
+
+/// Events one look of `--follow` reads at most.
+const FOLLOW_BATCH: usize = 10_000;
+
+/// Seconds before the newest event printed that each look reads again: a commit that took
+/// longer than this to land after a later one is not shown.
+const FOLLOW_LOOKBACK: i64 = 5;
 
 /// One outbox row, then the output of its command (if any).
 pub(crate) fn render_outbox_row(row: &OutboxRow) -> String {

@@ -16,7 +16,7 @@ use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 
 use crate::config;
-use crate::config::Database;
+use crate::config::{Config, Database};
 use crate::source::standard::SigningKey;
 use crate::store::{self, listings as listing};
 
@@ -74,14 +74,14 @@ pub enum Command {
     /// Delete ledger rows older than the claim age, clear payloads older than the payload age
     /// and delete delivered outbox rows older than a week, once, and print what was done.
     Prune {
-        /// Days the ledger remembers events (their claims), or `never`.
-        #[arg(long, alias = "claim-days", default_value_t = config::DEFAULT_CLAIM_DAYS,
-              value_parser = crate::config::parse_days)]
-        retention_days: u64,
-        /// Days events keep their payloads (at most the claim age), or `never`.
-        #[arg(long, default_value_t = config::DEFAULT_PAYLOAD_DAYS,
-              value_parser = crate::config::parse_days)]
-        payload_days: u64,
+        /// Days the ledger remembers events (their claims), or `never`. [default: the config
+        /// file's retention.claim_days, else 400]
+        #[arg(long, alias = "claim-days", value_parser = crate::config::parse_days)]
+        retention_days: Option<u64>,
+        /// Days events keep their payloads (at most the claim age), or `never`. [default: the
+        /// config file's retention.payload_days, else 30]
+        #[arg(long, value_parser = crate::config::parse_days)]
+        payload_days: Option<u64>,
         #[command(flatten)]
         db: DbArg,
     },
@@ -118,14 +118,31 @@ pub struct SourceArg {
 
 #[derive(Debug, Args)]
 pub struct DbArg {
+    /// The TOML config file `serve` runs with: its `database` and `[storage]` settings (and
+    /// for `prune`, its `[retention]`); --db overrides its database. Its secrets are not read.
+    #[arg(long)]
+    pub config: Option<std::path::PathBuf>,
     /// SQLite database file, or a PostgreSQL URL (postgres://user:password@host/db).
-    #[arg(
-        long,
-        env = "HOOKLEDGER_DATABASE",
-        hide_env_values = true,
-        default_value = "./hookledger.db"
-    )]
-    pub db: Database,
+    /// [default: the config file's, else ./hookledger.db]
+    #[arg(long, env = "HOOKLEDGER_DATABASE", hide_env_values = true)]
+    pub db: Option<Database>,
+}
+
+impl DbArg {
+    /// The config file's settings (its secrets as written, unread: no command here needs
+    /// them), or the defaults; with --db over its database.
+    fn config(&self) -> anyhow::Result<Config> {
+        let mut config = match &self.config {
+            Some(path) => Config::read(path)
+                .map(|(config, _)| config)
+                .with_context(|| format!("config file {}", path.display()))?,
+            None => Config::default(),
+        };
+        if let Some(db) = &self.db {
+            config.database = db.clone();
+        }
+        Ok(config)
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -170,8 +187,15 @@ pub enum EventsCommand {
         /// Only events of this type.
         #[arg(long = "type")]
         kind: Option<String>,
+        /// Only events of this source.
+        #[arg(long)]
+        source: Option<String>,
         #[arg(long, default_value_t = 100)]
         limit: usize,
+        /// Print the last events (oldest first), then each new one as it arrives, one line
+        /// each (with --json, one JSON object a line), until interrupted.
+        #[arg(long)]
+        follow: bool,
         #[arg(long)]
         json: bool,
         #[command(flatten)]
@@ -203,15 +227,20 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
             retention_days,
             payload_days,
             db,
-        } => prune(
-            &config::RetentionConfig {
-                claim_days: retention_days,
-                payload_days: payload_days.min(retention_days),
-            },
-            &db,
-        ),
+        } => {
+            let file = db.config()?.retention;
+            let claim_days = retention_days.unwrap_or(file.claim_days);
+            let payload_days = payload_days.unwrap_or(file.payload_days);
+            prune(
+                &config::RetentionConfig {
+                    claim_days,
+                    payload_days: payload_days.min(claim_days),
+                },
+                &db,
+            )
+        }
         Command::Reconcile(args) => reconcile::run(args),
-        Command::MigrateTo { target, db } => migrate_to(&db.db, &target),
+        Command::MigrateTo { target, db } => migrate_to(&db.config()?.database, &target),
         Command::GenSecret => gen_secret(),
         Command::Presets { markdown } => {
             match markdown {
@@ -234,12 +263,14 @@ fn migrate_to(from: &Database, to: &Database) -> anyhow::Result<Exit> {
 
 /// The database of `db` for one command's writes (next to a running `serve`).
 fn writer_of(db: &DbArg) -> anyhow::Result<Box<dyn store::Store>> {
-    Ok(store::open(&db.db, &Default::default(), store::Access::Command)?.writer)
+    let config = db.config()?;
+    Ok(store::open(&config.database, &config.storage, store::Access::Command)?.writer)
 }
 
 /// The database of `db` for one command's reads.
 fn reader_of(db: &DbArg) -> anyhow::Result<store::Reader> {
-    store::open_reader(&db.db, &Default::default())
+    let config = db.config()?;
+    store::open_reader(&config.database, &config.storage)
 }
 
 fn replay(event_id: &str, source: Option<&str>, db: &DbArg) -> anyhow::Result<Exit> {
@@ -259,9 +290,10 @@ fn prune(retention: &config::RetentionConfig, db: &DbArg) -> anyhow::Result<Exit
     // Checked here too, to name the flag.
     config::check_retention(retention.claim_days)
         .map_err(|e| common::flag_error("--retention-days", &e.key, &e.message))?;
+    let config = db.config()?;
     let store::Stores {
         mut writer, reader, ..
-    } = store::open(&db.db, &Default::default(), store::Access::Command)?;
+    } = store::open(&config.database, &config.storage, store::Access::Command)?;
     let pruned = reader.read(|ledger| admin::prune(&mut *writer, ledger, retention))?;
     println!("{}", pruned.describe(retention));
     Ok(Exit::Ok)
@@ -329,13 +361,20 @@ fn events(command: EventsCommand) -> anyhow::Result<Exit> {
         EventsCommand::List {
             since,
             kind,
+            source,
             limit,
+            follow,
             json,
             db,
         } => {
             let since = since.map(|d| crate::time::unix_now() - d.as_secs() as i64);
-            let rows = reader_of(&db)?
-                .read(|ledger| listing::events_list(ledger, since, kind.as_deref(), limit))?;
+            let (kind, source) = (kind.as_deref(), source.as_deref());
+            let reader = reader_of(&db)?;
+            if follow {
+                return admin::follow(&reader, since, kind, source, limit, json);
+            }
+            let rows =
+                reader.read(|ledger| listing::events_list(ledger, since, kind, source, limit))?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&rows)?);
             } else {

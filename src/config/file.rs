@@ -51,6 +51,12 @@ impl Config {
         if let Some(forward) = &mut self.forward {
             forward.secret = one_secret("forward.secret", &forward.secret, folder)?;
         }
+        for (i, alert) in self.alerts.iter_mut().enumerate() {
+            let key = alert.key(i + 1, "secret");
+            if let Some(secret) = &mut alert.secret {
+                *secret = one_secret(&key, secret, folder)?;
+            }
+        }
         if let Some(token) = &mut self.admin_token {
             *token = one_secret("admin_token", token, folder)?;
         }

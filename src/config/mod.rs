@@ -10,6 +10,7 @@
 //! [`HandlerSettings`] the handler decodes; what a provider wing requires of the settings
 //! (which schemes have an API, how far back it reaches) is checked by that wing at start-up.
 
+mod alert;
 mod database;
 mod days;
 mod defaults;
@@ -21,6 +22,7 @@ mod rate;
 mod secret;
 mod source;
 
+pub use alert::AlertConfig;
 pub(crate) use database::parse_postgres;
 pub use database::Database;
 pub(crate) use days::{describe_days, parse_days, NEVER};
@@ -144,6 +146,10 @@ pub struct Config {
     #[serde(rename = "delivery")]
     pub deliveries: Vec<DeliveryConfig>,
     pub retention: RetentionConfig,
+    /// `[[alert]]`: who is told when rows go dead, a source is refused too often or the
+    /// backlog grows old, and when that is over.
+    #[serde(rename = "alert")]
+    pub alerts: Vec<AlertConfig>,
 }
 
 /// The webhook listener and its limits.
@@ -656,6 +662,7 @@ impl Default for Config {
             forward: None,
             deliveries: Vec::new(),
             retention: RetentionConfig::default(),
+            alerts: Vec::new(),
         }
     }
 }
@@ -810,10 +817,14 @@ impl Config {
             forward.check("forward")?;
         }
         for (i, delivery) in self.deliveries.iter().enumerate() {
-            if delivery.kind.trim().is_empty() || delivery.kind == FORWARD {
+            if delivery.kind.trim().is_empty()
+                || delivery.kind == FORWARD
+                || delivery.kind.starts_with("alert:")
+            {
                 refuse!(
                     format!("delivery {}.kind", i + 1),
-                    "must name the rows' kind, and `{FORWARD}` is [forward]'s"
+                    "must name the rows' kind; `{FORWARD}` is [forward]'s and `alert:…` the \
+                     alerts'"
                 );
             }
             if self.deliveries[..i].iter().any(|d| d.kind == delivery.kind) {
@@ -824,6 +835,17 @@ impl Config {
             }
             if delivery.command_target()?.is_none() {
                 delivery.target(self.forward.as_ref())?;
+            }
+        }
+        for (i, alert) in self.alerts.iter().enumerate() {
+            alert.validate(i + 1)?;
+            let name = alert.name_at(i + 1);
+            if self.alerts[..i]
+                .iter()
+                .enumerate()
+                .any(|(j, a)| a.name_at(j + 1) == name)
+            {
+                refuse!(alert.key(i + 1, "name"), "two alerts have this name");
             }
         }
         Ok(())

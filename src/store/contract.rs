@@ -534,6 +534,54 @@ fn refusals_are_capped_and_pruned_and_the_console_reads_them(stores: &mut Stores
     );
 }
 
+/// An incident opens once with its message, a second open (another instance, a restart)
+/// queues nothing, refreshes keep it from clearing while seen, and it clears once.
+fn an_alert_incident_opens_and_clears_once_each_with_its_message(stores: &mut Stores) {
+    use crate::store::alerts::{Change, Incident};
+    let incident = |change| {
+        Write::Alert(Incident {
+            alert: "ops".into(),
+            cause: "refused",
+            subject: "stripe".into(),
+            change,
+        })
+    };
+    let open = incident(Change::Open {
+        kind: "alert:ops".into(),
+        payload: b"{\"text\":\"on\"}".to_vec(),
+    });
+    let clear = |quiet_since| {
+        incident(Change::Clear {
+            kind: "alert:ops".into(),
+            payload: b"{\"text\":\"off\"}".to_vec(),
+            quiet_since,
+        })
+    };
+    let mut run = |write: &Write, now| {
+        written(
+            stores
+                .writer
+                .run_batch(vec![Work::Write(write)], now)
+                .unwrap(),
+        )
+    };
+    assert_eq!(run(&open, 100), 1);
+    assert_eq!(run(&open, 101), 0, "open already: nothing");
+    assert_eq!(run(&incident(Change::Seen), 150), 1);
+    assert_eq!(
+        run(&clear(140), 160),
+        0,
+        "seen at 150, after 140: still open"
+    );
+    assert_eq!(run(&clear(150), 170), 1);
+    assert_eq!(run(&clear(150), 171), 0, "cleared already: nothing");
+    assert_eq!(run(&open, 200), 1, "a new incident");
+    let rows = "SELECT count(*) FROM outbox WHERE kind = 'alert:ops' AND source = 'hookledger'";
+    assert_eq!(count(stores, rows), 3);
+    let open_rows = "SELECT count(*) FROM alert_incidents WHERE cleared_at IS NULL";
+    assert_eq!(count(stores, open_rows), 1);
+}
+
 macro_rules! contract {
     ($store:ident, $open:expr) => {
         mod $store {
@@ -585,6 +633,14 @@ macro_rules! contract {
                     return;
                 };
                 super::recovery_makes_rows_waiting_on_backoff_due(&mut stores);
+            }
+
+            #[test]
+            fn an_alert_incident_opens_and_clears_once_each_with_its_message() {
+                let Some((_guard, mut stores)) = $open else {
+                    return;
+                };
+                super::an_alert_incident_opens_and_clears_once_each_with_its_message(&mut stores);
             }
 
             #[test]

@@ -187,10 +187,13 @@ pub(crate) fn oldest_claim(conn: &dyn Session) -> anyhow::Result<Option<i64>> {
         .flatten())
 }
 
+/// The newest `limit` events received at `since` or later, of type `kind` and source
+/// `source` (each when given), newest first.
 pub(crate) fn events_list(
     conn: &dyn Session,
     since: Option<i64>,
     kind: Option<&str>,
+    source: Option<&str>,
     limit: usize,
 ) -> anyhow::Result<Vec<EventRow>> {
     let rows = conn.query(
@@ -198,8 +201,9 @@ pub(crate) fn events_list(
          FROM webhook_events
          WHERE (CAST($1 AS BIGINT) IS NULL OR received_at >= $1)
            AND (CAST($2 AS TEXT) IS NULL OR event_type = $2)
+           AND (CAST($4 AS TEXT) IS NULL OR source = $4)
          ORDER BY received_at DESC, source DESC, event_id DESC LIMIT $3",
-        &[&since, &kind, &(limit as i64)],
+        &[&since, &kind, &(limit as i64), &source],
     )?;
     rows.iter()
         .map(|r| {

@@ -7,9 +7,10 @@
 //! - `pipeline.rs`: claim → handlers → outbox row, written once for every store, job by job or
 //!   batched;
 //! - the SQL both stores run, on [`Session`](crate::sql::Session): the claim (`ledger.rs`), the
-//!   outbox's writes (`outbox.rs`), retention (`retention.rs`), the listings
-//!   (`listings.rs`), the operator's console (`console.rs`), refused requests kept for it
-//!   (`refusals.rs`), the app's migrations (`app_schema.rs`), the copy from one store to the
+//!   outbox's writes (`outbox.rs`), `[[alert]]` incidents (`alerts.rs`), retention
+//!   (`retention.rs`), the listings (`listings.rs`), the operator's console (`console.rs`),
+//!   refused requests kept for it (`refusals.rs`), the app's migrations (`app_schema.rs`), the
+//!   copy from one store to the
 //!   other (`copy.rs`);
 //! - `owned.rs`: hookledger's own tables, which a handler may read but not change (it may add
 //!   outbox rows);
@@ -17,6 +18,7 @@
 //!   read connections and errors, alike in shape;
 //! - `contract.rs` (tests): one suite every store passes.
 
+pub(crate) mod alerts;
 mod app_schema;
 pub(crate) mod console;
 #[cfg(test)]

@@ -40,7 +40,7 @@ pub(crate) fn refused(table: &str, change: Change) -> Option<String> {
                 .to_string(),
         );
     }
-    if name.starts_with("hookledger_") {
+    if name.starts_with("hookledger_") || name == "alert_incidents" {
         return Some(format!(
             "`{name}` is hookledger's own table: an effect may read it, never change it"
         ));
@@ -64,6 +64,7 @@ mod tests {
             assert!(refused("WEBHOOK_EVENTS", change).is_some());
             assert!(refused("hookledger_heartbeat", change).is_some());
             assert!(refused("hookledger_app_migrations", change).is_some());
+            assert!(refused("alert_incidents", change).is_some());
             assert!(refused("orders", change).is_none());
             assert!(
                 refused("subscriptions", change).is_none(),

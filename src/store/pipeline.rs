@@ -154,6 +154,7 @@ pub(crate) fn write_in(tx: &dyn Session, write: &Write, now: i64) -> Result<u64,
              ON CONFLICT (id) DO UPDATE SET at = excluded.at",
             &[at],
         ),
+        Write::Alert(incident) => crate::store::alerts::write(tx, incident, now),
     }
 }
 

@@ -54,6 +54,9 @@ pub(crate) enum Write {
     },
     /// Rewrites the heartbeat row: `/readyz`'s proof that a write commits.
     Heartbeat { at: i64 },
+    /// Opens, refreshes or clears an `[[alert]]` incident; opening and clearing queue its
+    /// message in the same transaction, only when this write is the one that changed it.
+    Alert(crate::store::alerts::Incident),
 }
 
 impl Write {

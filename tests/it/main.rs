@@ -6,10 +6,12 @@
 mod util;
 
 mod admin;
+mod alerts;
 mod api;
 mod batches;
 mod billing;
 mod browser;
+mod cli_config;
 mod commands;
 mod console;
 mod crash;

@@ -134,7 +134,14 @@ fn gone_is_dead_at_once() {
     assert_outcome(&server.send(&paid("evt_gone")), "evt_gone", "processed");
     let db = server.db();
     let row = wait_outbox_status(&db, "evt_gone", "dead", WAIT);
-    assert_eq!(row, ("dead".into(), 1, Some("HTTP 410 Gone".into())));
+    assert_eq!(
+        row,
+        (
+            "dead".into(),
+            1,
+            Some(format!("HTTP 410 Gone from {}", app.url()))
+        )
+    );
     std::thread::sleep(Duration::from_millis(1500));
     assert_eq!(app.deliveries().len(), 1, "a dead row is not retried");
 }
@@ -146,7 +153,14 @@ fn schedule_used_up_is_dead_then_outbox_retry_delivers() {
     assert_outcome(&server.send(&paid("evt_dead")), "evt_dead", "processed");
     let db = server.db();
     let row = wait_outbox_status(&db, "evt_dead", "dead", WAIT);
-    assert_eq!(row, ("dead".into(), 2, Some("HTTP 500".into())));
+    assert_eq!(
+        row,
+        (
+            "dead".into(),
+            2,
+            Some(format!("HTTP 500 from {}", app.url()))
+        )
+    );
 
     let db_arg = server.db_arg();
     let db_arg = db_arg.as_str();

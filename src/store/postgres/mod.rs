@@ -53,6 +53,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0002_heartbeat.sql"),
     include_str!("migrations/0003_outbox_output.sql"),
     include_str!("migrations/0005_refusals.sql"),
+    include_str!("migrations/0006_alert_incidents.sql"),
 ];
 
 /// The advisory lock keys: migrations (hookledger's and the app's) and retention.

@@ -50,6 +50,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0006_outbox_text_identity.sql"),
     include_str!("migrations/0007_outbox_output.sql"),
     include_str!("migrations/0009_refusals.sql"),
+    include_str!("migrations/0010_alert_incidents.sql"),
 ];
 
 /// SQLite's virtual machine steps between two looks at a running handler's deadline: a few
