@@ -6,13 +6,16 @@ pub(crate) fn from_environment(value: &Option<String>, var: &str) -> bool {
     value.is_some() && std::env::var(var).ok() == *value
 }
 
-/// The secret a flag names as `env:NAME` or `file:PATH`; the secret itself is refused, as a
-/// command line is visible to every user of the machine.
+/// The secret a flag names as `env:NAME`, `file:PATH` or `credential:NAME` (systemd's); the
+/// secret itself is refused, as a command line is visible to every user of the machine.
 pub(crate) fn secret_flag(flag: &str, value: &str) -> anyhow::Result<crate::config::Secret> {
-    if !(value.starts_with("env:") || value.starts_with("file:")) {
+    if !["env:", "file:", "credential:"]
+        .iter()
+        .any(|prefix| value.starts_with(prefix))
+    {
         anyhow::bail!(
-            "{flag} takes env:NAME or file:PATH, not the secret itself (a command line is \
-             visible to every user of the machine)"
+            "{flag} takes env:NAME, file:PATH or credential:NAME, not the secret itself (a \
+             command line is visible to every user of the machine)"
         );
     }
     let reference = crate::config::Secret::new(value);

@@ -26,9 +26,9 @@ pub struct ReconcileArgs {
     /// Stripe's API [default: the source's api_base, else https://api.stripe.com].
     #[arg(long)]
     api_base: Option<String>,
-    /// The secret API key, as env:NAME or file:PATH [default: the source's api_key, else
+    /// The secret API key, as env:NAME, file:PATH or credential:NAME [default: the source's api_key, else
     /// env:STRIPE_API_KEY]. A restricted key that may read Events (and Subscriptions).
-    #[arg(long, value_name = "env:NAME|file:PATH")]
+    #[arg(long, value_name = "env:NAME|file:PATH|credential:NAME")]
     api_key: Option<String>,
     /// Print the counts as one JSON object.
     #[arg(long)]

@@ -31,10 +31,10 @@ pub struct ServeArgs {
     /// [default: 127.0.0.1:9090]
     #[arg(long, value_parser = admin_listen)]
     admin_listen: Option<AdminListen>,
-    /// The admin token, as env:NAME or file:PATH (never the token itself, which every user
+    /// The admin token, as env:NAME, file:PATH or credential:NAME (never the token itself, which every user
     /// could read in the process list): needed by the admin routes that change data, and by
     /// /metrics and /status when --admin-listen is not loopback.
-    #[arg(long, value_name = "env:NAME|file:PATH")]
+    #[arg(long, value_name = "env:NAME|file:PATH|credential:NAME")]
     admin_token: Option<String>,
     /// SQLite database file, created on first start, or a PostgreSQL URL
     /// (postgres://user:password@host/db). [default: ./hookledger.db]
@@ -48,10 +48,10 @@ pub struct ServeArgs {
     /// out of argv and the environment.
     #[arg(long)]
     stripe_secret_file: Option<PathBuf>,
-    /// The `stripe` source's Stripe API key, as env:NAME or file:PATH: with stripe-billing,
+    /// The `stripe` source's Stripe API key, as env:NAME, file:PATH or credential:NAME: with stripe-billing,
     /// a tie between two subscription events fetches the current subscription (see
     /// `reconcile` for the rest). A restricted key that may read Events and Subscriptions.
-    #[arg(long, value_name = "env:NAME|file:PATH")]
+    #[arg(long, value_name = "env:NAME|file:PATH|credential:NAME")]
     stripe_api_key: Option<String>,
     /// Where the `stripe` source's Stripe API is. [default: https://api.stripe.com]
     #[arg(long)]

@@ -517,4 +517,74 @@ secrets = ["file:gh.secret", "env:HOOKLEDGER_TEST_UNSET_VARIABLE_1"]
             "{err}"
         );
     }
+
+    /// The only test that sets `CREDENTIALS_DIRECTORY` (the process's environment is shared by
+    /// the tests running alongside).
+    #[test]
+    fn credential_secrets_are_read_from_systemd_s_credentials_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("gh-webhook-secret"),
+            "gh_secret_from_a_credential
+gh_old_secret_in_rotation
+",
+        )
+        .unwrap();
+        std::fs::write(
+            dir.path().join("admin-token"),
+            "0123456789abcdef0123
+",
+        )
+        .unwrap();
+        let text = "admin_token = \"credential:admin-token\"\n[[source]]\nname = \"gh\"\n\
+                    scheme = \"github\"\nsecrets = [\"credential:gh-webhook-secret\"]\n";
+
+        std::env::remove_var(super::super::source::CREDENTIALS_DIRECTORY);
+        let err = Config::from_toml(text, Path::new("/nonexistent")).unwrap_err();
+        assert_eq!(err.key, "source `gh`.secrets");
+        assert!(
+            err.message
+                .starts_with("credential:gh-webhook-secret needs CREDENTIALS_DIRECTORY"),
+            "{err}"
+        );
+
+        std::env::set_var(super::super::source::CREDENTIALS_DIRECTORY, dir.path());
+        let config = Config::from_toml(text, Path::new("/nonexistent")).unwrap();
+        let secrets: Vec<&str> = config.sources[0]
+            .secrets
+            .iter()
+            .map(|s| s.expose())
+            .collect();
+        assert_eq!(
+            secrets,
+            ["gh_secret_from_a_credential", "gh_old_secret_in_rotation"]
+        );
+        assert_eq!(
+            config.admin_token.as_ref().map(|t| t.expose()),
+            Some("0123456789abcdef0123")
+        );
+
+        let missing = text.replace("credential:gh-webhook-secret", "credential:nope");
+        let err = Config::from_toml(&missing, dir.path()).unwrap_err();
+        assert_eq!(err.key, "source `gh`.secrets");
+        assert!(err.message.starts_with("cannot read "), "{err}");
+        assert!(err.message.contains("/nope"), "{err}");
+
+        for bad in ["", ".", "..", "../admin-token", "sub/admin-token"] {
+            let text = text.replace("credential:gh-webhook-secret", &format!("credential:{bad}"));
+            let err = Config::from_toml(&text, dir.path()).unwrap_err();
+            assert_eq!(err.key, "source `gh`.secrets", "{bad}");
+            assert!(
+                err.message.contains("is not a credential name"),
+                "{bad}: {err}"
+            );
+        }
+
+        std::fs::write(dir.path().join("empty"), "# nothing yet\n").unwrap();
+        let empty = text.replace("credential:admin-token", "credential:empty");
+        let err = Config::from_toml(&empty, dir.path()).unwrap_err();
+        assert_eq!(err.key, "admin_token");
+        assert!(err.message.ends_with("holds no secret"), "{err}");
+        std::env::remove_var(super::super::source::CREDENTIALS_DIRECTORY);
+    }
 }

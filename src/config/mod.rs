@@ -121,8 +121,8 @@ pub struct Config {
     #[serde(deserialize_with = "admin_listen")]
     pub admin_listen: Option<SocketAddr>,
     /// The bearer token of the admin routes that change data (and of all but health and
-    /// readiness when `admin_listen` is not loopback). In a config file `env:NAME` or
-    /// `file:PATH`.
+    /// readiness when `admin_listen` is not loopback). In a config file `env:NAME`,
+    /// `file:PATH` or `credential:NAME`.
     pub admin_token: Option<Secret>,
     /// The SQLite database file, or a PostgreSQL URL.
     pub database: Database,

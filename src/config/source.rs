@@ -17,8 +17,9 @@ pub struct SourceConfig {
     /// The path segment of its URL and the first half of its events' ledger key.
     pub name: String,
     pub scheme: SchemeName,
-    /// Any one may match (rotation). In a config file each is `env:NAME`, `file:PATH` or,
-    /// discouraged, the secret itself; once loaded, the secrets themselves.
+    /// Any one may match (rotation). In a config file each is `env:NAME`, `file:PATH`,
+    /// `credential:NAME` (systemd's `LoadCredential=`) or, discouraged, the secret itself;
+    /// once loaded, the secrets themselves.
     #[serde(default)]
     pub secrets: Vec<Secret>,
     /// How far a signed timestamp may be from now (schemes that sign one: `stripe`,
@@ -561,8 +562,8 @@ impl SourceConfig {
         })
     }
 
-    /// Replaces each `env:NAME` and `file:PATH` secret with what it names (`file:` paths
-    /// relative to `folder`).
+    /// Replaces each `env:NAME`, `file:PATH` and `credential:NAME` secret with what it names
+    /// (`file:` paths relative to `folder`).
     pub(crate) fn resolve_secrets(&mut self, folder: &Path) -> Result<(), ConfigError> {
         self.secrets = resolve_secrets(&source_key(&self.name, "secrets"), &self.secrets, folder)?;
         if let Some(api_key) = &self.api_key {
@@ -855,8 +856,13 @@ pub(crate) fn one_secret(key: &str, secret: &Secret, folder: &Path) -> Result<Se
     Ok(one)
 }
 
-/// Each `env:NAME` and `file:PATH` of `secrets` replaced with what it names (a file may hold
-/// several, one per line); a literal stays. `key` names them in errors.
+/// The environment variable systemd sets to the folder of a service's credentials
+/// (`LoadCredential=NAME:PATH` puts the file at `$CREDENTIALS_DIRECTORY/NAME`).
+pub(crate) const CREDENTIALS_DIRECTORY: &str = "CREDENTIALS_DIRECTORY";
+
+/// Each `env:NAME`, `file:PATH` and `credential:NAME` of `secrets` replaced with what it names
+/// (a file or credential may hold several, one per line); a literal stays. `key` names them in
+/// errors.
 pub(crate) fn resolve_secrets(
     key: &str,
     secrets: &[Secret],
@@ -871,20 +877,45 @@ pub(crate) fn resolve_secrets(
             })?;
             resolved.push(Secret::new(value.trim()));
         } else if let Some(path) = text.strip_prefix("file:") {
-            let path = folder.join(path);
-            let content = std::fs::read_to_string(&path).map_err(|e| {
-                ConfigError::new(key, format!("cannot read {}: {e}", path.display()))
-            })?;
-            let secrets = parse_secret_file(&content);
-            if secrets.is_empty() {
-                refuse!(key, "{} holds no secret", path.display());
-            }
-            resolved.extend(secrets);
+            resolved.extend(read_secret_file(key, &folder.join(path))?);
+        } else if let Some(name) = text.strip_prefix("credential:") {
+            resolved.extend(read_secret_file(key, &credential_path(key, name)?)?);
         } else {
             resolved.push(secret.clone());
         }
     }
     Ok(resolved)
+}
+
+/// Where the credential `name` is: `$CREDENTIALS_DIRECTORY/name`. The name must be a file name
+/// (as systemd's are), so a config cannot reach outside the folder with it.
+fn credential_path(key: &str, name: &str) -> Result<std::path::PathBuf, ConfigError> {
+    if name.is_empty() || name == "." || name == ".." || name.contains('/') {
+        refuse!(
+            key,
+            "credential:{name} is not a credential name (a file name, as in systemd's \
+             LoadCredential=NAME:PATH)"
+        );
+    }
+    let Some(folder) = std::env::var_os(CREDENTIALS_DIRECTORY).filter(|f| !f.is_empty()) else {
+        refuse!(
+            key,
+            "credential:{name} needs {CREDENTIALS_DIRECTORY}, which systemd sets for a unit with \
+             LoadCredential={name}:PATH; it is not set"
+        );
+    };
+    Ok(Path::new(&folder).join(name))
+}
+
+/// The secrets in the file at `path`, at least one.
+fn read_secret_file(key: &str, path: &Path) -> Result<Vec<Secret>, ConfigError> {
+    let content = std::fs::read_to_string(path)
+        .map_err(|e| ConfigError::new(key, format!("cannot read {}: {e}", path.display())))?;
+    let secrets = parse_secret_file(&content);
+    if secrets.is_empty() {
+        refuse!(key, "{} holds no secret", path.display());
+    }
+    Ok(secrets)
 }
 
 /// `handshake = "slack" | "zoom" | "twitch"` of a source: the challenge its sender posts

@@ -46,20 +46,20 @@ fn json_logs_are_one_object_per_line() {
 }
 
 /// `deploy/hookledger.service` is hardened (its own user, a read-only system, no new
-/// privileges, the secret as a credential), every flag of its `ExecStart` is one `serve`
-/// takes, and `systemd-analyze verify` finds nothing to say about it (with `ExecStart`
-/// pointing at this build, as the unit names the installed path).
+/// privileges, the secrets as credentials), runs `serve` on `deploy/hookledger.toml` as
+/// installed, loads exactly the credentials that config reads (one `LoadCredential` per
+/// secret), every flag of its `ExecStart` is one `serve` takes, and `systemd-analyze verify`
+/// finds nothing to say about it (with `ExecStart` pointing at this build, as the unit names
+/// the installed path).
 #[test]
-fn the_systemd_unit_is_hardened_and_verifies() {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/hookledger.service");
-    let unit = std::fs::read_to_string(&path).unwrap();
+fn the_systemd_unit_is_hardened_loads_each_secret_of_its_config_and_verifies() {
+    let unit = std::fs::read_to_string(deploy("hookledger.service")).unwrap();
     for line in [
-        "DynamicUser=yes",
-        "StateDirectory=hookledger",
-        "ProtectSystem=strict",
-        "NoNewPrivileges=yes",
-        "LoadCredential=stripe-webhook-secret:",
-        "LoadCredential=admin-token:",
+        "User=hookledger\n",
+        "StateDirectory=hookledger\n",
+        "ProtectSystem=strict\n",
+        "NoNewPrivileges=yes\n",
+        "Restart=always\n",
         "CapabilityBoundingSet=\n",
     ] {
         assert!(unit.contains(line), "no `{}` in the unit", line.trim());
@@ -68,17 +68,25 @@ fn the_systemd_unit_is_hardened_and_verifies() {
         .lines()
         .find_map(|l| l.strip_prefix("ExecStart="))
         .expect("an ExecStart");
+    assert!(
+        exec.starts_with("/usr/bin/hookledger serve --config /etc/hookledger/hookledger.toml"),
+        "{exec}"
+    );
     let (_, help, _) = cli(&["serve", "--help"]);
     for flag in exec.split_whitespace().filter(|w| w.starts_with("--")) {
         assert!(help.contains(flag), "serve takes no {flag}");
     }
-    // Every credential it reads is one the unit loads.
-    for word in exec.split_whitespace() {
-        if let Some((_, name)) = word.split_once("%d/") {
-            let load = format!("LoadCredential={name}:");
-            assert!(unit.contains(&load), "{word} without {load}");
-        }
-    }
+    let loaded: Vec<String> = unit
+        .lines()
+        .filter_map(|l| l.strip_prefix("LoadCredential="))
+        .map(|load| {
+            let (name, path) = load.split_once(':').expect("LoadCredential=NAME:PATH");
+            assert_eq!(path, format!("/etc/hookledger/{name}"), "{load}");
+            name.to_string()
+        })
+        .collect();
+    assert_eq!(loaded, credentials_of_the_packaged_config());
+
     if !prerequisite(
         installed("systemd-analyze"),
         "HOOKLEDGER_REQUIRE_SYSTEMD_ANALYZE",
@@ -90,10 +98,7 @@ fn the_systemd_unit_is_hardened_and_verifies() {
     let copy = dir.path().join("hookledger.service");
     std::fs::write(
         &copy,
-        unit.replace(
-            "/usr/local/bin/hookledger",
-            env!("CARGO_BIN_EXE_hookledger"),
-        ),
+        unit.replace("/usr/bin/hookledger", env!("CARGO_BIN_EXE_hookledger")),
     )
     .unwrap();
     let out = std::process::Command::new("systemd-analyze")
@@ -109,6 +114,127 @@ fn the_systemd_unit_is_hardened_and_verifies() {
     );
     // It exits 0 over directives it ignores; it names the file when it does.
     assert!(!said.contains("hookledger.service"), "{said}");
+}
+
+fn deploy(name: &str) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("deploy")
+        .join(name)
+}
+
+/// The `credential:NAME`s of `deploy/hookledger.toml`, in order; every secret in it is one.
+fn credentials_of_the_packaged_config() -> Vec<String> {
+    let text = std::fs::read_to_string(deploy("hookledger.toml")).unwrap();
+    let config: toml::Table = toml::from_str(&text).unwrap();
+    let mut secrets = vec![];
+    for source in config["source"].as_array().unwrap() {
+        secrets.extend(source["secrets"].as_array().unwrap().iter().cloned());
+    }
+    secrets.push(config["admin_token"].clone());
+    secrets
+        .iter()
+        .map(|secret| {
+            let secret = secret.as_str().unwrap();
+            secret
+                .strip_prefix("credential:")
+                .unwrap_or_else(|| panic!("{secret} is not a credential"))
+                .to_string()
+        })
+        .collect()
+}
+
+/// The packaged config (`deploy/hookledger.toml`, the Debian package's
+/// `/etc/hookledger/hookledger.toml`) has the sources of `examples/hookledger.toml`, the
+/// same in all but where their secrets are read from.
+#[test]
+fn the_packaged_config_has_the_example_config_s_sources() {
+    let read = |path: std::path::PathBuf| -> toml::Table {
+        toml::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+    };
+    let packaged = read(deploy("hookledger.toml"));
+    let example =
+        read(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/hookledger.toml"));
+    let without_secrets = |config: &toml::Table| -> Vec<toml::Table> {
+        let sources = config["source"].as_array().unwrap().iter();
+        sources
+            .map(|source| {
+                let mut source = source.as_table().unwrap().clone();
+                source.remove("secrets").expect("secrets");
+                source
+            })
+            .collect()
+    };
+    assert_eq!(without_secrets(&packaged), without_secrets(&example));
+    assert_eq!(packaged["retention"], example["retention"]);
+}
+
+/// The packaged config served as the unit serves it, its secrets read from the credentials
+/// systemd would hand over (`$CREDENTIALS_DIRECTORY`): a Stripe and a GitHub event signed
+/// with theirs are claimed, each once.
+#[test]
+fn the_packaged_config_serves_with_its_secrets_from_the_credentials_directory() {
+    let dir = test_dir();
+    let credentials = dir.path().join("credentials");
+    std::fs::create_dir(&credentials).unwrap();
+    let github_secret = "github_secret_from_a_credential";
+    for name in credentials_of_the_packaged_config() {
+        let value = match name.as_str() {
+            "stripe-webhook-secret" => SECRET.to_string(),
+            "github-webhook-secret" => github_secret.to_string(),
+            "clerk-webhook-secret" => "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw".to_string(),
+            other => format!("{other}-value-0123456789"),
+        };
+        std::fs::write(credentials.join(&name), format!("{value}\n")).unwrap();
+    }
+    let config = deploy("hookledger.toml");
+    let server = Server::start_with_env(
+        dir.path(),
+        &["--config", config.to_str().unwrap()],
+        &[
+            ("RUST_LOG", "info"),
+            ("CREDENTIALS_DIRECTORY", credentials.to_str().unwrap()),
+        ],
+    );
+    assert_outcome(
+        &server.send(&paid("evt_packaged")),
+        "evt_packaged",
+        "processed",
+    );
+    assert_outcome(
+        &server.send(&paid("evt_packaged")),
+        "evt_packaged",
+        "duplicate",
+    );
+
+    let body = br#"{"action":"opened","number":1}"#;
+    let mut mac =
+        <hmac::Hmac<sha2::Sha256> as hmac::Mac>::new_from_slice(github_secret.as_bytes()).unwrap();
+    hmac::Mac::update(&mut mac, body);
+    let signature = format!(
+        "sha256={}",
+        hex::encode(hmac::Mac::finalize(mac).into_bytes())
+    );
+    let delivery = "0b5a3e2c-6f1d-11ef-8a3c-0242ac120002";
+    let headers = [
+        ("X-Hub-Signature-256", signature.as_str()),
+        ("X-GitHub-Delivery", delivery),
+        ("X-GitHub-Event", "pull_request"),
+    ];
+    assert_eq!(server.post("/webhooks/gh", body, &headers).status, 200);
+    let forged = [("X-Hub-Signature-256", "sha256=00"), headers[1], headers[2]];
+    assert_eq!(server.post("/webhooks/gh", body, &forged).status, 400);
+
+    let db = server.db();
+    assert_eq!(ledger_count(&db), 2);
+    for (source, id) in [("stripe", "evt_packaged"), ("gh", delivery)] {
+        let claims: i64 = db.one(
+            "SELECT count(*) FROM webhook_events WHERE source = $1 AND event_id = $2",
+            &[&source, &id],
+        );
+        assert_eq!(claims, 1, "{source} {id}");
+    }
+    // The default credits of one paid invoice, once.
+    assert_eq!(credits(&db, "acct_1"), 100);
 }
 
 /// The admin listener answers `/healthz` and `/readyz` (after a heartbeat write committed,

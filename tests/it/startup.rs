@@ -43,6 +43,7 @@ fn refused_at_open(args: &[&str], env: &[(&str, &str)]) -> (String, bool) {
             .args(args)
             .env_remove("STRIPE_WEBHOOK_SECRET")
             .env_remove("HOOKLEDGER_FORWARD_SECRET")
+            .env_remove("CREDENTIALS_DIRECTORY")
             .envs(env.iter().copied()),
     );
     assert_eq!(code, Some(2), "{args:?} {env:?}: {stderr}");
@@ -68,6 +69,41 @@ fn secrets_empty_after_the_prefix_or_too_short_stop_start_up() {
             "the secret is echoed: {err}"
         );
     }
+}
+
+/// A `credential:NAME` secret (systemd's `LoadCredential=`) stops start-up, naming its key and
+/// creating nothing, when there is no credentials directory, or no such credential in it.
+#[test]
+fn credential_secrets_without_their_credential_stop_start_up() {
+    let dir = test_dir();
+    let config = write(
+        dir.path(),
+        "hookledger.toml",
+        "[[source]]\nname = \"gh\"\nscheme = \"github\"\nsecrets = [\"credential:gh-secret\"]\n",
+    );
+    let err = refused(&["--config", &config], &[]);
+    assert!(
+        err.contains("source `gh`.secrets: credential:gh-secret needs CREDENTIALS_DIRECTORY"),
+        "{err}"
+    );
+    let credentials = dir.path().join("credentials");
+    std::fs::create_dir(&credentials).unwrap();
+    let credentials = credentials.to_str().unwrap();
+    let err = refused(
+        &["--config", &config],
+        &[("CREDENTIALS_DIRECTORY", credentials)],
+    );
+    assert!(
+        err.contains(&format!(
+            "source `gh`.secrets: cannot read {credentials}/gh-secret"
+        )),
+        "{err}"
+    );
+    let err = refused(
+        &["--admin-token", "credential:../admin-token"],
+        &[("STRIPE_WEBHOOK_SECRET", SECRET)],
+    );
+    assert!(err.contains("is not a credential name"), "{err}");
 }
 
 fn write(dir: &Path, name: &str, text: &str) -> String {
@@ -614,7 +650,7 @@ fn admin_settings_that_would_expose_the_admin_routes_stop_start_up() {
     for (token, expected) in [
         (
             "a-literal-token-0123456789",
-            "--admin-token takes env:NAME or file:PATH, not the secret itself",
+            "--admin-token takes env:NAME, file:PATH or credential:NAME, not the secret itself",
         ),
         (
             "env:HOOKLEDGER_TEST_UNSET_TOKEN",

@@ -1,0 +1,2 @@
+//! Nothing: the package `hookledger-examples` exists for its examples (`embed.rs`,
+//! `fake_app.rs`, `fake_stripe.rs`), which build with its normal dependencies only.
