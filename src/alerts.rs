@@ -82,6 +82,7 @@ pub(crate) fn add_targets(config: &Config, targets: &mut Targets) -> anyhow::Res
         let target: Box<dyn Target> = match (alert.format.as_str(), &alert.secret) {
             ("standard", Some(secret)) => Box::new(Post::new(
                 &ForwardConfig::new(alert.url.clone(), secret.clone()).with_timeout(alert.timeout),
+                None,
             )?),
             _ => Box::new(Slack {
                 url: alert.url.clone(),

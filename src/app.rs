@@ -40,6 +40,7 @@ use crate::store::{self, Reader, ServeGuard, Store};
 use crate::stripe;
 /// What a reconcile found and did.
 pub(crate) use crate::stripe::reconcile::Counts;
+use crate::trace::Tracer;
 use crate::writer::{self, Background};
 
 /// What a [`Hookledger`] is opened for.
@@ -188,7 +189,17 @@ impl Hookledger {
                 );
             }
         }
-        let mut targets = delivery::Targets::of(&config)?;
+        // Traces, when a collector is named: its exporter thread starts here, and spans dropped
+        // are counted in `/metrics`.
+        let spans_dropped = prometheus_client::metrics::counter::Counter::default();
+        let tracer = match &config.otlp_endpoint {
+            Some(endpoint) => Some(Arc::new(
+                Tracer::start(endpoint, spans_dropped.clone())
+                    .context("cannot start the OTLP exporter thread")?,
+            )),
+            None => None,
+        };
+        let mut targets = delivery::Targets::of(&config, tracer.as_ref())?;
         stripe::add_targets(&config, &mut targets);
         crate::alerts::add_targets(&config, &mut targets)?;
         let forward = config.forward.is_some() || access == Access::Command { forward: true };
@@ -210,7 +221,7 @@ impl Hookledger {
         } = store::open(&config.database, &config.storage, access.store())?;
         writer.limit_handlers(config.writer.effect_timeout);
         let sources = with_handlers(&config, &mut *writer, sources, handlers)?;
-        let metrics = Arc::new(Metrics::new(sources.keys()));
+        let metrics = Arc::new(Metrics::new(sources.keys(), spans_dropped));
         let serving = access == Access::Serve;
         let (waker, woken) = delivery::Worker::channel();
         let on_commit = waker.clone();
@@ -261,6 +272,7 @@ impl Hookledger {
             rejection_log: Default::default(),
             metrics: metrics.clone(),
             refusals,
+            tracer,
         });
         Ok(Hookledger {
             app: server::router(ingest),

@@ -61,6 +61,7 @@ use crate::outbox::{
 use crate::source::standard::{self, SigningKey};
 use crate::store::{OutboxReader, Write};
 use crate::time::unix_now;
+use crate::trace::{self, Tracer};
 use crate::writer::WriterHandle;
 
 /// How long the worker sleeps when nothing is due and nobody wakes it (it also picks up rows
@@ -115,11 +116,13 @@ pub(crate) struct Post {
     agent: ureq::Agent,
     /// The agent's, named in a timeout's cause.
     timeout: Duration,
+    /// When traces are on: a span per attempt, its context in the `traceparent` header.
+    tracer: Option<Arc<Tracer>>,
 }
 
 impl Post {
     /// Decodes the signing secret; a bad one is refused here, at start-up.
-    pub(crate) fn new(config: &ForwardConfig) -> anyhow::Result<Post> {
+    pub(crate) fn new(config: &ForwardConfig, tracer: Option<Arc<Tracer>>) -> anyhow::Result<Post> {
         let key = SigningKey::from_secret(config.secret.expose()).map_err(anyhow::Error::msg)?;
         Ok(Post {
             url: config.url.clone(),
@@ -130,6 +133,7 @@ impl Post {
                 .redirects(0)
                 .user_agent(concat!("hookledger/", env!("CARGO_PKG_VERSION")))
                 .build(),
+            tracer,
         })
     }
 }
@@ -140,15 +144,50 @@ impl Target for Post {
         row: &PendingRow,
         payload: &[u8],
     ) -> Result<Option<Arc<dyn FollowUp>>, Failure> {
-        post(
+        let Some(tracer) = &self.tracer else {
+            return post(
+                &self.agent,
+                self.timeout,
+                &self.url,
+                &self.key,
+                row,
+                payload,
+                None,
+            )
+            .map(|()| None);
+        };
+        // A child of the span of the request that committed the event, when remembered.
+        let parent = tracer.recall(&row.source, &row.key);
+        let span = tracer.begin("delivery", trace::CLIENT, parent);
+        let traceparent = span.context.traceparent();
+        let result = post(
             &self.agent,
             self.timeout,
             &self.url,
             &self.key,
             row,
             payload,
-        )
-        .map(|()| None)
+            Some(&traceparent),
+        );
+        let mut attributes: Vec<(&'static str, trace::Value)> = vec![
+            ("hookledger.outbox.kind", row.kind.as_str().into()),
+            ("hookledger.outbox.row_id", row.id.into()),
+            ("hookledger.source", row.source.as_str().into()),
+            ("hookledger.event_id", row.key.as_str().into()),
+            ("hookledger.outbox.attempt", (row.attempts + 1).into()),
+        ];
+        let (result_label, status) = match &result {
+            Ok(()) => ("delivered", None),
+            Err(Failure::Gone(_)) => ("gone", Some(410)),
+            Err(Failure::Status(status, _, _)) => ("failed", Some(*status)),
+            Err(Failure::Refused(_) | Failure::Transport(_)) => ("failed", None),
+        };
+        attributes.push(("hookledger.outbox.result", result_label.into()));
+        if let Some(status) = status {
+            attributes.push(("http.response.status_code", i64::from(status).into()));
+        }
+        tracer.end(span, attributes, result.is_err());
+        result.map(|()| None)
     }
 }
 
@@ -159,13 +198,16 @@ pub(crate) struct Targets(Vec<(String, Lane)>, Option<Arc<dyn Observer>>);
 
 impl Targets {
     /// The POST targets of `config`: `forward` and each `[[delivery]]`.
-    pub(crate) fn of(config: &crate::config::Config) -> anyhow::Result<Targets> {
+    pub(crate) fn of(
+        config: &crate::config::Config,
+        tracer: Option<&Arc<Tracer>>,
+    ) -> anyhow::Result<Targets> {
         let mut targets = Targets::default();
         if let Some(forward) = &config.forward {
             targets
                 .add(
                     FORWARD,
-                    Box::new(Post::new(forward)?),
+                    Box::new(Post::new(forward, tracer.cloned())?),
                     forward.schedule.clone(),
                 )
                 .concurrency(forward.concurrency)
@@ -181,7 +223,7 @@ impl Targets {
                 continue;
             }
             let target = delivery.target(config.forward.as_ref())?;
-            let post = Post::new(&target)
+            let post = Post::new(&target, tracer.cloned())
                 .map_err(|e| anyhow::anyhow!("delivery `{}`: {e}", delivery.kind))?;
             targets
                 .add(&delivery.kind, Box::new(post), target.schedule)
@@ -485,7 +527,7 @@ impl Worker {
         };
         let observer = config.1;
         for (kind, lane) in config.0 {
-            metrics.breaker(&kind, false);
+            metrics.lane(&kind);
             let signal = Arc::new(Signal::default());
             waker.register(signal.clone());
             let shared = Arc::new(Shared {
@@ -775,7 +817,14 @@ fn attempt(config: &Lane, row: &PendingRow, payload: &[u8]) -> (Attempt, Health)
         retry_after,
     ) {
         Some(delay) => {
-            log::warn!(
+            tracing::warn!(
+                kind = %row.kind,
+                row_id = row.id,
+                event_id = %row.key,
+                attempt = attempts,
+                result = "retry",
+                error = %error,
+                retry_in_s = delay.as_secs(),
                 "outbox: {} {} attempt {attempts} failed ({error}); retry in {:.0?}",
                 row.kind,
                 row.key,
@@ -787,7 +836,13 @@ fn attempt(config: &Lane, row: &PendingRow, payload: &[u8]) -> (Attempt, Health)
             }
         }
         None => {
-            log::error!(
+            tracing::error!(
+                kind = %row.kind,
+                row_id = row.id,
+                event_id = %row.key,
+                attempt = attempts,
+                result = "dead",
+                error = %error,
                 "outbox: {} {} dead after {attempts} attempts ({error})",
                 row.kind,
                 row.key
@@ -799,7 +854,12 @@ fn attempt(config: &Lane, row: &PendingRow, payload: &[u8]) -> (Attempt, Health)
     let health = Health::of(&result);
     let attempt = match result {
         Ok(follow_up) => {
-            log::info!(
+            tracing::info!(
+                kind = %row.kind,
+                row_id = row.id,
+                event_id = %row.key,
+                attempt = attempts,
+                result = "delivered",
                 "outbox: {} {} delivered (attempt {attempts})",
                 row.kind,
                 row.key
@@ -807,11 +867,27 @@ fn attempt(config: &Lane, row: &PendingRow, payload: &[u8]) -> (Attempt, Health)
             Attempt::Delivered { follow_up }
         }
         Err(Failure::Refused(error)) => {
-            log::error!("outbox: {} {} dead: {error}", row.kind, row.key);
+            tracing::error!(
+                kind = %row.kind,
+                row_id = row.id,
+                event_id = %row.key,
+                attempt = attempts,
+                result = "dead",
+                error = %error,
+                "outbox: {} {} dead: {error}",
+                row.kind,
+                row.key
+            );
             Attempt::Dead { error }
         }
         Err(Failure::Gone(detail)) => {
-            log::error!(
+            tracing::error!(
+                kind = %row.kind,
+                row_id = row.id,
+                event_id = %row.key,
+                attempt = attempts,
+                result = "dead",
+                status = 410,
                 "outbox: {} {} dead: the app answered 410 Gone",
                 row.kind,
                 row.key
@@ -874,12 +950,16 @@ fn post(
     key: &SigningKey,
     row: &PendingRow,
     payload: &[u8],
+    traceparent: Option<&str>,
 ) -> Result<(), Failure> {
     let timestamp = unix_now();
     let signature = key.sign(&row.key, timestamp, payload);
     let mut request = agent.post(url);
     if let Some(kind) = &row.event_type {
         request = request.set(TYPE_HEADER, kind);
+    }
+    if let Some(traceparent) = traceparent {
+        request = request.set("traceparent", traceparent);
     }
     let result = request
         .set("Content-Type", "application/json")

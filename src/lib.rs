@@ -10,7 +10,8 @@
 //! The map, one layer per line, from the bottom: a module imports only modules on lines above
 //! its own (leaves import nothing of the crate).
 //! 1. `time.rs` (leaf): Unix seconds, RFC 3339. `log_budget.rs` (leaf): at most so many
-//!    lines of one kind a second, the rest counted.
+//!    lines of one kind a second, the rest counted. `trace.rs` (leaf): OpenTelemetry spans,
+//!    W3C `traceparent`, the OTLP/HTTP exporter thread.
 //! 2. `event.rs` (leaf): the verified [`Event`], the same for every source.
 //! 3. `sql/` (leaf): [`Tx`], parameters, rows and [`StoreError`]: what handlers and stores share.
 //! 4. `config/` (leaf): one [`Config`], every default with its reason; errors name their key;
@@ -67,6 +68,7 @@ mod sql;
 mod store;
 mod stripe;
 mod time;
+mod trace;
 mod writer;
 
 pub use app::{Builder, Hookledger, RunningServer};
@@ -86,7 +88,7 @@ pub use store::Outcome;
 
 /// The command line, for the `hookledger` binary.
 #[doc(hidden)]
-pub use cli::{run as run_cli, Cli, Command as CliCommand, Exit, LogFormat};
+pub use cli::{init_logging, run as run_cli, Cli, Command as CliCommand, Exit, LogFormat};
 
 /// Not a stable API: what the project's own tests, fuzz targets and tools (bench, load
 /// generator) reach inside the crate. Embedding apps use the items at the crate root.

@@ -1,6 +1,14 @@
 //! What this process saw, for `/metrics` (Prometheus) and `/status`: counters that the request
 //! path, the writer and the outbox worker bump, and the last events of each source.
 //!
+//! Every family is there from the first scrape, and the series whose labels are known at
+//! start (each source's request duration, each delivery kind's attempts and breaker) are
+//! there at zero: an alert on a rate sees 0, not nothing.
+//!
+//! `/metrics` answers in the OpenMetrics text format to a scraper that asks for it
+//! (Prometheus does), and in the Prometheus text format 0.0.4 otherwise ([`to_prometheus_text`]):
+//! what `curl` and `promtool check metrics` read.
+//!
 //! Recording costs a few atomic operations and, per event, one short lock of its source's
 //! [`Activity`]. The outbox gauges are read from the database when `/metrics` is scraped, not
 //! kept up to date on the hot path.
@@ -13,6 +21,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::Registry;
 
 use crate::store::listings::OutboxSummary;
@@ -65,6 +74,24 @@ struct EventLabels {
     r#type: String,
     outcome: &'static str,
 }
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SourceLabels {
+    source: Arc<str>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct VersionLabels {
+    version: &'static str,
+}
+
+/// The request-duration histogram of one source: 0.25 ms to about 4 s.
+fn request_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.000_25, 2.0, 15))
+}
+
+/// The results of a delivery attempt (`Attempt::label`), each a series from the start.
+const DELIVERY_RESULTS: [&str; 3] = ["delivered", "retry", "dead"];
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RejectedLabels {
@@ -173,7 +200,7 @@ pub(crate) struct Metrics {
     registry: Registry,
     events: Family<EventLabels, Counter>,
     rejected: Family<RejectedLabels, Counter>,
-    request_seconds: Histogram,
+    request_seconds: Family<SourceLabels, Histogram, fn() -> Histogram>,
     writer: WriterMetrics,
     deliveries: Family<DeliveryLabels, Counter>,
     breaker_open: Family<KindLabels, Gauge>,
@@ -187,31 +214,73 @@ pub(crate) struct Metrics {
     unknown_source: Arc<str>,
     /// One scrape at a time sets the outbox gauges and encodes.
     scrape: Mutex<()>,
+    /// The families that may have no series yet (their labels come from requests or rows),
+    /// as `# HELP` and `# TYPE` lines: written when the encoder, which skips an empty family,
+    /// left them out.
+    described: Vec<(String, String)>,
 }
 
 impl Metrics {
     /// Metrics for `sources` (the configured source names).
-    pub(crate) fn new<'a>(sources: impl IntoIterator<Item = &'a Arc<str>>) -> Metrics {
+    /// Metrics for `sources` (the configured source names); `spans_dropped` is the trace
+    /// exporter's count of the spans it dropped.
+    pub(crate) fn new<'a>(
+        sources: impl IntoIterator<Item = &'a Arc<str>>,
+        spans_dropped: Counter,
+    ) -> Metrics {
         let sources: Vec<&Arc<str>> = sources.into_iter().collect();
+        let unknown_source: Arc<str> = Arc::from("-");
         let mut registry = Registry::with_prefix("hookledger");
+        registry.register(
+            "build",
+            "The running hookledger's version (always 1)",
+            Info::new(VersionLabels {
+                version: env!("CARGO_PKG_VERSION"),
+            }),
+        );
+        let mut described = Vec::new();
+        let mut describe = |name: &str, kind: &str, help: &str| {
+            let name = format!("hookledger_{name}");
+            described.push((
+                format!("# TYPE {name} {kind}\n"),
+                format!("# HELP {name} {help}.\n# TYPE {name} {kind}\n"),
+            ));
+            help.to_string()
+        };
         let events = Family::<EventLabels, Counter>::default();
         registry.register(
             "events",
-            "Verified events answered, by source, type and outcome (processed, duplicate, failed; \
-             challenge: a handshake answered, nothing claimed)",
+            describe(
+                "events",
+                "counter",
+                "Verified events answered, by source, type and outcome (processed, duplicate, \
+                 failed; challenge: a handshake answered, nothing claimed)",
+            ),
             events.clone(),
         );
         let rejected = Family::<RejectedLabels, Counter>::default();
         registry.register(
             "rejected",
-            "Webhook requests answered with an error, by source and reason (the error's kind)",
+            describe(
+                "rejected",
+                "counter",
+                "Webhook requests answered with an error, by source and reason (the error's kind)",
+            ),
             rejected.clone(),
         );
-        // 0.25 ms to about 4 s.
-        let request_seconds = Histogram::new(exponential_buckets(0.000_25, 2.0, 15));
+        let request_seconds =
+            Family::<SourceLabels, Histogram, fn() -> Histogram>::new_with_constructor(
+                request_histogram,
+            );
+        for source in sources.iter().copied().chain([&unknown_source]) {
+            let _ = request_seconds.get_or_create(&SourceLabels {
+                source: source.clone(),
+            });
+        }
         registry.register(
             "request_duration_seconds",
-            "Time from a webhook request's arrival to its answer",
+            "Time from a webhook request's arrival to its answer, by source (`-`: a source \
+             that does not exist)",
             request_seconds.clone(),
         );
         let writer = WriterMetrics::default();
@@ -228,20 +297,32 @@ impl Metrics {
         let deliveries = Family::<DeliveryLabels, Counter>::default();
         registry.register(
             "delivery_attempts",
-            "Outbox delivery attempts by kind and result (delivered, retry, dead)",
+            describe(
+                "delivery_attempts",
+                "counter",
+                "Outbox delivery attempts by kind and result (delivered, retry, dead)",
+            ),
             deliveries.clone(),
         );
         let breaker_open = Family::<KindLabels, Gauge>::default();
         registry.register(
             "delivery_breaker_open",
-            "Whether a delivery kind's circuit breaker is open (1: paused after consecutive \
-             failures, 0: delivering)",
+            describe(
+                "delivery_breaker_open",
+                "gauge",
+                "Whether a delivery kind's circuit breaker is open (1: paused after consecutive \
+                 failures, 0: delivering)",
+            ),
             breaker_open.clone(),
         );
         let outbox_rows = Family::<OutboxLabels, Gauge>::default();
         registry.register(
             "outbox_rows",
-            "Outbox rows by kind and status (pending, done, dead), read at scrape time",
+            describe(
+                "outbox_rows",
+                "gauge",
+                "Outbox rows by kind and status (pending, done, dead), read at scrape time",
+            ),
             outbox_rows.clone(),
         );
         let outbox_oldest_pending = Gauge::default();
@@ -249,6 +330,12 @@ impl Metrics {
             "outbox_oldest_pending_seconds",
             "Age of the oldest pending outbox row (0 when none), read at scrape time",
             outbox_oldest_pending.clone(),
+        );
+        registry.register(
+            "trace_spans_dropped",
+            "Trace spans not exported: the exporter's queue was full, or the OTLP collector did \
+             not take them (0 when traces are off)",
+            spans_dropped,
         );
         Metrics {
             registry,
@@ -268,8 +355,9 @@ impl Metrics {
                 .iter()
                 .map(|s| ((*s).clone(), Mutex::default()))
                 .collect(),
-            unknown_source: Arc::from("-"),
+            unknown_source,
             scrape: Mutex::new(()),
+            described,
         }
     }
 
@@ -280,14 +368,14 @@ impl Metrics {
 
     /// A verified event of `source` answered after `seconds`.
     pub(crate) fn event(&self, source: &Arc<str>, seen: Seen, seconds: f64) {
-        self.request_seconds.observe(seconds);
+        self.observe(source, seconds);
         self.count(source, seen);
     }
 
     /// The events of one request of `source` (an array of them), answered after `seconds`:
     /// one request, each event counted.
     pub(crate) fn events(&self, source: &Arc<str>, seen: Vec<Seen>, seconds: f64) {
-        self.request_seconds.observe(seconds);
+        self.observe(source, seconds);
         for one in seen {
             self.count(source, one);
         }
@@ -296,13 +384,21 @@ impl Metrics {
     /// A handshake of type `kind` that `source`'s sender requires, answered after `seconds`:
     /// counted as outcome `challenge`; not an event of `/status`.
     pub(crate) fn challenge(&self, source: &Arc<str>, kind: &str, seconds: f64) {
-        self.request_seconds.observe(seconds);
+        self.observe(source, seconds);
         let labels = EventLabels {
             source: source.clone(),
             r#type: self.type_label(source, kind),
             outcome: Outcome::Challenge.label(),
         };
         self.events.get_or_create(&labels).inc();
+    }
+
+    /// A request of `source` answered after `seconds`.
+    fn observe(&self, source: &Arc<str>, seconds: f64) {
+        let labels = SourceLabels {
+            source: source.clone(),
+        };
+        self.request_seconds.get_or_create(&labels).observe(seconds);
     }
 
     fn count(&self, source: &Arc<str>, seen: Seen) {
@@ -340,8 +436,8 @@ impl Metrics {
     /// A request refused before an event could be read; `source` is `None` when no source
     /// has that name.
     pub(crate) fn rejected(&self, source: Option<&Arc<str>>, reason: &'static str, seconds: f64) {
-        self.request_seconds.observe(seconds);
         let source = source.unwrap_or(&self.unknown_source);
+        self.observe(source, seconds);
         self.reject(source, reason);
         if let Some(activity) = self.activity.get(source) {
             lock(activity).rejected += 1;
@@ -363,6 +459,17 @@ impl Metrics {
             result,
         };
         self.deliveries.get_or_create(&labels).inc();
+    }
+
+    /// A delivery kind that has a lane: its series, at zero, and its breaker closed.
+    pub(crate) fn lane(&self, kind: &str) {
+        for result in DELIVERY_RESULTS {
+            let _ = self.deliveries.get_or_create(&DeliveryLabels {
+                kind: kind.to_string(),
+                result,
+            });
+        }
+        self.breaker(kind, false);
     }
 
     /// Whether the circuit breaker of `kind` is open.
@@ -411,8 +518,56 @@ impl Metrics {
         let mut text = String::new();
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut text, &self.registry);
+        // Every family from the start: an empty one as its description alone.
+        let eof = text.strip_suffix("# EOF\n").map_or(text.len(), str::len);
+        let mut missing = String::new();
+        for (typed, description) in &self.described {
+            if !text.contains(typed.as_str()) {
+                missing.push_str(description);
+            }
+        }
+        text.insert_str(eof, &missing);
         text
     }
+}
+
+/// The OpenMetrics text `openmetrics` (as [`Metrics::encode`] writes it) in the Prometheus text
+/// format 0.0.4: a counter's `# HELP` and `# TYPE` name its samples (`…_total`), an info is a
+/// gauge named `…_info`, and there is no `# UNIT` or `# EOF`. The samples are the same.
+pub(crate) fn to_prometheus_text(openmetrics: &str) -> String {
+    let mut types: HashMap<&str, &str> = HashMap::new();
+    for line in openmetrics.lines() {
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            if let Some((name, kind)) = rest.split_once(' ') {
+                types.insert(name, kind);
+            }
+        }
+    }
+    let renamed = |name: &str| match types.get(name) {
+        Some(&"counter") => (format!("{name}_total"), "counter"),
+        Some(&"info") => (format!("{name}_info"), "gauge"),
+        Some(&"stateset" | &"gaugehistogram") | None => (name.to_string(), "untyped"),
+        Some(kind) => (name.to_string(), *kind),
+    };
+    let mut text = String::with_capacity(openmetrics.len());
+    for line in openmetrics.lines() {
+        if let Some(rest) = line.strip_prefix("# HELP ") {
+            let (name, help) = rest.split_once(' ').unwrap_or((rest, ""));
+            // OpenMetrics escapes `"` in help text too; 0.0.4 only `\\` and newlines.
+            let help = help.replace("\\\"", "\"");
+            text.push_str(&format!("# HELP {} {help}\n", renamed(name).0));
+        } else if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let name = rest.split_once(' ').map_or(rest, |(name, _)| name);
+            let (name, kind) = renamed(name);
+            text.push_str(&format!("# TYPE {name} {kind}\n"));
+        } else if line.starts_with("# UNIT ") || line == "# EOF" {
+            continue;
+        } else {
+            text.push_str(line);
+            text.push('\n');
+        }
+    }
+    text
 }
 
 /// The lock, also after a panic elsewhere: what it guards is counts, never half-written.
@@ -480,7 +635,7 @@ mod tests {
     #[test]
     fn encode_counts_events_by_label_and_sets_the_outbox_gauges() {
         let stripe: Arc<str> = Arc::from("stripe");
-        let m = Metrics::new([&stripe]);
+        let m = Metrics::new([&stripe], Counter::default());
         m.event(&stripe, seen(1, "evt_1", Outcome::Processed), 0.001);
         m.event(&stripe, seen(1, "evt_1", Outcome::Duplicate), 0.001);
         m.event(&stripe, seen(1, "evt_1", Outcome::Duplicate), 0.001);
@@ -506,7 +661,9 @@ mod tests {
             r#"hookledger_delivery_breaker_open{kind="send_receipt"} 1"#,
             r#"hookledger_outbox_rows{kind="forward",status="pending"} 3"#,
             "hookledger_outbox_oldest_pending_seconds 30",
-            "hookledger_request_duration_seconds_count 4",
+            r#"hookledger_request_duration_seconds_count{source="stripe"} 3"#,
+            r#"hookledger_request_duration_seconds_count{source="-"} 1"#,
+            "hookledger_trace_spans_dropped_total 0",
             "hookledger_batch_size_count 0",
         ] {
             assert!(text.lines().any(|l| l == line), "no `{line}` in\n{text}");
@@ -519,9 +676,76 @@ mod tests {
     }
 
     #[test]
+    fn every_family_is_there_from_the_start_with_its_known_series_at_zero() {
+        let stripe: Arc<str> = Arc::from("stripe");
+        let m = Metrics::new([&stripe], Counter::default());
+        m.lane("forward");
+        let text = m.encode(&OutboxSummary::default(), 1);
+        for family in [
+            "hookledger_build",
+            "hookledger_events",
+            "hookledger_rejected",
+            "hookledger_request_duration_seconds",
+            "hookledger_batch_size",
+            "hookledger_writer_queue_depth",
+            "hookledger_delivery_attempts",
+            "hookledger_delivery_breaker_open",
+            "hookledger_outbox_rows",
+            "hookledger_outbox_oldest_pending_seconds",
+            "hookledger_trace_spans_dropped",
+        ] {
+            assert!(
+                text.lines()
+                    .any(|l| l.starts_with(&format!("# TYPE {family} "))),
+                "no family {family} in\n{text}"
+            );
+        }
+        for line in [
+            r#"hookledger_request_duration_seconds_count{source="stripe"} 0"#,
+            r#"hookledger_request_duration_seconds_count{source="-"} 0"#,
+            r#"hookledger_delivery_attempts_total{kind="forward",result="delivered"} 0"#,
+            r#"hookledger_delivery_attempts_total{kind="forward",result="retry"} 0"#,
+            r#"hookledger_delivery_attempts_total{kind="forward",result="dead"} 0"#,
+            r#"hookledger_delivery_breaker_open{kind="forward"} 0"#,
+        ] {
+            assert!(text.lines().any(|l| l == line), "no `{line}` in\n{text}");
+        }
+    }
+
+    #[test]
+    fn the_prometheus_text_names_counters_by_their_samples_and_has_no_eof() {
+        let stripe: Arc<str> = Arc::from("stripe");
+        let m = Metrics::new([&stripe], Counter::default());
+        m.event(&stripe, seen(1, "evt_1", Outcome::Processed), 0.001);
+        let text = to_prometheus_text(&m.encode(&OutboxSummary::default(), 1));
+        for line in [
+            "# TYPE hookledger_events_total counter",
+            "# TYPE hookledger_build_info gauge",
+            "# TYPE hookledger_request_duration_seconds histogram",
+            "# TYPE hookledger_writer_queue_depth gauge",
+            r#"hookledger_events_total{source="stripe",type="invoice.paid",outcome="processed"} 1"#,
+        ] {
+            assert!(text.lines().any(|l| l == line), "no `{line}` in\n{text}");
+        }
+        assert!(text
+            .lines()
+            .any(|l| l.starts_with("# HELP hookledger_events_total ")));
+        assert!(
+            !text.contains("# EOF") && !text.contains("# UNIT"),
+            "{text}"
+        );
+        let build = format!(
+            r#"hookledger_build_info{{version="{}"}} 1"#,
+            env!("CARGO_PKG_VERSION")
+        );
+        assert!(text.lines().any(|l| l == build), "no `{build}` in\n{text}");
+        assert!(!text.contains("# TYPE hookledger_events counter"), "{text}");
+    }
+
+    #[test]
     fn a_challenge_and_each_event_of_an_array_are_counted_in_one_request_each() {
         let slack: Arc<str> = Arc::from("slack");
-        let m = Metrics::new([&slack]);
+        let m = Metrics::new([&slack], Counter::default());
         m.challenge(&slack, "url_verification", 0.001);
         let mut failed = seen(1, "evt_3", Outcome::Failed);
         failed.reason = "internal";
@@ -538,7 +762,7 @@ mod tests {
             r#"hookledger_events_total{source="slack",type="invoice.paid",outcome="duplicate"} 1"#,
             r#"hookledger_events_total{source="slack",type="invoice.paid",outcome="failed"} 1"#,
             r#"hookledger_rejected_total{source="slack",reason="internal"} 1"#,
-            "hookledger_request_duration_seconds_count 2",
+            r#"hookledger_request_duration_seconds_count{source="slack"} 2"#,
         ] {
             assert!(text.lines().any(|l| l == line), "no `{line}` in\n{text}");
         }
@@ -554,7 +778,7 @@ mod tests {
     fn a_source_gets_at_most_max_types_type_labels_and_the_rest_count_as_other() {
         let github: Arc<str> = Arc::from("github");
         let stripe: Arc<str> = Arc::from("stripe");
-        let m = Metrics::new([&github, &stripe]);
+        let m = Metrics::new([&github, &stripe], Counter::default());
         for i in 0..MAX_TYPES + 50 {
             let mut seen = seen(1, "d-1", Outcome::Duplicate);
             seen.kind = format!("type-{i}");

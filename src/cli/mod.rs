@@ -3,12 +3,14 @@
 mod admin;
 mod common;
 pub(crate) mod demo;
+mod logging;
 mod reconcile;
 mod send;
 mod serve;
 pub(crate) mod table;
 
 pub use common::Exit;
+pub use logging::init as init_logging;
 
 use std::time::Duration;
 
@@ -29,12 +31,13 @@ use crate::store::{self, listings as listing};
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
-    /// Log lines as plain text, or as one JSON object per line (for a log collector).
+    /// Log lines as text, or as one JSON object per line (for a log collector). `RUST_LOG`
+    /// chooses what is logged (default `info`).
     #[arg(
         long,
         global = true,
         value_enum,
-        default_value = "plain",
+        default_value = "text",
         env = "HOOKLEDGER_LOG_FORMAT"
     )]
     pub log_format: LogFormat,
@@ -43,9 +46,10 @@ pub struct Cli {
 /// How log lines are written (to stderr).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum LogFormat {
-    /// `2026-11-30T09:40:37.730Z INFO  target: message`
-    Plain,
-    /// `{"ts":"2026-11-30T09:40:37.730Z","level":"INFO","target":"…","message":"…"}`
+    /// `2026-11-30T09:40:37.730Z INFO  target: message key=value …`
+    #[value(alias = "plain")]
+    Text,
+    /// `{"ts":"2026-11-30T09:40:37.730Z","level":"INFO","target":"…","message":"…","key":…}`
     Json,
 }
 

@@ -36,6 +36,10 @@ pub struct ServeArgs {
     /// /metrics and /status when --admin-listen is not loopback.
     #[arg(long, value_name = "env:NAME|file:PATH|credential:NAME")]
     admin_token: Option<String>,
+    /// Send OpenTelemetry traces (a span per request and per delivery) over OTLP/HTTP to this
+    /// collector, e.g. http://127.0.0.1:4318 (config key `otlp_endpoint`).
+    #[arg(long, env = "HOOKLEDGER_OTLP_ENDPOINT", hide_env_values = true)]
+    otlp_endpoint: Option<String>,
     /// SQLite database file, created on first start, or a PostgreSQL URL
     /// (postgres://user:password@host/db). [default: ./hookledger.db]
     #[arg(long, env = "HOOKLEDGER_DATABASE", hide_env_values = true)]
@@ -183,6 +187,11 @@ impl ServeArgs {
             ),
             ("database".into(), "--db", self.db.is_some()),
             (
+                "otlp_endpoint".into(),
+                "--otlp-endpoint",
+                self.otlp_endpoint.is_some(),
+            ),
+            (
                 "http.max_body".into(),
                 "--max-body",
                 self.max_body.is_some(),
@@ -286,6 +295,9 @@ impl ServeArgs {
             config.admin_token = Some(super::common::secret_flag("--admin-token", token)?);
         }
         set(&mut config.database, self.db);
+        if let Some(endpoint) = self.otlp_endpoint {
+            config.otlp_endpoint = Some(endpoint);
+        }
         set(&mut config.http.max_body, self.max_body);
         set(&mut config.http.body_budget, self.max_body_in_flight);
         set(
@@ -530,8 +542,19 @@ pub(super) fn run(args: ServeArgs) -> anyhow::Result<Exit> {
         // Signals are handled from before the address is announced: a SIGTERM sent as soon as
         // it is seen still stops the server gracefully.
         let shutdown = shutdown_signal()?;
+        tracing::info!(
+            version = env!("CARGO_PKG_VERSION"),
+            listen = %addr,
+            sources = config.sources.len(),
+            traces = config.otlp_endpoint.is_some(),
+            "hookledger {} starting",
+            env!("CARGO_PKG_VERSION")
+        );
         for source in &config.sources {
-            log::info!(
+            tracing::info!(
+                source = %source.name,
+                scheme = source.scheme.as_str(),
+                secrets = source.secrets.len(),
                 "listening on http://{addr}/webhooks/{} ({}, {} secret(s))",
                 source.name,
                 source.scheme.as_str(),

@@ -150,6 +150,9 @@ pub struct Config {
     /// backlog grows old, and when that is over.
     #[serde(rename = "alert")]
     pub alerts: Vec<AlertConfig>,
+    /// Where OpenTelemetry traces go, over OTLP/HTTP (JSON): the collector's base URL
+    /// (`http://127.0.0.1:4318`; `/v1/traces` is added) or its traces URL. `None`: no traces.
+    pub otlp_endpoint: Option<String>,
 }
 
 /// The webhook listener and its limits.
@@ -663,6 +666,7 @@ impl Default for Config {
             deliveries: Vec::new(),
             retention: RetentionConfig::default(),
             alerts: Vec::new(),
+            otlp_endpoint: None,
         }
     }
 }
@@ -710,6 +714,9 @@ impl Config {
     /// Refuses settings that cannot work, naming the key, with a message that says what to
     /// change.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        if let Some(endpoint) = &self.otlp_endpoint {
+            check_otlp_endpoint(endpoint).map_err(|m| ConfigError::new("otlp_endpoint", m))?;
+        }
         if self.sources.is_empty() {
             refuse!(
                 "source",
@@ -925,6 +932,17 @@ impl ForwardConfig {
 }
 
 /// A retention shorter than the providers' retry window would let a retry apply twice.
+/// An OTLP/HTTP endpoint: an `http` or `https` URL with a host.
+pub(crate) fn check_otlp_endpoint(endpoint: &str) -> Result<(), String> {
+    match url::Url::parse(endpoint) {
+        Ok(url) if matches!(url.scheme(), "http" | "https") && url.host().is_some() => Ok(()),
+        Ok(_) => Err(format!(
+            "`{endpoint}` is not an http(s) URL of a collector (e.g. http://127.0.0.1:4318)"
+        )),
+        Err(e) => Err(format!("not a URL ({e}): e.g. http://127.0.0.1:4318")),
+    }
+}
+
 pub(crate) fn check_retention(days: u64) -> Result<(), ConfigError> {
     if days < MIN_RETENTION_DAYS {
         refuse!(

@@ -25,6 +25,7 @@ use crate::source::{Challenge, Source, Split};
 use crate::sql::StoreError;
 use crate::store::Outcome;
 use crate::time::unix_now;
+use crate::trace::{self, SpanContext, Tracer};
 use crate::writer::WriterHandle;
 
 /// What the request path needs, shared by all requests.
@@ -38,6 +39,8 @@ pub(crate) struct Ingest {
     pub(crate) metrics: Arc<Metrics>,
     /// Refusals counted for `/status` (kept in the database off this path).
     pub(crate) refusals: Arc<Refusals>,
+    /// When traces are on (`otlp_endpoint`): a span per request.
+    pub(crate) tracer: Option<Arc<Tracer>>,
 }
 
 /// `POST /webhooks/{source}`.
@@ -47,21 +50,140 @@ pub(crate) async fn webhook(
     request: Request,
 ) -> Response {
     let started = Instant::now();
+    // Only when traces are on: the span, a child of the sender's `traceparent` if it sent one.
+    let span = ingest.tracer.as_ref().map(|tracer| {
+        let parent = request
+            .headers()
+            .get("traceparent")
+            .and_then(|v| v.to_str().ok())
+            .and_then(SpanContext::from_traceparent);
+        (tracer, tracer.begin("webhook", trace::SERVER, parent))
+    });
     let Some(source) = ingest.sources.get(name.as_str()) else {
         let rejection = Rejection::unknown_source();
         ingest.refusals.record_unknown(&name, unix_now());
         let seconds = started.elapsed().as_secs_f64();
         ingest.metrics.rejected(None, rejection.kind, seconds);
-        return rejection.into_response();
+        let reason = rejection.kind;
+        if let Some(more) = ingest.rejection_log.admit(unix_now(), "rejections") {
+            tracing::warn!(
+                source = %name.escape_debug(),
+                outcome = "refused",
+                reason,
+                status = 404,
+                "request rejected: no source `{}`{more}",
+                name.escape_debug()
+            );
+        }
+        let response = rejection.into_response();
+        if let Some((tracer, span)) = span {
+            let traced = Traced {
+                outcome: "refused",
+                reason,
+                ..Traced::default()
+            };
+            traced.end(tracer, span, &name, response.status().as_u16());
+        }
+        return response;
     };
-    let result = receive(&ingest, source, request).await;
+    let context = span
+        .as_ref()
+        .map(|(tracer, span)| (&***tracer, span.context));
+    let result = receive(&ingest, source, request, context).await;
     let seconds = started.elapsed().as_secs_f64();
     let name = &source.name;
-    match result {
+    let traced = span.is_some().then(|| Traced::of(&result));
+    let response = match result {
         Ok(Answer::Event(event, outcome)) => answer_event(&ingest, name, event, outcome, seconds),
         Ok(Answer::Challenge(challenge)) => answer_challenge(&ingest, name, challenge, seconds),
         Ok(Answer::Events(events)) => answer_events(&ingest, name, events, seconds),
         Err((known, err)) => refuse(&ingest, name, known, err, seconds),
+    };
+    if let (Some((tracer, span)), Some(traced)) = (span, traced) {
+        traced.end(tracer, span, name, response.status().as_u16());
+    }
+    response
+}
+
+/// What a request's span says of it.
+#[derive(Default)]
+struct Traced {
+    /// The (first) event's id and type, once read.
+    event_id: Option<String>,
+    event_type: Option<String>,
+    /// Events in the request (a body that is an array of them may hold several).
+    events: usize,
+    /// `processed`, `duplicate`, `failed` (read, not committed), `refused` (before an event
+    /// could be read), `challenge`.
+    outcome: &'static str,
+    /// The error's kind, when refused or failed.
+    reason: &'static str,
+}
+
+impl Traced {
+    fn of(result: &Result<Answer, (Option<Known>, IngestError)>) -> Traced {
+        match result {
+            Ok(Answer::Event(event, outcome)) => Traced {
+                event_id: Some(event.id.clone()),
+                event_type: Some(event.kind.clone()),
+                events: 1,
+                outcome: metrics::Outcome::from(*outcome).label(),
+                reason: "",
+            },
+            Ok(Answer::Challenge(_)) => Traced {
+                outcome: "challenge",
+                ..Traced::default()
+            },
+            Ok(Answer::Events(events)) => {
+                let failed = events.iter().find_map(|(_, r)| r.as_ref().err());
+                let processed = events
+                    .iter()
+                    .any(|(_, r)| matches!(r, Ok(Outcome::Processed)));
+                let first = events.first().map(|(known, _)| known);
+                Traced {
+                    event_id: first.map(|k| k.id.clone()),
+                    event_type: first.map(|k| k.kind.clone()),
+                    events: events.len(),
+                    outcome: match (failed, processed) {
+                        (Some(_), _) => "failed",
+                        (None, true) => "processed",
+                        (None, false) => "duplicate",
+                    },
+                    reason: failed.map_or("", Rejection::of_store_kind),
+                }
+            }
+            Err((known, err)) => Traced {
+                event_id: known.as_ref().map(|k| k.id.clone()),
+                event_type: known.as_ref().map(|k| k.kind.clone()),
+                events: usize::from(known.is_some()),
+                outcome: if known.is_some() { "failed" } else { "refused" },
+                reason: Rejection::of(err).kind,
+            },
+        }
+    }
+
+    /// Ends the request's span with what it says.
+    fn end(self, tracer: &Tracer, span: trace::Started, source: &str, status: u16) {
+        let mut attributes: Vec<(&'static str, trace::Value)> = vec![
+            ("http.request.method", "POST".into()),
+            ("http.route", "/webhooks/{source}".into()),
+            ("http.response.status_code", i64::from(status).into()),
+            ("hookledger.source", source.into()),
+            ("hookledger.outcome", self.outcome.into()),
+        ];
+        if let Some(id) = self.event_id {
+            attributes.push(("hookledger.event_id", id.into()));
+        }
+        if let Some(kind) = self.event_type {
+            attributes.push(("hookledger.event_type", kind.into()));
+        }
+        if self.events > 1 {
+            attributes.push(("hookledger.events", (self.events as i64).into()));
+        }
+        if !self.reason.is_empty() {
+            attributes.push(("hookledger.reason", self.reason.into()));
+        }
+        tracer.end(span, attributes, status >= 500);
     }
 }
 
@@ -86,7 +208,15 @@ fn answer_event(
     let ms = seconds * 1000.0;
     let label = metrics::Outcome::from(outcome).label();
     let (id, kind) = (&event.id, &event.kind);
-    log::info!("{name} {id} {kind} {label} {ms:.1}ms");
+    tracing::info!(
+        source = %name,
+        event_id = %id,
+        event_type = %kind,
+        outcome = label,
+        status = 200,
+        duration_ms = round_ms(ms),
+        "{name} {id} {kind} {label} {ms:.1}ms"
+    );
     // Built by hand: this is the hot path, and the id is the only dynamic part.
     let id = serde_json::to_string(id).unwrap_or_default();
     let body = format!(r#"{{"event_id":{id},"outcome":"{label}"}}"#);
@@ -116,7 +246,14 @@ fn answer_challenge(
 ) -> Response {
     let ms = seconds * 1000.0;
     let kind = challenge.kind;
-    log::info!("{name} - {kind} challenge {ms:.1}ms");
+    tracing::info!(
+        source = %name,
+        event_type = kind,
+        outcome = "challenge",
+        status = 200,
+        duration_ms = round_ms(ms),
+        "{name} - {kind} challenge {ms:.1}ms"
+    );
     ingest.metrics.challenge(name, kind, seconds);
     (
         StatusCode::OK,
@@ -146,12 +283,27 @@ fn answer_events(
         let label = outcome.label();
         match result {
             Ok(_) => {
-                log::info!("{name} {id} {kind} {label} {ms:.1}ms");
+                tracing::info!(
+                    source = %name,
+                    event_id = %id,
+                    event_type = %kind,
+                    outcome = label,
+                    duration_ms = round_ms(ms),
+                    "{name} {id} {kind} {label} {ms:.1}ms"
+                );
                 listed.push(json!({ "event_id": id, "outcome": label }));
             }
             Err(e) => {
                 if let Some(more) = ingest.rejection_log.admit(unix_now(), "rejections") {
-                    log::error!("{name} {id} {kind} {reason}: {e} {ms:.1}ms{more}");
+                    tracing::error!(
+                        source = %name,
+                        event_id = %id,
+                        event_type = %kind,
+                        outcome = "failed",
+                        reason,
+                        duration_ms = round_ms(ms),
+                        "{name} {id} {kind} {reason}: {e} {ms:.1}ms{more}"
+                    );
                 }
                 listed.push(json!({ "event_id": id, "outcome": label, "error": reason }));
                 first_error.get_or_insert(e);
@@ -191,12 +343,29 @@ fn refuse(
     if let Some(more) = ingest.rejection_log.admit(unix_now(), "rejections") {
         let (code, kind) = (rejection.status.as_u16(), rejection.kind);
         let id = known.as_ref().map_or("-", |k| k.id.as_str());
+        let outcome = if known.is_some() { "failed" } else { "refused" };
         if rejection.status.is_server_error() {
-            log::error!("{name} {id} {kind} {code}: {err} {ms:.1}ms{more}");
+            tracing::error!(
+                source = %name,
+                event_id = id,
+                outcome,
+                reason = kind,
+                status = code,
+                duration_ms = round_ms(ms),
+                "{name} {id} {kind} {code}: {err} {ms:.1}ms{more}"
+            );
         } else {
             // Client faults: the kind and our own message; never the body.
             let text = err.log_text();
-            log::warn!("{name} {id} rejected {kind} {code}: {text} {ms:.1}ms{more}");
+            tracing::warn!(
+                source = %name,
+                event_id = id,
+                outcome,
+                reason = kind,
+                status = code,
+                duration_ms = round_ms(ms),
+                "{name} {id} rejected {kind} {code}: {text} {ms:.1}ms{more}"
+            );
         }
     }
     ingest
@@ -222,6 +391,11 @@ fn refuse(
     rejection.into_response()
 }
 
+/// Milliseconds to a tenth, for a log field.
+fn round_ms(ms: f64) -> f64 {
+    (ms * 10.0).round() / 10.0
+}
+
 /// An event's id and type, once read: for the log and the counts of an event that failed.
 struct Known {
     id: String,
@@ -239,10 +413,13 @@ impl Known {
 
 /// The request path for one source. Errors carry the event's id and type once
 /// known, for the log and the counts.
+/// With traces on, `span` is the request's: remembered for each event before it is submitted,
+/// so that its delivery (which may start as soon as it commits) continues the trace.
 async fn receive(
     ingest: &Ingest,
     source: &Source,
     request: Request,
+    span: Option<(&Tracer, SpanContext)>,
 ) -> Result<Answer, (Option<Known>, IngestError)> {
     let (parts, body) = request.into_parts();
     let http = &ingest.http;
@@ -267,7 +444,7 @@ async fn receive(
         return Ok(Answer::Challenge(challenge));
     }
     if let Some(split) = &source.split {
-        return receive_events(ingest, source, split, body).await;
+        return receive_events(ingest, source, split, body, span).await;
     }
     let envelope = source
         .scheme
@@ -284,6 +461,9 @@ async fn receive(
         .submission(event.clone())
         .map_err(|e| (Some(Known::of(&event)), IngestError::Parse(e)))?;
     let fail = |e: StoreError| (Some(Known::of(&event)), IngestError::from(e));
+    if let Some((tracer, context)) = span {
+        tracer.remember(&source.name, &event.id, context);
+    }
     let reply = ingest.writer.try_submit(submission).map_err(fail)?;
     let outcome = reply
         .await
@@ -301,6 +481,7 @@ async fn receive_events(
     source: &Source,
     split: &Split,
     body: Bytes,
+    span: Option<(&Tracer, SpanContext)>,
 ) -> Result<Answer, (Option<Known>, IngestError)> {
     let no_id = |e: IngestError| (None, e);
     let elements = split.elements(&body).map_err(|e| no_id(e.into()))?;
@@ -322,6 +503,11 @@ async fn receive_events(
                 .map_err(|e| (Some(Known::of(event)), IngestError::Parse(e)))
         })
         .collect::<Result<Vec<_>, _>>()?;
+    if let Some((tracer, context)) = span {
+        for event in &events {
+            tracer.remember(&source.name, &event.id, context);
+        }
+    }
     let reply = ingest
         .writer
         .try_submit_all(submissions)

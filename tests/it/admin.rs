@@ -79,8 +79,10 @@ fn total(samples: &[Sample], name: &str, with: &[(&str, &str)]) -> f64 {
         .sum()
 }
 
+/// `/metrics` as a scraper that asks for OpenMetrics (Prometheus) gets it.
 fn metrics(server: &Server) -> Vec<Sample> {
-    let (status, body) = server.admin_get("/metrics");
+    let accept = [("Accept", "application/openmetrics-text; version=1.0.0")];
+    let (status, _, body) = server.admin_request("GET", "/metrics", &accept, b"");
     assert_eq!(status, 200, "{body}");
     samples(&body)
 }

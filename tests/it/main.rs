@@ -22,6 +22,7 @@ mod fixtures;
 mod hostile;
 mod lanes;
 mod mailgun;
+mod observability;
 mod operations;
 mod oracles;
 mod oracles_a;

@@ -7,7 +7,8 @@
 //!   system of the database must also have [`MIN_FREE_BYTES`] free: a heartbeat alone can
 //!   commit on a full disk, into pages the database already has. Otherwise 503 with the
 //!   reason (the same kinds as the webhook port's 503s).
-//! - `GET /metrics`: Prometheus (OpenMetrics text), see [`crate::metrics`].
+//! - `GET /metrics`: Prometheus (OpenMetrics text when asked for, else text 0.0.4), see
+//!   [`crate::metrics`].
 //! - `GET /status`: an HTML page for people; `POST /status/retry-dead` puts the dead outbox rows
 //!   back to pending (see [`status`]).
 //! - `GET /events`, `GET /event`: the events browser, and an event's page with its payload and
@@ -159,12 +160,30 @@ async fn metrics(State(admin): State<Arc<Admin>>, headers: HeaderMap) -> Respons
         Ok(outbox) => outbox,
         Err(refused) => return refused,
     };
+    let text = admin.metrics.encode(&outbox, crate::time::unix_now());
+    // OpenMetrics to a scraper that asks for it (Prometheus does); the Prometheus text format
+    // to the rest (curl, promtool), whose parsers read a counter's `# TYPE` by its samples'
+    // name.
+    let openmetrics = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|accept| accept.contains("application/openmetrics-text"));
+    if openmetrics {
+        return (
+            [(
+                header::CONTENT_TYPE,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            )],
+            text,
+        )
+            .into_response();
+    }
     (
         [(
             header::CONTENT_TYPE,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            "text/plain; version=0.0.4; charset=utf-8",
         )],
-        admin.metrics.encode(&outbox, crate::time::unix_now()),
+        crate::metrics::to_prometheus_text(&text),
     )
         .into_response()
 }
