@@ -57,6 +57,13 @@ pub(crate) enum Failure {
     Status(u16, Option<Duration>),
     /// No answer (refused, timed out, reset): retried.
     Transport(String),
+    /// A command ran and failed (an exit, a signal, its timeout): retried, or dead at once
+    /// when `give_up` (an exit in `give_up_exit`); `output` is the tail of what it printed.
+    Ran {
+        error: String,
+        output: String,
+        give_up: bool,
+    },
 }
 
 /// A write a [`Target`] hands back with its success: it runs in the transaction that marks its
@@ -72,13 +79,15 @@ pub(crate) enum Attempt {
     Delivered {
         follow_up: Option<Arc<dyn FollowUp>>,
     },
-    /// Try again at `at` (Unix seconds).
+    /// Try again at `at` (Unix seconds). `output`: the tail of a failed command's output.
     Retry {
         at: i64,
         error: String,
+        output: Option<String>,
     },
     Dead {
         error: String,
+        output: Option<String>,
     },
 }
 

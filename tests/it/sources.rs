@@ -487,7 +487,7 @@ fn a_database_from_the_release_before_sources_keeps_every_row() {
     let server = start_in(dir.path(), &["--config", config.to_str().unwrap()], &[]);
     let db = server.db();
     let version: i64 = db.one("PRAGMA user_version", &[]);
-    assert_eq!(version, 7, "the newest schema");
+    assert_eq!(version, 8, "the newest schema");
     assert_eq!(
         db.strings("SELECT source || '/' || event_id || '/' || length(payload) FROM webhook_events ORDER BY event_id"),
         [

@@ -52,6 +52,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0001_schema.sql"),
     include_str!("migrations/0002_heartbeat.sql"),
     include_str!("migrations/0003_outbox_output.sql"),
+    include_str!("migrations/0004_outbox_superseded.sql"),
 ];
 
 /// The advisory lock keys: migrations (hookledger's and the app's) and retention.

@@ -49,6 +49,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0005_heartbeat.sql"),
     include_str!("migrations/0006_outbox_text_identity.sql"),
     include_str!("migrations/0007_outbox_output.sql"),
+    include_str!("migrations/0008_outbox_superseded.sql"),
 ];
 
 /// SQLite's virtual machine steps between two looks at a running handler's deadline: a few
