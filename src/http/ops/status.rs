@@ -1,11 +1,13 @@
 //! `GET /status`: one HTML page, rendered here, no script. Per source: this instance's events
 //! per minute and its last events with their outcomes. Then the outbox (rows per kind and
-//! status, the dead rows with their last error) and the retention horizon.
+//! status, superseded and paused among them, each kind's breaker and attempts in flight; the
+//! dead rows with their last error and a command's output) and the retention horizon.
 //!
 //! `POST /status/retry-dead` (the page's button) puts every dead row back to pending through
 //! the writer. It needs the admin token in the form's `token` field or as a bearer token, never
 //! basic auth: a browser sends basic auth by itself, so another site's form could use it.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::sync::Arc;
 
@@ -15,7 +17,7 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{Html, IntoResponse, Response};
 
 use super::{read_ledger, read_refusal, refusal, Admin, Auth};
-use crate::metrics::{Activity, Outcome};
+use crate::metrics::{Activity, Lane, Outcome};
 use crate::store::listings::{OutboxRow, OutboxSummary};
 use crate::store::Write;
 use crate::time::format_time;
@@ -141,7 +143,7 @@ fn render(
         );
     }
     sources(&mut h, activity);
-    outbox(&mut h, stored, now);
+    outbox(&mut h, stored, &admin.metrics.lanes(), now);
     retention(&mut h, admin, stored, now);
     h.push_str("</body></html>\n");
     h
@@ -200,20 +202,18 @@ fn sources(h: &mut String, activity: &[(Arc<str>, Activity)]) {
     }
 }
 
-fn outbox(h: &mut String, stored: &Stored, now: i64) {
+fn outbox(h: &mut String, stored: &Stored, lanes: &BTreeMap<String, Lane>, now: i64) {
     h.push_str("<h2>Outbox</h2>");
-    let mut kinds: Vec<&str> = stored
-        .outbox
-        .counts
-        .iter()
-        .map(|c| c.kind.as_str())
+    // The kinds with rows, and the lanes with none yet.
+    let kinds: BTreeSet<&str> = (stored.outbox.counts.iter().map(|c| c.kind.as_str()))
+        .chain(lanes.keys().map(String::as_str))
         .collect();
-    kinds.dedup();
     if kinds.is_empty() {
         h.push_str("<p class=note>No rows.</p>");
     } else {
         h.push_str(
-            "<table class=outbox><tr><th>kind</th><th>pending</th><th>done</th><th>dead</th></tr>",
+            "<table class=outbox><tr><th>kind</th><th>pending</th><th>done</th><th>dead</th>\
+             <th>superseded</th><th>in flight</th><th>breaker</th></tr>",
         );
         for kind in kinds {
             let count = |status: &str| {
@@ -224,13 +224,23 @@ fn outbox(h: &mut String, stored: &Stored, now: i64) {
                     .find(|c| c.kind == kind && c.status == status)
                     .map_or(0, |c| c.rows)
             };
+            let lane = lanes.get(kind);
+            let (pending, breaker) = match lane {
+                // Its pending rows wait for the probe.
+                Some(l) if l.breaker_open => (format!("{} (paused)", count("pending")), "open"),
+                Some(_) => (count("pending").to_string(), "closed"),
+                None => (count("pending").to_string(), "no delivery"),
+            };
             let _ = write!(
                 h,
-                "<tr><td>{}</td><td class=n>{}</td><td class=n>{}</td><td class=n>{}</td></tr>",
-                esc(kind),
-                count("pending"),
+                "<tr class=kind id=\"kind-{k}\"><td>{k}</td><td class=n>{pending}</td>\
+                 <td class=n>{}</td><td class=n>{}</td><td class=n>{}</td><td class=n>{}</td>\
+                 <td class=breaker>{breaker}</td></tr>",
                 count("done"),
-                count("dead")
+                count("dead"),
+                count("superseded"),
+                lane.map_or(0, |l| l.in_flight),
+                k = esc(kind),
             );
         }
         h.push_str("</table>");
@@ -253,14 +263,19 @@ fn outbox(h: &mut String, stored: &Stored, now: i64) {
         let _ = write!(
             h,
             "<tr class=dead-row><td class=n>{}</td><td>{}</td><td>{}</td><td><code>{}</code></td>\
-             <td class=n>{}</td><td>{}</td><td class=dead>{}</td></tr>",
+             <td class=n>{}</td><td>{}</td><td class=dead>{}{}</td></tr>",
             r.id,
             esc(&r.kind),
             esc(&r.source),
             esc(&r.key),
             r.attempts,
             format_time(r.next_attempt_at),
-            esc(r.last_error.as_deref().unwrap_or(""))
+            esc(r.last_error.as_deref().unwrap_or("")),
+            // A command's last run: the end of what it printed.
+            r.output.as_deref().map_or(String::new(), |o| format!(
+                "<details><summary>output</summary><pre class=output>{}</pre></details>",
+                esc(o)
+            )),
         );
     }
     h.push_str(
