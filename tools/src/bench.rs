@@ -24,7 +24,7 @@ use hookledger::Secret;
 use crate::loadgen::{self, Report, Request, Workload};
 use hookledger::internals::table;
 
-const SECRET: &str = "whsec_bench_secret";
+pub(crate) const SECRET: &str = "whsec_bench_secret";
 
 /// Settings of one bench run.
 #[derive(Debug, Clone)]
@@ -703,13 +703,13 @@ fn fsync_probe(dir: &Path) -> anyhow::Result<String> {
 }
 
 /// A `hookledger serve` child process for one measurement.
-struct Server {
+pub(crate) struct Server {
     child: Child,
-    addr: SocketAddr,
+    pub(crate) addr: SocketAddr,
 }
 
 impl Server {
-    fn start(exe: &Path, db: &Path, args: &[&str]) -> anyhow::Result<Server> {
+    pub(crate) fn start(exe: &Path, db: &Path, args: &[&str]) -> anyhow::Result<Server> {
         Server::start_on(exe, db.as_os_str(), &db.with_extension("log"), args)
     }
 
@@ -765,7 +765,7 @@ impl Server {
     }
 
     /// SIGTERM and wait, so the database is closed cleanly before it is checked.
-    fn stop(&mut self) -> anyhow::Result<()> {
+    pub(crate) fn stop(&mut self) -> anyhow::Result<()> {
         Command::new("kill")
             .arg("-TERM")
             .arg(self.child.id().to_string())
