@@ -35,8 +35,9 @@
 //!   its source (and `coalesce_key`) replaces ([`Write::Coalesce`]): "deploy only the newest
 //!   push". A row in flight here, or leased by another instance, is never superseded; the
 //!   guards are on each row, so a lease and a supersede cannot both take one.
-//! - `rate = "20/s"` (or `"600/m"`): a lane hands out at most that many rows, evenly spaced
-//!   (a token bucket of one token); the others wait their turn, ids only.
+//! - `rate = "20/s"` (or `"600/m"`): a lane makes at most that many attempts, evenly spaced (a
+//!   token bucket of one token, taken just before each attempt, so the target sees the
+//!   spacing); the other attempt threads wait their turn.
 //! - Schedule used up → dead, with `last_error`. `hookledger outbox retry` revives dead rows.
 //! - The database is unavailable → the worker logs, waits and polls again; nothing is lost
 //!   because nothing is marked before it happened.
@@ -305,6 +306,8 @@ struct Shared<P> {
     /// Whether the target has taken a row since the worker started.
     answered: AtomicBool,
     breaker: Mutex<Breaker>,
+    /// The lane's `rate` (none: no limit), taken by each attempt.
+    bucket: Mutex<Option<Bucket>>,
     /// Wakes the poller: a commit, a free attempt thread, `stop`.
     signal: Arc<Signal>,
 }
@@ -425,9 +428,13 @@ impl<P> Shared<P> {
         failed_before
     }
 
-    /// Waits for a token of `bucket` (none: no limit); false when stopping.
-    fn turn(&self, bucket: &mut Option<Bucket>) -> bool {
-        let Some(bucket) = bucket else {
+    /// Waits for a token of the lane's rate (none: no limit); false when stopping. The
+    /// attempt threads wait in turn: the one holding the bucket sleeps until its token.
+    fn turn(&self) -> bool {
+        let Ok(mut bucket) = self.bucket.lock() else {
+            return false;
+        };
+        let Some(bucket) = bucket.as_mut() else {
             return !self.stopped();
         };
         loop {
@@ -487,6 +494,7 @@ impl Worker {
             metrics.in_flight(&kind, 0);
             let signal = Arc::new(Signal::default());
             waker.register(signal.clone());
+            let bucket = lane.rate.map(|r| Bucket::new(r.spacing(), 1.0));
             let shared = Arc::new(Shared {
                 kind,
                 lane,
@@ -498,6 +506,7 @@ impl Worker {
                 failures: AtomicU32::new(0),
                 answered: AtomicBool::new(false),
                 breaker: Mutex::new(Breaker::Closed),
+                bucket: Mutex::new(bucket),
                 signal,
             });
             let (hand, rows) = mpsc::channel::<PendingRow>();
@@ -587,7 +596,6 @@ impl crate::writer::Background for Worker {
 fn poll_lane<P: OutboxReader + Sync>(shared: &Shared<P>, hand: mpsc::Sender<PendingRow>) {
     let kinds = serde_json::to_string(&[&shared.kind]).expect("strings serialize");
     let concurrency = shared.lane.concurrency;
-    let mut bucket = shared.lane.rate.map(|r| Bucket::new(r.spacing(), 1.0));
     // The wake-up count at the last coalescing: again only after a commit or an attempt.
     let mut coalesced = None;
     while !shared.stopped() {
@@ -636,11 +644,6 @@ fn poll_lane<P: OutboxReader + Sync>(shared: &Shared<P>, hand: mpsc::Sender<Pend
             log::info!("outbox: {} cooldown over; one probe attempt", shared.kind);
         }
         for row in fresh {
-            // At most `rate`: the row waits here (ids only) for its turn.
-            if !shared.turn(&mut bucket) {
-                shared.done(row.id); // stopping: left due
-                continue;
-            }
             if hand.send(row).is_err() {
                 return; // every attempt thread ended
             }
@@ -749,6 +752,10 @@ fn deliver<P: OutboxReader>(shared: &Shared<P>, row: PendingRow) -> Result<(), (
             return Err(());
         }
     };
+    // At most `rate`: taken just before the attempt, so the target sees the spacing.
+    if !shared.turn() {
+        return Ok(()); // stopping: left due
+    }
     shared.metrics.in_flight(&row.kind, 1);
     let (attempt, health) = attempt(&shared.lane, &row, &payload);
     shared.metrics.in_flight(&row.kind, -1);
