@@ -428,7 +428,7 @@ impl Observer for Watch {
             }
             let open = self.is_open(i, "dead", &row.kind);
             match attempt {
-                Attempt::Dead { error } if !open => {
+                Attempt::Dead { error, .. } if !open => {
                     let text = format!(
                         "hookledger: deliveries of kind \"{}\" are going dead: row {} ({} {}) \
                          after {} attempts: {error}",

@@ -18,7 +18,8 @@
 //!
 //! # Output
 //! The last [`OUTPUT_TAIL`] bytes of stdout and stderr, interleaved as read, are kept on the
-//! row (`outbox.output`) of a delivered row. They are never logged: a deploy's output may hold
+//! row (`outbox.output`) after each run: delivered, failed or timed out (the newest run's).
+//! They are never logged: a deploy's output may hold
 //! what the logs must not.
 
 use std::io::{Read, Write as _};
@@ -106,22 +107,32 @@ impl Target for Command {
         payload: &[u8],
     ) -> Result<Option<Arc<dyn FollowUp>>, Failure> {
         let run = run(self.process(row), payload, self.config.timeout)?;
+        let output = text(&run.output);
+        let failed = |error: String, give_up: bool| {
+            Err(Failure::Ran {
+                error,
+                output: output.clone(),
+                give_up,
+            })
+        };
         match run.end {
-            End::Exited(status) if status.success() => Ok(Some(Arc::new(Output {
-                id: row.id,
-                output: text(&run.output),
-            }))),
+            End::Exited(status) if status.success() => {
+                Ok(Some(Arc::new(Output { id: row.id, output })))
+            }
             End::Exited(status) => match status.code() {
                 Some(code) if self.config.give_up_exit.contains(&code) => {
-                    Err(Failure::Refused(format!("exit {code} (in give_up_exit)")))
+                    failed(format!("exit {code} (in give_up_exit)"), true)
                 }
-                Some(code) => Err(Failure::Transport(format!("exit {code}"))),
-                None => Err(Failure::Transport(format!("ended by {status}"))),
+                Some(code) => failed(format!("exit {code}"), false),
+                None => failed(format!("ended by {status}"), false),
             },
-            End::TimedOut => Err(Failure::Transport(format!(
-                "timed out after {:?}; its process group was killed",
-                self.config.timeout
-            ))),
+            End::TimedOut => failed(
+                format!(
+                    "timed out after {:?}; its process group was killed",
+                    self.config.timeout
+                ),
+                false,
+            ),
         }
     }
 }

@@ -27,18 +27,25 @@
 //!   between successes keeps its own schedule.
 //! - Circuit breaker: `breaker_failures` failures in a row (no answer or an error status) pause
 //!   the kind for `breaker_cooldown`: no attempt of it meanwhile (rows already handed out are
-//!   left due; on PostgreSQL, leased, they are due again when their lease lapses); then one
+//!   left due, and on PostgreSQL their leases released, [`Write::Release`]); then one
 //!   probe. Its success closes the breaker (and makes the waiting rows due,
 //!   as above), its failure pauses the kind again. `hookledger_delivery_breaker_open{kind}`.
-//! - `rate = "20/s"` (or `"600/m"`): a lane hands out at most that many rows, evenly spaced
-//!   (a token bucket of one token); the others wait their turn, ids only.
+//! - `coalesce = true`: before it hands rows out, and after each commit or attempt, the poller
+//!   has the writer mark `superseded` every queued row of the kind that a newer queued row of
+//!   its source (and `coalesce_key`) replaces ([`Write::Coalesce`]): "deploy only the newest
+//!   push". A row in flight here, or leased by another instance, is never superseded; the
+//!   guards are on each row, so a lease and a supersede cannot both take one.
+//! - `rate = "20/s"` (or `"600/m"`): a lane makes at most that many attempts, evenly spaced (a
+//!   token bucket of one token, taken just before each attempt, so the target sees the
+//!   spacing); the other attempt threads wait their turn.
 //! - Schedule used up → dead, with `last_error`. `hookledger outbox retry` revives dead rows.
 //! - The database is unavailable → the worker logs, waits and polls again; nothing is lost
 //!   because nothing is marked before it happened.
 //!
 //! # Shutdown
 //! `stop` ends the pollers, lets each running attempt finish within its kind's timeout (plus a
-//! margin to record it), and leaves every other row due for the restart.
+//! margin to record it), and leaves every other row due for the restart (on PostgreSQL the
+//! leases of the rows not attempted end with the worker's connection).
 //!
 //! # Memory
 //! The worker holds at most one payload per attempt in flight: at most `concurrency` per kind
@@ -53,7 +60,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::config::{ForwardConfig, Rate};
+use crate::config::{ForwardConfig, LaneSettings, Rate};
 use crate::metrics::Metrics;
 use crate::outbox::{
     next_delay, Attempt, Failure, FollowUp, Observer, PendingRow, Target, FORWARD,
@@ -80,6 +87,9 @@ pub(crate) struct Lane {
     breaker: (u32, Duration),
     /// At most so many attempts (none: no limit).
     rate: Option<Rate>,
+    /// Whether a newer queued row supersedes the older queued ones of its source and
+    /// `coalesce_key` ([`Write::Coalesce`]).
+    coalesce: bool,
 }
 
 impl Lane {
@@ -98,6 +108,15 @@ impl Lane {
     /// At most `rate` attempts, evenly spaced.
     pub(crate) fn rate(&mut self, rate: Option<Rate>) -> &mut Lane {
         self.rate = rate;
+        self
+    }
+
+    /// Its concurrency, breaker, rate and coalescing as configured.
+    pub(crate) fn settings(&mut self, settings: &LaneSettings) -> &mut Lane {
+        self.concurrency(settings.concurrency)
+            .breaker(settings.breaker_failures, settings.breaker_cooldown)
+            .rate(settings.rate.as_deref().and_then(Rate::parse));
+        self.coalesce = settings.coalesce;
         self
     }
 
@@ -180,7 +199,9 @@ impl Target for Post {
             Ok(()) => ("delivered", None),
             Err(Failure::Gone(_)) => ("gone", Some(410)),
             Err(Failure::Status(status, _, _)) => ("failed", Some(*status)),
-            Err(Failure::Refused(_) | Failure::Transport(_)) => ("failed", None),
+            Err(Failure::Refused(_) | Failure::Transport(_) | Failure::Ran { .. }) => {
+                ("failed", None)
+            }
         };
         attributes.push(("hookledger.outbox.result", result_label.into()));
         if let Some(status) = status {
@@ -210,27 +231,27 @@ impl Targets {
                     Box::new(Post::new(forward, tracer.cloned())?),
                     forward.schedule.clone(),
                 )
-                .concurrency(forward.concurrency)
-                .timeout(forward.timeout)
-                .breaker(forward.breaker_failures, forward.breaker_cooldown)
-                .rate(forward.rate.as_deref().and_then(Rate::parse));
+                .settings(&forward.lane())
+                .timeout(forward.timeout);
         }
         for delivery in &config.deliveries {
             if let Some(command) = delivery.command_target()? {
+                let (lane, timeout) = (command.lane.clone(), command.timeout);
                 let command = crate::command::Command::new(command);
                 let schedule = command.schedule();
-                targets.add(&delivery.kind, Box::new(command), schedule);
+                targets
+                    .add(&delivery.kind, Box::new(command), schedule)
+                    .settings(&lane)
+                    .timeout(timeout);
                 continue;
             }
             let target = delivery.target(config.forward.as_ref())?;
             let post = Post::new(&target, tracer.cloned())
                 .map_err(|e| anyhow::anyhow!("delivery `{}`: {e}", delivery.kind))?;
             targets
-                .add(&delivery.kind, Box::new(post), target.schedule)
-                .concurrency(target.concurrency)
-                .timeout(target.timeout)
-                .breaker(target.breaker_failures, target.breaker_cooldown)
-                .rate(target.rate.as_deref().and_then(Rate::parse));
+                .add(&delivery.kind, Box::new(post), target.schedule.clone())
+                .settings(&target.lane())
+                .timeout(target.timeout);
         }
         Ok(targets)
     }
@@ -255,6 +276,7 @@ impl Targets {
                     crate::config::DEFAULT_BREAKER_COOLDOWN,
                 ),
                 rate: None,
+                coalesce: false,
             },
         ));
         &mut self.0.last_mut().expect("just pushed").1
@@ -346,6 +368,8 @@ struct Shared<P> {
     /// Whether the target has taken a row since the worker started.
     answered: AtomicBool,
     breaker: Mutex<Breaker>,
+    /// The lane's `rate` (none: no limit), taken by each attempt.
+    bucket: Mutex<Option<Bucket>>,
     /// Wakes the poller: a commit, a free attempt thread, `stop`.
     signal: Arc<Signal>,
     /// Told of each recorded attempt (the alerts).
@@ -468,9 +492,13 @@ impl<P> Shared<P> {
         failed_before
     }
 
-    /// Waits for a token of `bucket` (none: no limit); false when stopping.
-    fn turn(&self, bucket: &mut Option<Bucket>) -> bool {
-        let Some(bucket) = bucket else {
+    /// Waits for a token of the lane's rate (none: no limit); false when stopping. The
+    /// attempt threads wait in turn: the one holding the bucket sleeps until its token.
+    fn turn(&self) -> bool {
+        let Ok(mut bucket) = self.bucket.lock() else {
+            return false;
+        };
+        let Some(bucket) = bucket.as_mut() else {
             return !self.stopped();
         };
         loop {
@@ -528,8 +556,10 @@ impl Worker {
         let observer = config.1;
         for (kind, lane) in config.0 {
             metrics.lane(&kind);
+            metrics.in_flight(&kind, 0);
             let signal = Arc::new(Signal::default());
             waker.register(signal.clone());
+            let bucket = lane.rate.map(|r| Bucket::new(r.spacing(), 1.0));
             let shared = Arc::new(Shared {
                 kind,
                 lane,
@@ -541,6 +571,7 @@ impl Worker {
                 failures: AtomicU32::new(0),
                 answered: AtomicBool::new(false),
                 breaker: Mutex::new(Breaker::Closed),
+                bucket: Mutex::new(bucket),
                 signal,
                 observer: observer.clone(),
             });
@@ -631,9 +662,16 @@ impl crate::writer::Background for Worker {
 fn poll_lane<P: OutboxReader + Sync>(shared: &Shared<P>, hand: mpsc::Sender<PendingRow>) {
     let kinds = serde_json::to_string(&[&shared.kind]).expect("strings serialize");
     let concurrency = shared.lane.concurrency;
-    let mut bucket = shared.lane.rate.map(|r| Bucket::new(r.spacing(), 1.0));
+    // The wake-up count at the last coalescing: again only after a commit or an attempt.
+    let mut coalesced = None;
     while !shared.stopped() {
         let seen = shared.signal.seen();
+        // Before anything is handed out, and while the attempts run (a commit wakes the
+        // poller), so superseded rows show as such at once.
+        if shared.lane.coalesce && coalesced != Some(seen) {
+            coalesce(shared);
+            coalesced = Some(seen);
+        }
         let busy = shared.in_flight();
         // Open: nothing until the cooldown is over, then one probe, alone.
         let probe = match shared.gate(busy) {
@@ -672,11 +710,6 @@ fn poll_lane<P: OutboxReader + Sync>(shared: &Shared<P>, hand: mpsc::Sender<Pend
             log::info!("outbox: {} cooldown over; one probe attempt", shared.kind);
         }
         for row in fresh {
-            // At most `rate`: the row waits here (ids only) for its turn.
-            if !shared.turn(&mut bucket) {
-                shared.done(row.id); // stopping: left due
-                continue;
-            }
             if hand.send(row).is_err() {
                 return; // every attempt thread ended
             }
@@ -692,6 +725,27 @@ fn poll_lane<P: OutboxReader + Sync>(shared: &Shared<P>, hand: mpsc::Sender<Pend
     }
 }
 
+/// Supersedes the kind's queued rows that a newer one replaces, sparing those in flight here.
+fn coalesce<P>(shared: &Shared<P>) {
+    let running = match shared.in_flight.lock() {
+        Ok(in_flight) => in_flight.iter().copied().collect(),
+        Err(_) => return,
+    };
+    match shared.writer.run_blocking(Write::Coalesce {
+        kind: shared.kind.clone(),
+        running,
+    }) {
+        Ok(0) => {}
+        Ok(n) => log::info!(
+            "outbox: {} {n} queued rows superseded by a newer one",
+            shared.kind
+        ),
+        // Tried again at the next poll; meanwhile an older row may be delivered (at least
+        // once allows it).
+        Err(e) => log::error!("outbox: cannot coalesce {} rows: {e}", shared.kind),
+    }
+}
+
 /// A lane's attempt thread: takes the rows the poller hands out, one at a time, until the
 /// poller ends.
 fn attempts<P: OutboxReader + Sync>(shared: &Shared<P>, rows: &Mutex<Receiver<PendingRow>>) {
@@ -703,9 +757,15 @@ fn attempts<P: OutboxReader + Sync>(shared: &Shared<P>, rows: &Mutex<Receiver<Pe
             },
             Err(_) => return,
         };
-        let id = row.id;
-        // Handed out before the breaker opened: not attempted, still due after the cooldown.
+        let (id, queued) = (row.id, row.queued);
+        // Handed out before the breaker opened: not attempted, still due after the cooldown;
+        // its lease (PostgreSQL) ends now, so no instance waits for it to lapse.
         let paused = matches!(shared.breaker(), Breaker::Open(_));
+        if paused && !shared.stopped() {
+            if let Err(e) = shared.writer.run_blocking(Write::Release { id, queued }) {
+                log::error!("outbox: cannot release row {id}: {e}");
+            }
+        }
         if !shared.stopped() && !paused {
             // Not recorded: the row stays pending and is attempted again, after a pause so a
             // database that refuses is not met with a tight loop.
@@ -758,7 +818,13 @@ fn deliver<P: OutboxReader>(shared: &Shared<P>, row: PendingRow) -> Result<(), (
             return Err(());
         }
     };
+    // At most `rate`: taken just before the attempt, so the target sees the spacing.
+    if !shared.turn() {
+        return Ok(()); // stopping: left due
+    }
+    shared.metrics.in_flight(&row.kind, 1);
     let (attempt, health) = attempt(&shared.lane, &row, &payload);
+    shared.metrics.in_flight(&row.kind, -1);
     drop(payload);
     shared.metrics.delivery(&row.kind, attempt.label());
     let failed_before = shared.observe(health);
@@ -811,45 +877,47 @@ fn attempt(config: &Lane, row: &PendingRow, payload: &[u8]) -> (Attempt, Health)
     let attempts = usize::try_from(row.attempts)
         .unwrap_or(usize::MAX)
         .saturating_add(1);
-    let failed = |error: String, retry_after: Option<Duration>| match next_delay(
-        &config.schedule,
-        attempts,
-        retry_after,
-    ) {
-        Some(delay) => {
-            tracing::warn!(
-                kind = %row.kind,
-                row_id = row.id,
-                event_id = %row.key,
-                attempt = attempts,
-                result = "retry",
-                error = %error,
-                retry_in_s = delay.as_secs(),
-                "outbox: {} {} attempt {attempts} failed ({error}); retry in {:.0?}",
-                row.kind,
-                row.key,
-                delay
-            );
-            Attempt::Retry {
-                at: unix_now() + delay.as_secs_f64().ceil() as i64,
-                error,
+    let failed =
+        |error: String, retry_after: Option<Duration>, output: Option<String>| match next_delay(
+            &config.schedule,
+            attempts,
+            retry_after,
+        ) {
+            Some(delay) => {
+                tracing::warn!(
+                    kind = %row.kind,
+                    row_id = row.id,
+                    event_id = %row.key,
+                    attempt = attempts,
+                    result = "retry",
+                    error = %error,
+                    retry_in_s = delay.as_secs(),
+                    "outbox: {} {} attempt {attempts} failed ({error}); retry in {:.0?}",
+                    row.kind,
+                    row.key,
+                    delay
+                );
+                Attempt::Retry {
+                    at: unix_now() + delay.as_secs_f64().ceil() as i64,
+                    error,
+                    output,
+                }
             }
-        }
-        None => {
-            tracing::error!(
-                kind = %row.kind,
-                row_id = row.id,
-                event_id = %row.key,
-                attempt = attempts,
-                result = "dead",
-                error = %error,
-                "outbox: {} {} dead after {attempts} attempts ({error})",
-                row.kind,
-                row.key
-            );
-            Attempt::Dead { error }
-        }
-    };
+            None => {
+                tracing::error!(
+                    kind = %row.kind,
+                    row_id = row.id,
+                    event_id = %row.key,
+                    attempt = attempts,
+                    result = "dead",
+                    error = %error,
+                    "outbox: {} {} dead after {attempts} attempts ({error})",
+                    row.kind,
+                    row.key
+                );
+                Attempt::Dead { error, output }
+            }
+        };
     let result = config.target.attempt(row, payload);
     let health = Health::of(&result);
     let attempt = match result {
@@ -878,8 +946,33 @@ fn attempt(config: &Lane, row: &PendingRow, payload: &[u8]) -> (Attempt, Health)
                 row.kind,
                 row.key
             );
-            Attempt::Dead { error }
+            Attempt::Dead {
+                error,
+                output: None,
+            }
         }
+        Err(Failure::Ran {
+            error,
+            output,
+            give_up: true,
+        }) => {
+            tracing::error!(
+                kind = %row.kind,
+                row_id = row.id,
+                event_id = %row.key,
+                attempt = attempts,
+                result = "dead",
+                error = %error,
+                "outbox: {} {} dead: {error}",
+                row.kind,
+                row.key
+            );
+            Attempt::Dead {
+                error,
+                output: Some(output),
+            }
+        }
+        Err(Failure::Ran { error, output, .. }) => failed(error, None, Some(output)),
         Err(Failure::Gone(detail)) => {
             tracing::error!(
                 kind = %row.kind,
@@ -894,12 +987,13 @@ fn attempt(config: &Lane, row: &PendingRow, payload: &[u8]) -> (Attempt, Health)
             );
             Attempt::Dead {
                 error: format!("HTTP 410 Gone {detail}"),
+                output: None,
             }
         }
         Err(Failure::Status(status, retry_after, detail)) => {
-            failed(format!("HTTP {status} {detail}"), retry_after)
+            failed(format!("HTTP {status} {detail}"), retry_after, None)
         }
-        Err(Failure::Transport(error)) => failed(error, None),
+        Err(Failure::Transport(error)) => failed(error, None, None),
     };
     (attempt, health)
 }
@@ -919,7 +1013,8 @@ impl Health {
     fn of<T>(result: &Result<T, Failure>) -> Health {
         match result {
             Ok(_) => Health::Up,
-            Err(Failure::Status(..) | Failure::Transport(_)) => Health::Down,
+            Err(Failure::Ran { give_up: true, .. }) => Health::Answered,
+            Err(Failure::Status(..) | Failure::Transport(_) | Failure::Ran { .. }) => Health::Down,
             Err(Failure::Gone(_) | Failure::Refused(_)) => Health::Answered,
         }
     }

@@ -13,7 +13,7 @@
 //! [`Activity`]. The outbox gauges are read from the database when `/metrics` is scraped, not
 //! kept up to date on the hot path.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -194,6 +194,14 @@ impl Activity {
     }
 }
 
+/// A delivery kind's lane as its worker last said: whether its breaker is open (its pending
+/// rows are paused), and how many attempts run now.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Lane {
+    pub(crate) breaker_open: bool,
+    pub(crate) in_flight: i64,
+}
+
 /// Everything counted, and the registry `/metrics` encodes.
 #[derive(Debug)]
 pub(crate) struct Metrics {
@@ -204,6 +212,10 @@ pub(crate) struct Metrics {
     writer: WriterMetrics,
     deliveries: Family<DeliveryLabels, Counter>,
     breaker_open: Family<KindLabels, Gauge>,
+    in_flight: Family<KindLabels, Gauge>,
+    /// Each delivery kind's breaker and attempts in flight, for `/status` and the `paused`
+    /// rows: written by the outbox worker's lanes, read at scrape time.
+    lanes: Mutex<BTreeMap<String, Lane>>,
     outbox_rows: Family<OutboxLabels, Gauge>,
     outbox_oldest_pending: Gauge,
     /// One per configured source: only those can reach a handler.
@@ -315,13 +327,24 @@ impl Metrics {
             ),
             breaker_open.clone(),
         );
+        let in_flight = Family::<KindLabels, Gauge>::default();
+        registry.register(
+            "delivery_in_flight",
+            describe(
+                "delivery_in_flight",
+                "gauge",
+                "Delivery attempts of a kind running now",
+            ),
+            in_flight.clone(),
+        );
         let outbox_rows = Family::<OutboxLabels, Gauge>::default();
         registry.register(
             "outbox_rows",
             describe(
                 "outbox_rows",
                 "gauge",
-                "Outbox rows by kind and status (pending, done, dead), read at scrape time",
+                "Outbox rows by kind and status (pending; paused: pending while the kind's \
+                 breaker is open; done, dead, superseded), read at scrape time",
             ),
             outbox_rows.clone(),
         );
@@ -345,6 +368,8 @@ impl Metrics {
             writer,
             deliveries,
             breaker_open,
+            in_flight,
+            lanes: Mutex::default(),
             outbox_rows,
             outbox_oldest_pending,
             activity: sources
@@ -480,6 +505,27 @@ impl Metrics {
         self.breaker_open
             .get_or_create(&labels)
             .set(i64::from(open));
+        lock(&self.lanes)
+            .entry(kind.to_string())
+            .or_default()
+            .breaker_open = open;
+    }
+
+    /// An attempt of `kind` started (`1`) or ended (`-1`).
+    pub(crate) fn in_flight(&self, kind: &str, delta: i64) {
+        let labels = KindLabels {
+            kind: kind.to_string(),
+        };
+        self.in_flight.get_or_create(&labels).inc_by(delta);
+        lock(&self.lanes)
+            .entry(kind.to_string())
+            .or_default()
+            .in_flight += delta;
+    }
+
+    /// Each delivery kind's lane now, in kind order.
+    pub(crate) fn lanes(&self) -> BTreeMap<String, Lane> {
+        lock(&self.lanes).clone()
     }
 
     /// Each configured source's requests refused before an event could be read, since the
@@ -506,10 +552,16 @@ impl Metrics {
     pub(crate) fn encode(&self, outbox: &OutboxSummary, now: i64) -> String {
         let _scrape = lock(&self.scrape);
         self.outbox_rows.clear();
+        let lanes = self.lanes();
         for row in &outbox.counts {
+            let paused = lanes.get(&row.kind).is_some_and(|l| l.breaker_open);
+            let status = match row.status.as_str() {
+                "pending" if paused => "paused".to_string(),
+                status => status.to_string(),
+            };
             let labels = OutboxLabels {
                 kind: row.kind.clone(),
-                status: row.status.clone(),
+                status,
             };
             self.outbox_rows.get_or_create(&labels).set(row.rows);
         }
@@ -643,12 +695,20 @@ mod tests {
         m.delivery("forward", "retry");
         m.breaker("forward", false);
         m.breaker("send_receipt", true);
+        m.in_flight("forward", 1);
+        m.in_flight("forward", 1);
+        m.in_flight("forward", -1);
+        let count = |kind: &str, status: &str, rows| crate::store::listings::OutboxCount {
+            kind: kind.into(),
+            status: status.into(),
+            rows,
+        };
         let outbox = OutboxSummary {
-            counts: vec![crate::store::listings::OutboxCount {
-                kind: "forward".into(),
-                status: "pending".into(),
-                rows: 3,
-            }],
+            counts: vec![
+                count("forward", "pending", 3),
+                count("forward", "superseded", 4),
+                count("send_receipt", "pending", 5),
+            ],
             oldest_pending: Some(100),
         };
         let text = m.encode(&outbox, 130);
@@ -660,6 +720,10 @@ mod tests {
             r#"hookledger_delivery_breaker_open{kind="forward"} 0"#,
             r#"hookledger_delivery_breaker_open{kind="send_receipt"} 1"#,
             r#"hookledger_outbox_rows{kind="forward",status="pending"} 3"#,
+            r#"hookledger_outbox_rows{kind="forward",status="superseded"} 4"#,
+            // Pending while the kind's breaker is open.
+            r#"hookledger_outbox_rows{kind="send_receipt",status="paused"} 5"#,
+            r#"hookledger_delivery_in_flight{kind="forward"} 1"#,
             "hookledger_outbox_oldest_pending_seconds 30",
             r#"hookledger_request_duration_seconds_count{source="stripe"} 3"#,
             r#"hookledger_request_duration_seconds_count{source="-"} 1"#,

@@ -59,6 +59,13 @@ pub(crate) enum Failure {
     Status(u16, Option<Duration>, String),
     /// No answer (refused, timed out, reset, DNS, TLS), its cause and the target: retried.
     Transport(String),
+    /// A command ran and failed (an exit, a signal, its timeout): retried, or dead at once
+    /// when `give_up` (an exit in `give_up_exit`); `output` is the tail of what it printed.
+    Ran {
+        error: String,
+        output: String,
+        give_up: bool,
+    },
 }
 
 /// Told of each attempt the worker recorded (the alerts watch rows going dead and kinds
@@ -80,13 +87,15 @@ pub(crate) enum Attempt {
     Delivered {
         follow_up: Option<Arc<dyn FollowUp>>,
     },
-    /// Try again at `at` (Unix seconds).
+    /// Try again at `at` (Unix seconds). `output`: the tail of a failed command's output.
     Retry {
         at: i64,
         error: String,
+        output: Option<String>,
     },
     Dead {
         error: String,
+        output: Option<String>,
     },
 }
 

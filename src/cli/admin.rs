@@ -153,7 +153,7 @@ pub(crate) fn render_outbox(rows: &[OutboxRow]) -> String {
                 r.attempts.to_string(),
                 match r.status.as_str() {
                     "pending" => format_time(r.next_attempt_at),
-                    "done" => r.done_at.map(format_time).unwrap_or_default(),
+                    "done" | "superseded" => r.done_at.map(format_time).unwrap_or_default(),
                     _ => String::new(),
                 },
                 r.last_error.clone().unwrap_or_default(),

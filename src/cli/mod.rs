@@ -153,7 +153,7 @@ impl DbArg {
 pub enum OutboxCommand {
     /// List outbox rows.
     List {
-        #[arg(long, value_parser = ["pending", "done", "dead"])]
+        #[arg(long, value_parser = ["pending", "done", "dead", "superseded"])]
         status: Option<String>,
         /// JSON for scripts.
         #[arg(long)]

@@ -425,6 +425,7 @@ impl ServeArgs {
                 .as_ref()
                 .map_or(config::DEFAULT_BREAKER_COOLDOWN, |f| f.breaker_cooldown),
             rate: from_file.as_ref().and_then(|f| f.rate.clone()),
+            coalesce: from_file.as_ref().is_some_and(|f| f.coalesce),
         });
         Ok(config)
     }

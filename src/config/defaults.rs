@@ -78,12 +78,18 @@ pub(crate) const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(600);
 /// ms an answer) keeps up with a burst, few enough that the worker holds few payloads.
 pub(crate) const DEFAULT_CONCURRENCY: usize = 8;
 
+/// Default runs of one `command` kind at once: one, so two deploys never overlap (a command
+/// that can run side by side says so with `concurrency`).
+pub(crate) const DEFAULT_COMMAND_CONCURRENCY: usize = 1;
+
 /// Default consecutive failures that open a kind's circuit breaker: a few blips pass, an
 /// outage stops the attempts.
 pub(crate) const DEFAULT_BREAKER_FAILURES: u32 = 5;
 
-/// Default pause of a kind whose breaker opened, before one probe attempt.
-pub(crate) const DEFAULT_BREAKER_COOLDOWN: Duration = Duration::from_secs(30);
+/// Default pause of a kind whose breaker opened, before one probe attempt: a dead target costs
+/// one attempt per 10 s, and once it answers again its backlog starts going out within 10 s
+/// (an outage's rows delivered within 30 s of the app's return, the drain included).
+pub(crate) const DEFAULT_BREAKER_COOLDOWN: Duration = Duration::from_secs(10);
 
 /// The default delivery schedule: quick retries for blips, then hourly doubling for outages,
 /// then every 8 h until 3 days after the first attempt (as long as the providers themselves

@@ -30,10 +30,10 @@ pub use defaults::DEFAULT_TOLERANCE_SECS;
 pub(crate) use defaults::{
     default_schedule, DEFAULT_ADMIN_LISTEN, DEFAULT_BATCH_MAX, DEFAULT_BODY_BUDGET,
     DEFAULT_BREAKER_COOLDOWN, DEFAULT_BREAKER_FAILURES, DEFAULT_BUSY_TIMEOUT, DEFAULT_CLAIM_DAYS,
-    DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONCURRENCY, DEFAULT_DB, DEFAULT_EFFECT_TIMEOUT,
-    DEFAULT_FORWARD_TIMEOUT, DEFAULT_LISTEN, DEFAULT_MAX_BODY, DEFAULT_MAX_CONNECTIONS,
-    DEFAULT_OUTBOX_LEASE, DEFAULT_PAYLOAD_DAYS, DEFAULT_QUEUE_DEPTH, DEFAULT_READ_TIMEOUT,
-    MIN_RETENTION_DAYS,
+    DEFAULT_COMMAND_CONCURRENCY, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONCURRENCY, DEFAULT_DB,
+    DEFAULT_EFFECT_TIMEOUT, DEFAULT_FORWARD_TIMEOUT, DEFAULT_LISTEN, DEFAULT_MAX_BODY,
+    DEFAULT_MAX_CONNECTIONS, DEFAULT_OUTBOX_LEASE, DEFAULT_PAYLOAD_DAYS, DEFAULT_QUEUE_DEPTH,
+    DEFAULT_READ_TIMEOUT, MIN_RETENTION_DAYS,
 };
 pub(crate) use effect::{bind_parameters, split_statements, BoundStatement};
 pub use effect::{EffectConfig, SchemaConfig};
@@ -223,6 +223,10 @@ pub struct ForwardConfig {
     /// At most so many attempts of this kind: `"20/s"` or `"600/m"`; default: no limit.
     #[serde(default)]
     pub rate: Option<String>,
+    /// A newer queued row of this kind (same source, same `coalesce_key`) supersedes the older
+    /// queued ones not running: "deliver only the newest". Default: off.
+    #[serde(default)]
+    pub coalesce: bool,
 }
 
 /// Where outbox rows of one `kind`, queued by effects, are delivered: as `forward` rows are
@@ -266,9 +270,13 @@ pub struct DeliveryConfig {
     /// Default: `[forward]`'s.
     #[serde(default, with = "option_duration")]
     pub breaker_cooldown: Option<Duration>,
-    /// Default: `[forward]`'s.
+    /// Default: `[forward]`'s (a `command`'s: no limit).
     #[serde(default)]
     pub rate: Option<String>,
+    /// Only the newest queued row of a source (and `coalesce_key`) is delivered; the older
+    /// queued ones are kept as `superseded`. Default: `[forward]`'s (a `command`'s: off).
+    #[serde(default)]
+    pub coalesce: Option<bool>,
 }
 
 impl ForwardConfig {
@@ -284,6 +292,7 @@ impl ForwardConfig {
             breaker_failures: DEFAULT_BREAKER_FAILURES,
             breaker_cooldown: DEFAULT_BREAKER_COOLDOWN,
             rate: None,
+            coalesce: false,
         }
     }
 
@@ -336,6 +345,7 @@ impl DeliveryConfig {
             breaker_failures: None,
             breaker_cooldown: None,
             rate: None,
+            coalesce: None,
         }
     }
 
@@ -471,6 +481,16 @@ impl DeliveryConfig {
                 "a delay is longer than the most allowed, 30 days"
             );
         }
+        // A command's lane is its own: one run at a time unless said otherwise, nothing
+        // taken from `[forward]` (a POST's settings say nothing of a local program).
+        let lane = LaneSettings {
+            concurrency: self.concurrency.unwrap_or(DEFAULT_COMMAND_CONCURRENCY),
+            breaker_failures: self.breaker_failures.unwrap_or(DEFAULT_BREAKER_FAILURES),
+            breaker_cooldown: self.breaker_cooldown.unwrap_or(DEFAULT_BREAKER_COOLDOWN),
+            rate: self.rate.clone(),
+            coalesce: self.coalesce.unwrap_or(false),
+        };
+        lane.check(&at)?;
         Ok(Some(CommandTarget {
             program,
             args: argv[1..].to_vec(),
@@ -479,6 +499,7 @@ impl DeliveryConfig {
             give_up_exit: self.give_up_exit.clone(),
             timeout,
             schedule,
+            lane,
         }))
     }
 
@@ -535,6 +556,9 @@ impl DeliveryConfig {
                 .rate
                 .clone()
                 .or_else(|| forward.and_then(|f| f.rate.clone())),
+            coalesce: self
+                .coalesce
+                .unwrap_or_else(|| forward.is_some_and(|f| f.coalesce)),
         };
         target.check(&at)?;
         Ok(target)
@@ -553,6 +577,54 @@ pub(crate) struct CommandTarget {
     pub(crate) give_up_exit: Vec<i32>,
     pub(crate) timeout: Duration,
     pub(crate) schedule: Vec<Duration>,
+    pub(crate) lane: LaneSettings,
+}
+
+/// A kind's lane, as configured: attempts in flight, its breaker, its rate, coalescing.
+#[derive(Debug, Clone)]
+pub(crate) struct LaneSettings {
+    pub(crate) concurrency: usize,
+    pub(crate) breaker_failures: u32,
+    pub(crate) breaker_cooldown: Duration,
+    pub(crate) rate: Option<String>,
+    pub(crate) coalesce: bool,
+}
+
+impl LaneSettings {
+    /// Refuses what no lane can run with, naming `at`'s key.
+    fn check(&self, at: &str) -> Result<(), ConfigError> {
+        let key = |field: &str| format!("{at}.{field}");
+        if self.concurrency == 0 || self.concurrency > MAX_CONCURRENCY {
+            refuse!(
+                key("concurrency"),
+                "must be at least 1 and at most {MAX_CONCURRENCY} (attempts in flight at once)"
+            );
+        }
+        if self.breaker_failures == 0 {
+            refuse!(
+                key("breaker_failures"),
+                "must be at least 1 (consecutive failures that pause the kind)"
+            );
+        }
+        if self.breaker_cooldown.is_zero() || self.breaker_cooldown > MAX_FORWARD_TIMEOUT {
+            refuse!(
+                key("breaker_cooldown"),
+                "must be more than 0 and at most 1h"
+            );
+        }
+        if self
+            .rate
+            .as_deref()
+            .is_some_and(|r| Rate::parse(r).is_none())
+        {
+            refuse!(
+                key("rate"),
+                "must be attempts per second or per minute, as \"20/s\" or \"600/m\" \
+                 (at least 1)"
+            );
+        }
+        Ok(())
+    }
 }
 
 /// Whether `path` is a file someone may execute.
@@ -872,6 +944,17 @@ pub(crate) const MAX_CONCURRENCY: usize = 256;
 pub(crate) const MAX_FORWARD_TIMEOUT: Duration = Duration::from_secs(3600);
 
 impl ForwardConfig {
+    /// Its lane settings.
+    pub(crate) fn lane(&self) -> LaneSettings {
+        LaneSettings {
+            concurrency: self.concurrency,
+            breaker_failures: self.breaker_failures,
+            breaker_cooldown: self.breaker_cooldown,
+            rate: self.rate.clone(),
+            coalesce: self.coalesce,
+        }
+    }
+
     /// Refuses a target that cannot be delivered to and settings that are typos, naming the
     /// keys under `at` (`forward`, or a ``delivery `kind` ``). The secret is checked where the
     /// signer decodes it.
@@ -898,36 +981,7 @@ impl ForwardConfig {
         if self.timeout.is_zero() || self.timeout > MAX_FORWARD_TIMEOUT {
             refuse!(key("timeout"), "must be more than 0 and at most 1h");
         }
-        if self.concurrency == 0 || self.concurrency > MAX_CONCURRENCY {
-            refuse!(
-                key("concurrency"),
-                "must be at least 1 and at most {MAX_CONCURRENCY} (attempts in flight at once)"
-            );
-        }
-        if self.breaker_failures == 0 {
-            refuse!(
-                key("breaker_failures"),
-                "must be at least 1 (consecutive failures that pause the kind)"
-            );
-        }
-        if self.breaker_cooldown.is_zero() || self.breaker_cooldown > MAX_FORWARD_TIMEOUT {
-            refuse!(
-                key("breaker_cooldown"),
-                "must be more than 0 and at most 1h"
-            );
-        }
-        if self
-            .rate
-            .as_deref()
-            .is_some_and(|r| Rate::parse(r).is_none())
-        {
-            refuse!(
-                key("rate"),
-                "must be attempts per second or per minute, as \"20/s\" or \"600/m\" \
-                 (at least 1)"
-            );
-        }
-        Ok(())
+        self.lane().check(at)
     }
 }
 

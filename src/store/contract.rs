@@ -305,6 +305,7 @@ fn recovery_makes_rows_waiting_on_backoff_due(stores: &mut Stores) {
         attempt: Attempt::Retry {
             at: 1000,
             error: "HTTP 503".into(),
+            output: None,
         },
     };
     let recorded = stores.writer.run_batch(vec![Work::Write(&retry)], 11);
@@ -328,6 +329,45 @@ fn recovery_makes_rows_waiting_on_backoff_due(stores: &mut Stores) {
     assert_eq!(count(stores, at), 1);
     let untouched = "SELECT count(*) FROM outbox WHERE key = 'evt_r2' AND next_attempt_at = 10";
     assert_eq!(count(stores, untouched), 1);
+}
+
+/// Coalescing keeps the newest queued row of a kind and source: the older queued ones are
+/// superseded, the one being attempted (running here, leased on PostgreSQL) is left alone,
+/// and a released lease makes its row due again.
+fn coalescing_supersedes_older_queued_rows_not_running(stores: &mut Stores) {
+    let work = ["evt_c1", "evt_c2", "evt_c3", "evt_c4"].map(|id| event(id, true));
+    let done = stores.writer.run_batch(work.into(), 10).unwrap();
+    assert_eq!(outcomes(done).len(), 4);
+    let running = stores.outbox.due(r#"["forward"]"#, 10, 1).unwrap();
+    assert_eq!(running[0].key, "evt_c1");
+    let coalesce = Write::Coalesce {
+        kind: "forward".into(),
+        running: vec![running[0].id],
+    };
+    let superseded = stores.writer.run_batch(vec![Work::Write(&coalesce)], 11);
+    assert_eq!(written(superseded.unwrap()), 2);
+    let left =
+        "SELECT count(*) FROM outbox WHERE status = 'pending' AND key IN ('evt_c1', 'evt_c4')";
+    assert_eq!(count(stores, left), 2, "the running row and the newest");
+    let kept = "SELECT count(*) FROM outbox WHERE status = 'superseded' AND done_at = 11 \
+                AND key IN ('evt_c2', 'evt_c3')";
+    assert_eq!(count(stores, kept), 2, "kept, as superseded");
+    let again = stores.writer.run_batch(vec![Work::Write(&coalesce)], 12);
+    assert_eq!(written(again.unwrap()), 0, "nothing older is queued");
+    let release = Write::Release {
+        id: running[0].id,
+        queued: running[0].queued,
+    };
+    let released = stores.writer.run_batch(vec![Work::Write(&release)], 12);
+    assert_eq!(written(released.unwrap()), 1);
+    let due: Vec<String> = stores
+        .outbox
+        .due(r#"["forward"]"#, 12, 10)
+        .unwrap()
+        .into_iter()
+        .map(|r| r.key)
+        .collect();
+    assert_eq!(due, ["evt_c1", "evt_c4"], "released: due again at once");
 }
 
 /// Retention deletes the claims received before its cutoff, and only those.
@@ -490,6 +530,7 @@ fn refusals_are_capped_and_pruned_and_the_console_reads_them(stores: &mut Stores
         queued: 0,
         attempt: Attempt::Dead {
             error: "HTTP 410".into(),
+            output: None,
         },
     };
     assert_eq!(
@@ -641,6 +682,14 @@ macro_rules! contract {
                     return;
                 };
                 super::an_alert_incident_opens_and_clears_once_each_with_its_message(&mut stores);
+            }
+
+            #[test]
+            fn coalescing_supersedes_older_queued_rows_not_running() {
+                let Some((_guard, mut stores)) = $open else {
+                    return;
+                };
+                super::coalescing_supersedes_older_queued_rows_not_running(&mut stores);
             }
 
             #[test]

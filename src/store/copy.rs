@@ -50,6 +50,7 @@ const TABLES: &[(&str, &[&str], &[&str])] = &[
             "done_at",
             "queued",
             "output",
+            "coalesce_key",
         ],
         &["id"],
     ),

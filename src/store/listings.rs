@@ -38,8 +38,8 @@ pub(crate) fn outbox_list(
     status: Option<&str>,
 ) -> anyhow::Result<Vec<OutboxRow>> {
     if let Some(s) = status {
-        if !matches!(s, "pending" | "done" | "dead") {
-            bail!("--status must be pending, done or dead, not `{s}`");
+        if !matches!(s, "pending" | "done" | "dead" | "superseded") {
+            bail!("--status must be pending, done, dead or superseded, not `{s}`");
         }
     }
     let rows = conn.query(

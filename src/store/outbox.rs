@@ -64,17 +64,18 @@ pub(crate) fn record(
             }
             Ok(done)
         }
-        Attempt::Retry { at, error } => tx.execute(
+        // A failed command's output replaces the last one; no output (a POST) keeps it.
+        Attempt::Retry { at, error, output } => tx.execute(
             "UPDATE outbox SET attempts = attempts + 1, next_attempt_at = $2, last_error = $3,
-                 leased_until = NULL
+                 leased_until = NULL, output = coalesce($5, output)
              WHERE id = $1 AND status = 'pending' AND queued = $4",
-            &[&id, at, error, &queued],
+            &[&id, at, error, &queued, output],
         ),
-        Attempt::Dead { error } => tx.execute(
+        Attempt::Dead { error, output } => tx.execute(
             "UPDATE outbox SET status = 'dead', attempts = attempts + 1, last_error = $2,
-                 leased_until = NULL
+                 leased_until = NULL, output = coalesce($4, output)
              WHERE id = $1 AND status = 'pending' AND queued = $3",
-            &[&id, error, &queued],
+            &[&id, error, &queued, output],
         ),
     }
 }
@@ -86,6 +87,50 @@ pub(crate) fn recover(tx: &dyn Session, kind: &str, now: i64) -> Result<u64, Sto
         "UPDATE outbox SET next_attempt_at = $2
          WHERE kind = $1 AND status = 'pending' AND attempts > 0 AND next_attempt_at > $2",
         &[&kind, &now],
+    )
+}
+
+/// Marks `superseded` every queued row of `kind` (a kind with `coalesce = true`) that a newer
+/// queued row of the same source and `coalesce_key` replaces: only the newest is delivered.
+/// A row being attempted is left alone: one in `running` (this instance's), or leased (another
+/// instance's, on PostgreSQL). Each guard is on the row itself, so a lease and this update
+/// cannot both take one row: whichever commits first wins and the other skips it. Returns how
+/// many.
+pub(crate) fn coalesce(
+    tx: &dyn Session,
+    kind: &str,
+    running: &[i64],
+    now: i64,
+) -> Result<u64, StoreError> {
+    // Ids are integers: written into the statement as they are (-1: no row has it).
+    let running = running
+        .iter()
+        .map(i64::to_string)
+        .chain(["-1".to_string()])
+        .collect::<Vec<_>>()
+        .join(", ");
+    tx.execute(
+        &format!(
+            "UPDATE outbox SET status = 'superseded', done_at = $2, leased_until = NULL
+             WHERE kind = $1 AND status = 'pending' AND id NOT IN ({running})
+               AND (leased_until IS NULL OR leased_until <= $2)
+               AND EXISTS (
+                   SELECT 1 FROM outbox AS newer
+                   WHERE newer.kind = outbox.kind AND newer.source = outbox.source
+                     AND coalesce(newer.coalesce_key, '') = coalesce(outbox.coalesce_key, '')
+                     AND newer.status = 'pending' AND newer.id > outbox.id)"
+        ),
+        &[&kind, &now],
+    )
+}
+
+/// Ends the lease of row `id`, handed out but not attempted (its kind paused): due again at
+/// once for every instance. Returns whether a row changed.
+pub(crate) fn release(tx: &dyn Session, id: i64, queued: i64) -> Result<u64, StoreError> {
+    tx.execute(
+        "UPDATE outbox SET leased_until = NULL
+         WHERE id = $1 AND status = 'pending' AND queued = $2",
+        &[&id, &queued],
     )
 }
 

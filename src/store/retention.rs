@@ -26,11 +26,12 @@ pub(crate) fn clear_payloads_batch(tx: &dyn Session, cutoff: i64) -> Result<u64,
     )
 }
 
-/// Deletes up to [`BATCH_ROWS`] done outbox rows delivered before `cutoff`.
+/// Deletes up to [`BATCH_ROWS`] outbox rows delivered (or superseded) before `cutoff`.
 pub(crate) fn delete_outbox_batch(tx: &dyn Session, cutoff: i64) -> Result<u64, StoreError> {
     tx.execute(
         "DELETE FROM outbox WHERE id IN
-             (SELECT id FROM outbox WHERE status = 'done' AND done_at < $1 LIMIT $2)",
+             (SELECT id FROM outbox WHERE status IN ('done', 'superseded') AND done_at < $1
+                  LIMIT $2)",
         &[&cutoff, &BATCH_ROWS],
     )
 }

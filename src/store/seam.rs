@@ -31,6 +31,13 @@ pub(crate) enum Write {
     /// Makes the pending rows of `kind` waiting on a retry delay due now: its target answers
     /// again after failures (recovery after an outage).
     Recover { kind: String },
+    /// Marks `superseded` each queued row of coalescing `kind` that a newer queued row of its
+    /// source and `coalesce_key` replaces; the rows `running` here (and rows another instance
+    /// leased) are left alone.
+    Coalesce { kind: String, running: Vec<i64> },
+    /// Ends the lease on row `id` (as queued for the `queued`-th time), handed out but not
+    /// attempted: due again for every instance at once.
+    Release { id: i64, queued: i64 },
     /// Deletes a batch of ledger rows received before `before`.
     PruneEvents { before: i64 },
     /// Clears the payloads of a batch of ledger rows received before `before`.

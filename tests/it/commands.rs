@@ -6,6 +6,8 @@
 use std::path::Path;
 use std::time::Duration;
 
+use hookledger::internals::Reply;
+
 use crate::util::*;
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -164,6 +166,14 @@ give_up_exit = [3, 4]"#,
     let (_, attempts, error) = wait_status(&db, "evt_give_up", "dead");
     assert_eq!(attempts, 1, "not retried");
     assert!(error.unwrap().contains("exit 3"));
+    let out = output(&db, "evt_give_up").expect("a failed run's output is kept too");
+    assert_eq!(out, "cannot deploy\n");
+    let (status, page) = server.admin_get("/status");
+    assert_eq!(status, 200);
+    assert!(
+        page.contains("<pre class=output>cannot deploy\n</pre>"),
+        "{page}"
+    );
 }
 
 #[test]
@@ -171,7 +181,7 @@ fn a_command_past_its_timeout_is_killed_with_its_children_and_the_attempt_fails(
     let dir = test_dir();
     let server = start(
         dir.path(),
-        "/bin/sleep 60 &\necho $! > child.pid\n/bin/sleep 60\n",
+        "/bin/sleep 60 &\necho $! > child.pid\necho building\n/bin/sleep 60\n",
         r#"schedule = ["1h"]
 timeout = "1s""#,
     );
@@ -186,6 +196,11 @@ timeout = "1s""#,
     assert!(
         error.as_deref().unwrap().contains("timed out after 1s"),
         "{error:?}"
+    );
+    assert_eq!(
+        output(&db, "evt_hang").as_deref(),
+        Some("building\n"),
+        "a timed-out run's output is kept"
     );
     let child = std::fs::read_to_string(dir.path().join("child.pid")).unwrap();
     let stat = format!("/proc/{}/stat", child.trim());
@@ -203,4 +218,274 @@ timeout = "1s""#,
         }
     })
     .expect("the command's child was killed with it");
+}
+
+const GITHUB_SECRET: &str = "a-github-webhook-secret-for-coalescing";
+
+/// POSTs `body` to the `gh` source as GitHub's delivery `id` of a push.
+fn push(server: &Server, id: &str, body: &[u8]) -> Reply {
+    use hmac::Mac;
+    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(GITHUB_SECRET.as_bytes()).unwrap();
+    mac.update(body);
+    let signature = format!("sha256={}", hex::encode(mac.finalize().into_bytes()));
+    server.post(
+        "/webhooks/gh",
+        body,
+        &[
+            ("X-Hub-Signature-256", &signature),
+            ("X-GitHub-Delivery", id),
+            ("X-GitHub-Event", "push"),
+        ],
+    )
+}
+
+/// Deploy only the newest push: with `coalesce = true` and one run at a time, the pushes that
+/// arrive while a deploy runs are superseded by the newest (kept, and shown as superseded),
+/// duplicates queue nothing, and the command runs twice: the first push, then the newest.
+#[test]
+fn coalesce_runs_the_first_push_then_only_the_newest_never_two_at_once() {
+    let dir = test_dir();
+    // The first run waits for `release`; every run logs its start and end.
+    std::fs::write(
+        dir.path().join("deploy.sh"),
+        "echo \"start $HOOKLEDGER_KEY\" >> runs.log\n\
+         while [ ! -e release ]; do /bin/sleep 0.05; done\n\
+         echo \"end $HOOKLEDGER_KEY\" >> runs.log\n",
+    )
+    .unwrap();
+    let body = match store() {
+        Store::Sqlite => ":body",
+        Store::Postgres => "convert_to(CAST(:body AS TEXT), 'UTF8')",
+    };
+    let config = format!(
+        r#"
+[[source]]
+name = "gh"
+scheme = "github"
+secrets = ["env:HOOKLEDGER_TEST_GH"]
+
+[[delivery]]
+kind = "deploy"
+command = ["/bin/sh", "deploy.sh"]
+workdir = "{}"
+coalesce = true
+
+[[effect]]
+source = "gh"
+on = "push"
+sql = """
+INSERT INTO outbox (kind, source, key, event_type, payload)
+VALUES ('deploy', :source, :event_id, :event_type, {body}) ON CONFLICT DO NOTHING
+"""
+"#,
+        dir.path().display()
+    );
+    let path = dir.path().join("hookledger.toml");
+    std::fs::write(&path, config).unwrap();
+    let server = Server::start_with_env(
+        dir.path(),
+        &["--config", path.to_str().unwrap()],
+        &[("HOOKLEDGER_TEST_GH", GITHUB_SECRET)],
+    );
+    let fixture = std::fs::read(fixtures_dir().join("github/push.json")).unwrap();
+    let after = b"0d1a26e67d8f5eaf1f6ba5c57fc3c7d91ac0fd1c";
+    // Push `n`: the fixture with its own commit id.
+    let pushed = |n: u8| -> Vec<u8> {
+        let at = fixture
+            .windows(after.len())
+            .position(|w| w == after)
+            .unwrap();
+        let mut body = fixture.clone();
+        body[at..at + 8].copy_from_slice(format!("{n:08}").as_bytes());
+        body
+    };
+    let runs = || std::fs::read_to_string(dir.path().join("runs.log")).unwrap_or_default();
+    assert_outcome(&push(&server, "d-1", &pushed(1)), "d-1", "processed");
+    wait_for(WAIT, || runs().contains("start d-1").then_some(())).expect("the first run starts");
+    for _ in 0..2 {
+        assert_outcome(&push(&server, "d-1", &pushed(1)), "d-1", "duplicate");
+    }
+    for n in 2..=4 {
+        let id = format!("d-{n}");
+        assert_outcome(&push(&server, &id, &pushed(n)), &id, "processed");
+    }
+    let db = server.db();
+    let statuses =
+        || db.strings("SELECT key || ' ' || status FROM outbox WHERE kind = 'deploy' ORDER BY id");
+    wait_for(WAIT, || {
+        (statuses()
+            == [
+                "d-1 pending",
+                "d-2 superseded",
+                "d-3 superseded",
+                "d-4 pending",
+            ])
+        .then_some(())
+    })
+    .unwrap_or_else(|| panic!("superseded while the first runs: {:?}", statuses()));
+    let (status, metrics) = server.admin_get("/metrics");
+    assert_eq!(status, 200);
+    assert!(
+        metrics.contains("hookledger_outbox_rows{kind=\"deploy\",status=\"superseded\"} 2"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("hookledger_delivery_in_flight{kind=\"deploy\"} 1"),
+        "{metrics}"
+    );
+    std::fs::write(dir.path().join("release"), "").unwrap();
+    wait_status(&db, "d-4", "done");
+    wait_status(&db, "d-1", "done");
+    assert_eq!(
+        runs(),
+        "start d-1\nend d-1\nstart d-4\nend d-4\n",
+        "the first push, then the newest, one at a time"
+    );
+    assert_eq!(
+        statuses(),
+        ["d-1 done", "d-2 superseded", "d-3 superseded", "d-4 done"]
+    );
+    let (code, listed, err) = cli(&[
+        "outbox",
+        "list",
+        "--status",
+        "superseded",
+        "--db",
+        &server.db_arg(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(listed.contains("d-2") && listed.contains("d-3"), "{listed}");
+    assert!(!listed.contains("d-4"), "{listed}");
+    let (status, page) = server.admin_get("/status");
+    assert_eq!(status, 200);
+    assert!(page.contains("<th>superseded</th>"), "{page}");
+}
+
+/// Runs `git args` in `dir`; its stdout.
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = std::process::Command::new("git")
+        .args(["-c", "user.name=t", "-c", "user.email=t@example.com"])
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "git {args:?}: {:?}", out);
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+/// `examples/deploy/`: its config, with `/srv/app` a scratch checkout, deploys a push to main
+/// with its `deploy.sh` (the checkout moves to the pushed commit).
+#[test]
+fn the_deploy_example_checks_out_the_pushed_commit() {
+    if store() == Store::Postgres {
+        eprintln!("skipped on PostgreSQL: the example's effect is SQLite's SQL");
+        return;
+    }
+    if !prerequisite(
+        installed("git") && installed("python3"),
+        "HOOKLEDGER_REQUIRE_GIT",
+        "git and python3",
+    ) {
+        return;
+    }
+    let dir = test_dir();
+    let origin = dir.path().join("origin");
+    std::fs::create_dir(&origin).unwrap();
+    git(&origin, &["init", "--quiet", "--initial-branch=main"]);
+    git(
+        &origin,
+        &["commit", "--quiet", "--allow-empty", "-m", "one"],
+    );
+    let app = dir.path().join("app");
+    git(
+        dir.path(),
+        &["clone", "--quiet", origin.to_str().unwrap(), "app"],
+    );
+    git(
+        &origin,
+        &["commit", "--quiet", "--allow-empty", "-m", "two"],
+    );
+    let pushed = git(&origin, &["rev-parse", "HEAD"]);
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let config = std::fs::read_to_string(repo.join("examples/deploy/hookledger.toml"))
+        .unwrap()
+        .replace(
+            "/srv/app/examples/deploy/deploy.sh",
+            repo.join("examples/deploy/deploy.sh").to_str().unwrap(),
+        )
+        .replace("/srv/app", app.to_str().unwrap());
+    let path = dir.path().join("hookledger.toml");
+    std::fs::write(&path, config).unwrap();
+    let server = Server::start_with_env(
+        dir.path(),
+        &["--config", path.to_str().unwrap()],
+        &[("GITHUB_WEBHOOK_SECRET", GITHUB_SECRET)],
+    );
+    let body = String::from_utf8(std::fs::read(fixtures_dir().join("github/push.json")).unwrap())
+        .unwrap()
+        .replace("0d1a26e67d8f5eaf1f6ba5c57fc3c7d91ac0fd1c", &pushed);
+    assert_outcome(
+        &push(&server, "d-example", body.as_bytes()),
+        "d-example",
+        "processed",
+    );
+    let db = server.db();
+    let (_, attempts, error) = wait_status(&db, "d-example", "done");
+    assert_eq!((attempts, error), (1, None));
+    assert_eq!(git(&app, &["rev-parse", "HEAD"]), pushed, "checked out");
+    let out = output(&db, "d-example").unwrap();
+    assert!(out.contains(&format!("deployed {pushed}")), "{out}");
+}
+
+/// SIGTERM while a command runs: the server waits for that run (its result is recorded) and
+/// leaves the next row due, not started, for the restart.
+#[test]
+fn sigterm_waits_for_the_running_command_and_leaves_the_rest_due() {
+    let dir = test_dir();
+    let script = "echo \"start $HOOKLEDGER_KEY\" >> runs.log\n/bin/sleep 2\n\
+                  echo \"end $HOOKLEDGER_KEY\" >> runs.log\n";
+    let mut server = start(dir.path(), script, "");
+    let runs = || std::fs::read_to_string(dir.path().join("runs.log")).unwrap_or_default();
+    assert_outcome(&server.send(&paid("evt_run")), "evt_run", "processed");
+    wait_for(WAIT, || runs().contains("start evt_run").then_some(())).expect("a run starts");
+    assert_outcome(&server.send(&paid("evt_next")), "evt_next", "processed");
+    assert_eq!(server.terminate(), Some(0), "{}", server.log());
+    assert_eq!(
+        runs(),
+        "start evt_run\nend evt_run\n",
+        "waited for; next not started"
+    );
+    let db = server.db();
+    assert_eq!(status(&db, "evt_run"), ("done".into(), 1, None));
+    assert_eq!(status(&db, "evt_next"), ("pending".into(), 0, None));
+}
+
+/// kill -9 of hookledger during a run: the run's result was never recorded, so the row is
+/// still pending and the command runs again after the restart (at least once).
+#[test]
+fn a_kill_9_during_a_run_reruns_it_after_the_restart() {
+    let dir = test_dir();
+    let script = "echo \"run $HOOKLEDGER_ATTEMPT\" >> runs.log\n\
+                  [ -e restarted ] || /bin/sleep 20\n";
+    let mut server = start(dir.path(), script, "");
+    let runs = || std::fs::read_to_string(dir.path().join("runs.log")).unwrap_or_default();
+    assert_outcome(&server.send(&paid("evt_kill")), "evt_kill", "processed");
+    wait_for(WAIT, || (runs() == "run 1\n").then_some(())).expect("a run starts");
+    server.kill();
+    assert_eq!(
+        status(&server.db(), "evt_kill"),
+        ("pending".into(), 0, None)
+    );
+    std::fs::write(dir.path().join("restarted"), "").unwrap();
+    let restarted = start(dir.path(), script, "");
+    let db = restarted.db();
+    assert_eq!(
+        wait_status(&db, "evt_kill", "done"),
+        ("done".into(), 1, None)
+    );
+    assert_eq!(
+        runs(),
+        "run 1\nrun 1\n",
+        "run again, as its first recorded attempt"
+    );
 }

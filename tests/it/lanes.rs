@@ -288,6 +288,19 @@ fn the_breaker_pauses_a_failing_kind_a_failed_probe_reopens_it_a_good_one_closes
     assert_outcome(&server.send(&paid("evt_b2")), "evt_b2", "processed");
     std::thread::sleep(Duration::from_millis(1500));
     assert_eq!(app.deliveries().len(), 3, "no attempt during the cooldown");
+    // Shown as paused, the other kind not.
+    let (_, metrics) = server.admin_get("/metrics");
+    assert!(
+        metrics.contains("hookledger_outbox_rows{kind=\"forward\",status=\"paused\"} 2"),
+        "{metrics}"
+    );
+    let (_, page) = server.admin_get("/status");
+    assert!(
+        page.contains("<td class=n>2 (paused)</td>")
+            && page.contains("<td class=breaker>open</td>")
+            && page.contains("<td class=breaker>closed</td>"),
+        "{page}"
+    );
     // The other kind is not paused.
     other.wait_delivered(2, WAIT);
     // The probe fails: paused again, one attempt only.

@@ -609,7 +609,31 @@ fn a_command_delivery_that_cannot_run_stops_start_up_naming_the_key() {
     let dir = tempfile::tempdir().unwrap();
     let base = "[[source]]\nname = \"stripe\"\nscheme = \"stripe\"\nsecrets = [\"env:HOOKLEDGER_TEST_STRIPE\"]\n\n[[delivery]]\nkind = \"deploy\"\n";
     let env = [("HOOKLEDGER_TEST_STRIPE", SECRET)];
+    let not_executable = dir.path().join("deploy.sh");
+    std::fs::write(&not_executable, "#!/bin/sh\n").unwrap();
+    let not_executable = format!("command = [{:?}]\n", not_executable.display().to_string());
+    let not_executable_message = format!(
+        "delivery `deploy`.command: `{}` does not exist or is not an executable",
+        dir.path().join("deploy.sh").display()
+    );
     for (delivery, expected) in [
+        (not_executable.as_str(), not_executable_message.as_str()),
+        (
+            "command = [\"scripts/deploy.sh\"]\n",
+            "delivery `deploy`.command: `scripts/deploy.sh` is a relative path: it needs `workdir`",
+        ),
+        (
+            "command = [\"/bin/sh\"]\nconcurrency = 0\n",
+            "delivery `deploy`.concurrency: must be at least 1",
+        ),
+        (
+            "command = [\"/bin/sh\"]\nrate = \"often\"\n",
+            "delivery `deploy`.rate: must be attempts per second or per minute",
+        ),
+        (
+            "command = [\"/bin/sh\"]\nbreaker_failures = 0\n",
+            "delivery `deploy`.breaker_failures: must be at least 1",
+        ),
         ("command = []\n", "delivery `deploy`.command: is empty"),
         (
             "command = [\"/no/such/deploy.sh\"]\n",

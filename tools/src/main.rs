@@ -4,6 +4,7 @@
 
 mod bench;
 mod growth;
+mod lanes;
 mod loadgen;
 mod plain;
 
@@ -32,6 +33,43 @@ enum Command {
     /// Cost as the ledger grows: pre-fills ledgers of N claims (time-ordered and random ids),
     /// then loads a pre-filled and an empty one alternately, optionally in a memory limit.
     Growth(growth::GrowthArgs),
+    /// Delivery lanes: drain rate per concurrency, a healthy kind's latency beside a dead or
+    /// hanging one, the time to deliver an outage's backlog; each comparison in one run.
+    Lanes(LanesArgs),
+}
+
+#[derive(Debug, Args)]
+struct LanesArgs {
+    /// Which measurement (default: all three, in this order).
+    #[arg(long, value_parser = ["drain", "isolation", "outage"])]
+    only: Option<String>,
+    /// Where the databases go.
+    #[arg(long, default_value = "./target/bench")]
+    dir: PathBuf,
+    /// The `hookledger` binary [default: `hookledger` next to this binary].
+    #[arg(long)]
+    exe: Option<PathBuf>,
+    /// drain: rows in the backlog.
+    #[arg(long, default_value_t = 10_000)]
+    rows: usize,
+    /// drain: the target's answer time, in ms.
+    #[arg(long, default_value_t = 100)]
+    delay_ms: u64,
+    /// drain: at most this long per concurrency, in s.
+    #[arg(long, default_value_t = 60)]
+    window: u64,
+    /// drain: the concurrencies compared.
+    #[arg(long, value_delimiter = ',', default_value = "1,8,64")]
+    concurrency: Vec<usize>,
+    /// isolation: seconds of sending.
+    #[arg(long, default_value_t = 20)]
+    seconds: u64,
+    /// isolation and outage: events per second.
+    #[arg(long)]
+    rate: Option<f64>,
+    /// outage: how long the app is down, in s.
+    #[arg(long, default_value_t = 120)]
+    outage: u64,
 }
 
 #[derive(Debug, Args)]
@@ -91,6 +129,7 @@ fn main() -> ExitCode {
         Command::Run(args) => run(args),
         Command::Loadgen(args) => loadgen(args),
         Command::Growth(args) => growth::run(args),
+        Command::Lanes(args) => lanes(args),
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,
@@ -100,6 +139,28 @@ fn main() -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+fn lanes(args: LanesArgs) -> anyhow::Result<bool> {
+    std::fs::create_dir_all(&args.dir)?;
+    let config = lanes::LanesConfig {
+        dir: args.dir,
+        exe: server_exe(args.exe)?,
+    };
+    let only = args.only.as_deref();
+    if only.is_none_or(|o| o == "drain") {
+        let delay = std::time::Duration::from_millis(args.delay_ms);
+        let window = std::time::Duration::from_secs(args.window);
+        lanes::drain(&config, args.rows, delay, window, &args.concurrency)?;
+    }
+    if only.is_none_or(|o| o == "isolation") {
+        lanes::isolation(&config, args.seconds, args.rate.unwrap_or(20.0))?;
+    }
+    if only.is_none_or(|o| o == "outage") {
+        let outage = std::time::Duration::from_secs(args.outage);
+        lanes::outage(&config, outage, args.rate.unwrap_or(10.0))?;
+    }
+    Ok(true)
 }
 
 fn run(args: RunArgs) -> anyhow::Result<bool> {

@@ -3,12 +3,15 @@
 //! events and its refusals by reason with their last messages, read from the database (so
 //! they survive a restart), then what this instance answered since it started (duplicates
 //! and failures are not in the ledger). Then the outbox (rows per kind and status, the dead
-//! rows with their last error) and the retention horizon; version and uptime in the header.
+//! rows with their last error and a command's output; each delivery kind's lane: its pending
+//! rows, paused while its breaker is open, attempts in flight) and the retention horizon;
+//! version and uptime in the header.
 //!
 //! `POST /status/retry-dead` (the page's button) puts every dead row back to pending through
 //! the writer. It needs the admin token in the form's `token` field or as a bearer token, never
 //! basic auth: a browser sends basic auth by itself, so another site's form could use it.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::Arc;
 
@@ -19,7 +22,7 @@ use axum::response::Response;
 
 use super::html::{age, esc, page as html_page, param, q, TOKEN_FIELD};
 use super::{change, read_ledger, read_refusal, Admin};
-use crate::metrics::{Activity, Outcome};
+use crate::metrics::{Activity, Lane, Outcome};
 use crate::refusals::UNKNOWN_SOURCE;
 use crate::store::console::{SourceSummary, WINDOW_SECS};
 use crate::store::listings::{OutboxRow, OutboxSummary};
@@ -127,7 +130,7 @@ fn render(
         refusals(&mut h, unknown, now);
     }
     sources(&mut h, &stored.sources, activity, now);
-    outbox(&mut h, stored, now);
+    outbox(&mut h, stored, &admin.metrics.lanes(), now);
     retention(&mut h, admin, stored, now);
     h
 }
@@ -316,9 +319,10 @@ pub(super) fn statuses(outbox: &OutboxSummary) -> Vec<String> {
     statuses
 }
 
-fn outbox(h: &mut String, stored: &Stored, now: i64) {
+fn outbox(h: &mut String, stored: &Stored, lanes: &BTreeMap<String, Lane>, now: i64) {
     h.push_str("<h2>Outbox</h2><p><a href=/outbox>Browse the outbox</a></p>");
     super::outbox::counts_table(h, &stored.outbox);
+    lanes_table(h, stored, lanes);
     if let Some(at) = stored.outbox.oldest_pending {
         let _ = write!(h, "<p>Oldest pending row queued {} ago.</p>", age(now - at));
     }
@@ -338,7 +342,7 @@ fn outbox(h: &mut String, stored: &Stored, now: i64) {
             h,
             "<tr class=dead-row><td class=n><a href=\"/outbox/row?id={}\">{}</a></td><td>{}</td>\
              <td>{}</td><td><code>{}</code></td><td class=n>{}</td><td>{}</td>\
-             <td class=dead>{}</td></tr>",
+             <td class=dead>{}{}</td></tr>",
             r.id,
             r.id,
             esc(&r.kind),
@@ -346,7 +350,12 @@ fn outbox(h: &mut String, stored: &Stored, now: i64) {
             esc(&r.key),
             r.attempts,
             format_time(r.next_attempt_at),
-            esc(r.last_error.as_deref().unwrap_or(""))
+            esc(r.last_error.as_deref().unwrap_or("")),
+            // A command's last run: the end of what it printed.
+            r.output.as_deref().map_or(String::new(), |o| format!(
+                "<details><summary>output</summary><pre class=output>{}</pre></details>",
+                esc(o)
+            )),
         );
     }
     let _ = write!(
@@ -354,6 +363,43 @@ fn outbox(h: &mut String, stored: &Stored, now: i64) {
         "</table><form method=post action=/status/retry-dead>{TOKEN_FIELD}\
          <button type=submit id=retry-dead>Retry dead rows</button></form>"
     );
+}
+
+/// Each delivery kind's lane on this instance: its pending rows (paused while its breaker is
+/// open), the breaker, attempts in flight, and the rows superseded by newer ones.
+fn lanes_table(h: &mut String, stored: &Stored, lanes: &BTreeMap<String, Lane>) {
+    if lanes.is_empty() {
+        return;
+    }
+    h.push_str(
+        "<h3>Lanes</h3><table class=lanes><tr><th>kind</th><th>pending</th><th>breaker</th>\
+         <th>in flight</th><th>superseded</th></tr>",
+    );
+    for (kind, lane) in lanes {
+        let count = |status: &str| {
+            stored
+                .outbox
+                .counts
+                .iter()
+                .find(|c| c.kind == *kind && c.status == status)
+                .map_or(0, |c| c.rows)
+        };
+        let (pending, breaker) = if lane.breaker_open {
+            // Its pending rows wait for the probe.
+            (format!("{} (paused)", count("pending")), "open")
+        } else {
+            (count("pending").to_string(), "closed")
+        };
+        let _ = write!(
+            h,
+            "<tr class=kind id=\"kind-{k}\"><td>{k}</td><td class=n>{pending}</td>\
+             <td class=breaker>{breaker}</td><td class=n>{}</td><td class=n>{}</td></tr>",
+            lane.in_flight,
+            count("superseded"),
+            k = esc(kind),
+        );
+    }
+    h.push_str("</table>");
 }
 
 fn retention(h: &mut String, admin: &Admin, stored: &Stored, now: i64) {

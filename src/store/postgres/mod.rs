@@ -52,6 +52,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0001_schema.sql"),
     include_str!("migrations/0002_heartbeat.sql"),
     include_str!("migrations/0003_outbox_output.sql"),
+    include_str!("migrations/0004_outbox_superseded.sql"),
     include_str!("migrations/0005_refusals.sql"),
     include_str!("migrations/0006_alert_incidents.sql"),
 ];

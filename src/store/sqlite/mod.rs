@@ -49,6 +49,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0005_heartbeat.sql"),
     include_str!("migrations/0006_outbox_text_identity.sql"),
     include_str!("migrations/0007_outbox_output.sql"),
+    include_str!("migrations/0008_outbox_superseded.sql"),
     include_str!("migrations/0009_refusals.sql"),
     include_str!("migrations/0010_alert_incidents.sql"),
 ];
