@@ -168,6 +168,11 @@ struct Proxy {
 }
 
 impl Proxy {
+    /// Whether this is Caddy (its log is `caddy.log`), not nginx.
+    fn is_caddy(&self) -> bool {
+        self.log.ends_with("caddy.log")
+    }
+
     /// nginx with `site` (a deploy file, rewritten) as its one server block.
     fn nginx(site: &str, ports: (u16, u16), certificate: Certificate) -> Proxy {
         let dir = test_dir();
@@ -583,7 +588,15 @@ fn every_source_through(proxy: &Proxy, db: &Db, servers: &[&Server]) {
     for (source, size) in [("gh", GITHUB_CAP + 1), ("stripe", DEFAULT_CAP + 1)] {
         let file = json_of_size(dir.path(), "over.json", size);
         let (status, body) = over_cap(proxy, source, &file);
-        assert_eq!(status, 413, "{source}, {size} bytes: {body}\n{}", logs());
+        // Caddy 2.6 relays hookledger's early 413 when it reads it before its copy of the
+        // body to hookledger fails; when the copy fails first (hookledger closed the
+        // connection after answering), it answers 502. Either way nothing is claimed.
+        let caddy_lost_the_answer = proxy.is_caddy() && status == 502;
+        assert!(
+            status == 413 || caddy_lost_the_answer,
+            "{source}, {size} bytes: {status} {body}\n{}",
+            logs()
+        );
     }
     assert_eq!(ledger_count(db), claims, "nothing claimed past a cap");
 
