@@ -95,6 +95,7 @@ fn metrics_count_what_the_load_generator_saw_and_what_the_ledger_holds() {
         requests: 3000,
         resend_share: 0.2,
         seed: 11,
+        ids: loadgen::Ids::Ordered,
     };
     let requests = loadgen::prepare(&workload, &secret(), &server.addr.to_string());
     let report = loadgen::run(server.addr, &requests, 16);
