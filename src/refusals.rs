@@ -49,13 +49,16 @@ pub(crate) const UNKNOWN_SOURCE: &str = "*";
 /// The longest name no source has that is shown in a message: a valid name is 64 at most.
 const UNKNOWN_NAME_CHARS: usize = 64;
 
+/// A source and a reason refusals are counted under.
+type Key = (Arc<str>, &'static str);
+
 /// Counted since the last flush.
 #[derive(Debug, Default)]
 struct Pending {
     /// (source, reason, minute) → (count, last at).
     counts: HashMap<(Arc<str>, &'static str, i64), (i64, i64)>,
     /// (source, reason) → (when last seen, message), at most [`MESSAGES_PER_FLUSH`].
-    messages: HashMap<(Arc<str>, &'static str), Vec<(i64, String)>>,
+    messages: HashMap<Key, Vec<(i64, String)>>,
 }
 
 /// Refusals counted since the last flush.

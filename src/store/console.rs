@@ -136,7 +136,7 @@ pub(crate) fn refused(conn: &dyn Session, source: &str, now: i64) -> anyhow::Res
         })
         .collect::<anyhow::Result<Vec<(String, i64, i64, String)>>>()?;
     // Newest first.
-    messages.sort_by(|a, b| (b.1, b.2).cmp(&(a.1, a.2)));
+    messages.sort_by_key(|m| std::cmp::Reverse((m.1, m.2)));
     for (reason, at, _, message) in messages {
         if let Some(summary) = s.refusals.iter_mut().find(|x| x.reason == reason) {
             if summary.messages.len() < MESSAGES {
