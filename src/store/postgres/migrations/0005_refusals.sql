@@ -23,5 +23,8 @@ CREATE TABLE hookledger_refusal_messages (
 );
 CREATE INDEX hookledger_refusal_messages_at ON hookledger_refusal_messages (source, reason, at);
 -- /status (a source's last event, its events per minute) and the events browser (a source's
--- events, newest first, paged by (received_at, event_id)) read by source and time.
-CREATE INDEX webhook_events_source_received ON webhook_events (source, received_at, event_id);
+-- events, newest first, paged by (received_at, event_id)) read by source and time. Built in
+-- this migration's transaction (the runner has no step outside one), which holds inserts into
+-- webhook_events while it builds: on a large ledger, build it beforehand with CREATE INDEX
+-- CONCURRENTLY and the same name and columns, and this is then a no-op.
+CREATE INDEX IF NOT EXISTS webhook_events_source_received ON webhook_events (source, received_at, event_id);
