@@ -550,16 +550,22 @@ impl Drop for RunningServer {
     }
 }
 
-/// Each delivery kind's target as the console shows it: a URL without its credentials and
-/// query (either may hold a secret), or a command's argv.
+/// Each delivery kind's target as the console shows it: a URL as `scheme://host[:port]` with
+/// its path and query shown as `/…` and `?…` (credentials, a Slack or Discord webhook's path
+/// and a query can each hold a secret), or a command's program without its arguments (which
+/// can hold a token).
 fn shown_targets(config: &Config) -> Vec<(String, String)> {
     let url = |text: &str| match url::Url::parse(text) {
-        Ok(mut u) => {
-            let _ = u.set_password(None);
-            let _ = u.set_username("");
+        Ok(u) => {
+            let host = u.host_str().unwrap_or_default();
+            let port = u.port().map(|p| format!(":{p}")).unwrap_or_default();
+            let path = if matches!(u.path(), "" | "/") {
+                ""
+            } else {
+                "/…"
+            };
             let query = if u.query().is_some() { "?…" } else { "" };
-            u.set_query(None);
-            format!("{u}{query}")
+            format!("{}://{host}{port}{path}{query}", u.scheme())
         }
         Err(_) => "(not a URL)".to_string(),
     };
@@ -569,7 +575,11 @@ fn shown_targets(config: &Config) -> Vec<(String, String)> {
     }
     for d in &config.deliveries {
         let shown = match (&d.command, d.url.as_str(), &config.forward) {
-            (Some(argv), _, _) => argv.join(" "),
+            (Some(argv), _, _) => match argv.as_slice() {
+                [program] => program.clone(),
+                [program, ..] => format!("{program} …"),
+                [] => String::new(),
+            },
             (None, "", Some(forward)) => url(&forward.url),
             (None, u, _) => url(u),
         };
@@ -598,9 +608,15 @@ mod tests {
     }
 
     #[test]
-    fn targets_are_shown_without_credentials_or_query_and_commands_as_argv() {
+    fn targets_are_shown_without_credentials_path_or_query_and_commands_without_arguments() {
         let mut deploy = crate::DeliveryConfig::new("deploy", "");
-        deploy.command = Some(vec!["/bin/sh".into(), "deploy.sh".into()]);
+        deploy.command = Some(vec![
+            "/usr/bin/notify".into(),
+            "--token".into(),
+            "tok_s3cret_argv".into(),
+        ]);
+        let mut bare = crate::DeliveryConfig::new("bare", "");
+        bare.command = Some(vec!["/usr/local/bin/on-event".into()]);
         let config = Config {
             forward: Some(ForwardConfig::new(
                 "https://user:p4ss@app.example/hooks?key=s3cret",
@@ -608,8 +624,14 @@ mod tests {
             )),
             deliveries: vec![
                 crate::DeliveryConfig::new("receipt", "http://mail.example:8025/send"),
+                crate::DeliveryConfig::new(
+                    "slack",
+                    "https://hooks.slack.example/services/T000/B000/s3cretPathPart",
+                ),
+                crate::DeliveryConfig::new("root", "http://10.0.0.7:9000/"),
                 crate::DeliveryConfig::new("same", ""),
                 deploy,
+                bare,
             ],
             ..Config::default()
         };
@@ -621,12 +643,26 @@ mod tests {
         assert_eq!(
             text,
             [
-                ("forward", "https://app.example/hooks?…"),
-                ("receipt", "http://mail.example:8025/send"),
-                ("same", "https://app.example/hooks?…"),
-                ("deploy", "/bin/sh deploy.sh"),
+                ("forward", "https://app.example/…?…"),
+                ("receipt", "http://mail.example:8025/…"),
+                ("slack", "https://hooks.slack.example/…"),
+                ("root", "http://10.0.0.7:9000"),
+                ("same", "https://app.example/…?…"),
+                ("deploy", "/usr/bin/notify …"),
+                ("bare", "/usr/local/bin/on-event"),
             ]
         );
+        let all = format!("{shown:?}");
+        for secret in [
+            "p4ss",
+            "s3cret",
+            "T000",
+            "tok_s3cret_argv",
+            "--token",
+            "key=",
+        ] {
+            assert!(!all.contains(secret), "{secret} in {all}");
+        }
     }
 
     #[test]

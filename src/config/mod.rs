@@ -44,7 +44,7 @@ pub(crate) use rate::Rate;
 pub use secret::Secret;
 pub(crate) use secret::{decode_standard_key, decode_standard_secret, StandardKey};
 pub use source::Handshake;
-pub(crate) use source::{one_secret, Signed};
+pub(crate) use source::{is_valid_name as is_valid_source_name, one_secret, Signed};
 pub use source::{
     HmacAlgorithm, HmacConfig, HmacEncoding, Locator, ReconcileConfig, Refresh, SchemeName,
     SourceConfig, TimestampConfig, TokenConfig,

@@ -577,12 +577,7 @@ impl SourceConfig {
     pub(crate) fn validate(&self) -> Result<(), ConfigError> {
         let name = &self.name;
         let key = |field: &str| source_key(name, field);
-        let valid_name = !name.is_empty()
-            && name.len() <= 64
-            && name
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
-        if !valid_name {
+        if !is_valid_name(name) {
             refuse!(
                 key("name"),
                 "must be 1 to 64 letters, digits, `-` or `_` (it is the path of \
@@ -983,6 +978,16 @@ impl SourceConfig {
         }
         Ok(())
     }
+}
+
+/// Whether `name` can be a source's name: 1 to 64 letters, digits, `-` or `_` (it is the path
+/// of `POST /webhooks/<name>`).
+pub(crate) fn is_valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }
 
 #[cfg(test)]

@@ -150,12 +150,16 @@ impl Rejection {
         }
     }
 
+    /// Answered without reading the body: the connection is closed, so that a client does not
+    /// send its next request on a connection the server may drop (an unread body is not
+    /// drained).
     pub(crate) fn unknown_source() -> Rejection {
         Rejection::new(
             StatusCode::NOT_FOUND,
             "unknown_source",
             "no such webhook source; check the URL set at the provider (POST /webhooks/<source name>)",
         )
+        .close()
     }
 
     pub(crate) fn not_found() -> Rejection {

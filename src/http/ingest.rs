@@ -305,6 +305,11 @@ fn answer_events(
                         "{name} {id} {kind} {reason}: {e} {ms:.1}ms{more}"
                     );
                 }
+                // Every error an event of an array can have is the store's or its handler's
+                // (the server's): only its kind is kept.
+                ingest.refusals.record(name, reason, unix_now(), || {
+                    refusal_message(Some(&id), reason, true, String::new)
+                });
                 listed.push(json!({ "event_id": id, "outcome": label, "error": reason }));
                 first_error.get_or_insert(e);
             }
@@ -327,6 +332,27 @@ fn answer_events(
         )
             .into_response(),
         Some(first) => Rejection::of_events(&first, listed.into()),
+    }
+}
+
+/// What `/status` keeps about a refusal of event `id` (when it was read) for `kind`. A client's
+/// fault is hookledger's own text about it (`text`); a server error's text can carry a value
+/// of the payload (a database's `DETAIL: Key (email)=(…)`), so only its kind is kept and the
+/// text is left to the log.
+fn refusal_message(
+    id: Option<&str>,
+    kind: &str,
+    server_error: bool,
+    text: impl FnOnce() -> String,
+) -> String {
+    let text = if server_error {
+        format!("{kind}: see the log for the error")
+    } else {
+        text()
+    };
+    match id {
+        Some(id) => format!("event {id}: {text}"),
+        None => text,
     }
 }
 
@@ -368,11 +394,12 @@ fn refuse(
             );
         }
     }
+    let server_error = rejection.status.is_server_error();
+    let id = known.as_ref().map(|k| k.id.as_str());
     ingest
         .refusals
-        .record(name, rejection.kind, unix_now(), || match &known {
-            Some(k) => format!("event {}: {}", k.id, err.log_text()),
-            None => err.log_text(),
+        .record(name, rejection.kind, unix_now(), || {
+            refusal_message(id, rejection.kind, server_error, || err.log_text())
         });
     match known {
         Some(Known { id, kind }) => {

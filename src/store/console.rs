@@ -2,7 +2,7 @@
 //! the same SQL on every store, on a pooled read connection. Everything comes from the
 //! database, so the pages say the same after a restart.
 
-use crate::sql::{Row, Session};
+use crate::sql::{Dialect, Row, Session, ToParam};
 use crate::store::listings::{outbox_row, OutboxRow, OUTBOX_COLUMNS};
 
 /// The window `/status` counts over: events per minute, refusals by reason.
@@ -52,7 +52,8 @@ pub(crate) struct EventLine {
     pub(crate) payload_bytes: Option<i64>,
 }
 
-/// `sources` at `now`: each source's last event, events and refusals in the window.
+/// `sources` at `now`: each source's last event, events and refusals in the window. Every
+/// query goes through an index on `source` (pinned by the contract's plan test).
 pub(crate) fn summaries(
     conn: &dyn Session,
     sources: &[String],
@@ -61,19 +62,9 @@ pub(crate) fn summaries(
     let since = now - WINDOW_SECS;
     let mut out = Vec::with_capacity(sources.len());
     for source in sources {
-        let mut s = SourceSummary {
-            source: source.clone(),
-            ..SourceSummary::default()
-        };
-        s.last_event_at = conn
-            .query(
-                "SELECT max(received_at) FROM webhook_events WHERE source = $1",
-                &[source],
-            )?
-            .first()
-            .map(|r| r.get::<Option<i64>>(0))
-            .transpose()?
-            .flatten();
+        let mut s = refused(conn, source, now)?;
+        s.recent = recent(conn, source, RECENT)?;
+        s.last_event_at = s.recent.first().map(|e| e.received_at);
         s.events = conn
             .query(
                 "SELECT count(*) FROM webhook_events WHERE source = $1 AND received_at >= $2",
@@ -83,49 +74,77 @@ pub(crate) fn summaries(
             .map(|r| r.get::<i64>(0))
             .transpose()?
             .unwrap_or(0);
-        s.recent = events(
-            conn,
-            &EventFilter {
-                source: Some(source.clone()),
-                ..EventFilter::default()
-            },
-            RECENT,
-            0,
-        )?;
-        let counted = conn.query(
-            "SELECT reason, CAST(sum(count) AS BIGINT), max(at) FROM hookledger_refusals
-             WHERE source = $1 AND at >= $2 GROUP BY reason",
-            &[source, &since],
-        )?;
-        for r in &counted {
-            s.refusals.push(ReasonSummary {
-                reason: r.get(0)?,
-                count: r.get(1)?,
-                last_at: r.get(2)?,
-                messages: Vec::new(),
-            });
-        }
-        s.refusals
-            .sort_by(|a, b| b.count.cmp(&a.count).then(a.reason.cmp(&b.reason)));
-        // The table holds a bounded number of rows per source.
-        let messages = conn.query(
-            "SELECT reason, at, message FROM hookledger_refusals
-             WHERE source = $1 AND at >= $2 ORDER BY id DESC",
-            &[source, &since],
-        )?;
-        for r in &messages {
-            let (reason, at, message): (String, i64, String) = (r.get(0)?, r.get(1)?, r.get(2)?);
-            if let Some(summary) = s.refusals.iter_mut().find(|x| x.reason == reason) {
-                if summary.messages.len() < MESSAGES
-                    && !summary.messages.iter().any(|(_, m)| *m == message)
-                {
-                    summary.messages.push((at, message));
-                }
-            }
-        }
         out.push(s);
     }
     Ok(out)
+}
+
+/// `source`'s newest `limit` events: a walk down its end of the (source, received_at,
+/// event_id) index.
+pub(crate) fn recent(
+    conn: &dyn Session,
+    source: &str,
+    limit: i64,
+) -> anyhow::Result<Vec<EventLine>> {
+    let rows = conn.query(
+        "SELECT source, event_id, event_type, received_at, length(payload) FROM webhook_events
+         WHERE source = $1 ORDER BY received_at DESC, event_id DESC LIMIT $2",
+        &[&source, &limit],
+    )?;
+    rows.iter().map(event_line).collect()
+}
+
+/// `source`'s refusals in the window at `now`, by reason, with their newest messages; nothing
+/// of the ledger (the bucket of names no source has has no events).
+pub(crate) fn refused(conn: &dyn Session, source: &str, now: i64) -> anyhow::Result<SourceSummary> {
+    let since = now - WINDOW_SECS;
+    let mut s = SourceSummary {
+        source: source.to_string(),
+        ..SourceSummary::default()
+    };
+    // Counted by the minute: the window starts at the minute `since` falls in.
+    let counted = conn.query(
+        "SELECT reason, CAST(sum(count) AS BIGINT), max(last_at) FROM hookledger_refusals
+         WHERE source = $1 AND minute >= $2 GROUP BY reason",
+        &[&source, &since.div_euclid(60)],
+    )?;
+    for r in &counted {
+        s.refusals.push(ReasonSummary {
+            reason: r.get(0)?,
+            count: r.get(1)?,
+            last_at: r.get(2)?,
+            messages: Vec::new(),
+        });
+    }
+    s.refusals
+        .sort_by(|a, b| b.count.cmp(&a.count).then(a.reason.cmp(&b.reason)));
+    // At most a few rows per source and reason are kept: sorted here, not by an index.
+    let kept = conn.query(
+        "SELECT reason, at, id, message FROM hookledger_refusal_messages
+         WHERE source = $1 AND at >= $2",
+        &[&source, &since],
+    )?;
+    let mut messages = kept
+        .iter()
+        .map(|r| {
+            Ok((
+                r.get::<String>(0)?,
+                r.get::<i64>(1)?,
+                r.get::<i64>(2)?,
+                r.get(3)?,
+            ))
+        })
+        .collect::<anyhow::Result<Vec<(String, i64, i64, String)>>>()?;
+    // Newest first.
+    messages.sort_by_key(|m| std::cmp::Reverse((m.1, m.2)));
+    for (reason, at, _, message) in messages {
+        if let Some(summary) = s.refusals.iter_mut().find(|x| x.reason == reason) {
+            if summary.messages.len() < MESSAGES {
+                summary.messages.push((at, message));
+            }
+        }
+    }
+    Ok(s)
 }
 
 /// What the events browser filters on; `None` is any.
@@ -141,32 +160,90 @@ pub(crate) struct EventFilter {
     pub(crate) to: Option<i64>,
 }
 
-/// Events matching `filter`, newest first, `limit` from `offset`.
+/// Where a page of events starts: just after the last event of the page before it, in the
+/// list's order (newest first). A key, not an offset: the page costs the same however deep.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct EventKey {
+    pub(crate) received_at: i64,
+    pub(crate) source: String,
+    pub(crate) event_id: String,
+}
+
+/// The smallest text greater than every text starting with `prefix`, by code point (what
+/// both stores compare by here): `prefix` and the largest code point.
+fn past_prefix(prefix: &str) -> String {
+    format!("{prefix}{}", char::MAX)
+}
+
+/// Adds `value` to `params`; its placeholder.
+fn bind<'a>(params: &mut Vec<&'a dyn ToParam>, value: &'a dyn ToParam) -> String {
+    params.push(value);
+    format!("${}", params.len())
+}
+
+/// Events matching `filter`, newest first (received_at, source, event_id), `limit` of them
+/// after `after`. The WHERE clause names only the filters given, so each can use an index:
+/// (source, received_at, event_id) with a source, (received_at) without.
 pub(crate) fn events(
     conn: &dyn Session,
     filter: &EventFilter,
     limit: i64,
-    offset: i64,
+    after: Option<&EventKey>,
 ) -> anyhow::Result<Vec<EventLine>> {
+    // Text compared by code point: SQLite's BINARY does; PostgreSQL's database collation may
+    // not, which would make the prefix range wrong.
+    let bytes = match conn.dialect() {
+        Dialect::Sqlite => "",
+        Dialect::Postgres => " COLLATE \"C\"",
+    };
+    let upper = filter.id_prefix.as_deref().map(past_prefix);
+    let mut params: Vec<&dyn ToParam> = Vec::new();
+    let mut clauses: Vec<String> = Vec::new();
+    if let Some(source) = &filter.source {
+        let p = bind(&mut params, source);
+        clauses.push(format!("source = {p}"));
+    }
+    if let Some(kind) = &filter.event_type {
+        let p = bind(&mut params, kind);
+        clauses.push(format!("event_type = {p}"));
+    }
+    if let (Some(prefix), Some(upper)) = (&filter.id_prefix, &upper) {
+        let (p, u) = (bind(&mut params, prefix), bind(&mut params, upper));
+        clauses.push(format!(
+            "event_id{bytes} >= {p}{bytes} AND event_id{bytes} < {u}{bytes}"
+        ));
+    }
+    if let Some(from) = &filter.from {
+        let p = bind(&mut params, from);
+        clauses.push(format!("received_at >= {p}"));
+    }
+    if let Some(to) = &filter.to {
+        let p = bind(&mut params, to);
+        clauses.push(format!("received_at < {p}"));
+    }
+    if let Some(key) = after {
+        let at = bind(&mut params, &key.received_at);
+        let source = bind(&mut params, &key.source);
+        let id = bind(&mut params, &key.event_id);
+        // `received_at <= at` bounds the index range; the rest orders ties as the list does.
+        clauses.push(format!(
+            "received_at <= {at} AND (received_at < {at} OR source < {source} \
+             OR (source = {source} AND event_id < {id}))"
+        ));
+    }
+    let limit_param = bind(&mut params, &limit);
+    let filters = if clauses.is_empty() {
+        String::new()
+    } else {
+        format!("WHERE {}", clauses.join(" AND "))
+    };
     let rows = conn.query(
-        "SELECT source, event_id, event_type, received_at, length(payload)
-         FROM webhook_events
-         WHERE (CAST($1 AS TEXT) IS NULL OR source = $1)
-           AND (CAST($2 AS TEXT) IS NULL OR event_type = $2)
-           AND (CAST($3 AS TEXT) IS NULL
-                OR substr(event_id, 1, length(CAST($3 AS TEXT))) = CAST($3 AS TEXT))
-           AND (CAST($4 AS BIGINT) IS NULL OR received_at >= $4)
-           AND (CAST($5 AS BIGINT) IS NULL OR received_at < $5)
-         ORDER BY received_at DESC, source DESC, event_id DESC LIMIT $6 OFFSET $7",
-        &[
-            &filter.source,
-            &filter.event_type,
-            &filter.id_prefix,
-            &filter.from,
-            &filter.to,
-            &limit,
-            &offset,
-        ],
+        &format!(
+            "SELECT source, event_id, event_type, received_at, length(payload)
+             FROM webhook_events {filters}
+             ORDER BY received_at DESC, source DESC, event_id DESC LIMIT {limit_param}"
+        ),
+        &params,
     )?;
     rows.iter().map(event_line).collect()
 }
@@ -223,22 +300,38 @@ pub(crate) fn event(
     }))
 }
 
-/// Outbox rows of `kind` and `status` (`None`: any), newest first, `limit` from `offset`.
+/// Outbox rows of `kind` and `status` (`None`: any), newest first, `limit` of them with an id
+/// below `before`. The WHERE clause names only the filters given.
 pub(crate) fn outbox(
     conn: &dyn Session,
     kind: Option<&str>,
     status: Option<&str>,
     limit: i64,
-    offset: i64,
+    before: Option<i64>,
 ) -> anyhow::Result<Vec<OutboxRow>> {
+    let mut params: Vec<&dyn ToParam> = Vec::new();
+    let mut clauses: Vec<String> = Vec::new();
+    let (kind, status) = (kind.map(str::to_string), status.map(str::to_string));
+    if let Some(kind) = &kind {
+        clauses.push(format!("kind = {}", bind(&mut params, kind)));
+    }
+    if let Some(status) = &status {
+        clauses.push(format!("status = {}", bind(&mut params, status)));
+    }
+    if let Some(before) = &before {
+        clauses.push(format!("id < {}", bind(&mut params, before)));
+    }
+    let limit_param = bind(&mut params, &limit);
+    let filters = if clauses.is_empty() {
+        String::new()
+    } else {
+        format!("WHERE {}", clauses.join(" AND "))
+    };
     let rows = conn.query(
         &format!(
-            "SELECT {OUTBOX_COLUMNS} FROM outbox
-             WHERE (CAST($1 AS TEXT) IS NULL OR kind = $1)
-               AND (CAST($2 AS TEXT) IS NULL OR status = $2)
-             ORDER BY id DESC LIMIT $3 OFFSET $4"
+            "SELECT {OUTBOX_COLUMNS} FROM outbox {filters} ORDER BY id DESC LIMIT {limit_param}"
         ),
-        &[&kind, &status, &limit, &offset],
+        &params,
     )?;
     rows.iter().map(outbox_row).collect()
 }

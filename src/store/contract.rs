@@ -395,33 +395,47 @@ fn retention_deletes_only_older_claims(stores: &mut Stores) {
     assert_eq!(count(stores, "SELECT count(*) FROM webhook_events"), 1);
 }
 
-/// Refusals are kept as written, pruned by age and capped per source in the same write, and
-/// read back by reason with their newest messages; the console's event filter and a kind's
-/// revival read and change only what they name.
+/// Refusals are counted per source, reason and minute (added to, so a second write of the same
+/// minute adds up), their messages kept a few per source and reason, both pruned by age in the
+/// same write, and read back by reason with their newest messages; the console's event filter
+/// and a kind's revival read and change only what they name.
 fn refusals_are_capped_and_pruned_and_the_console_reads_them(stores: &mut Stores) {
-    use crate::store::refusals::RefusalRow;
-    let row = |source: &str, reason: &str, at: i64, message: &str| RefusalRow {
+    use crate::store::refusals::{RefusalCount, RefusalMessage};
+    let counted = |source: &str, reason: &str, at: i64, count: i64| RefusalCount {
+        source: source.into(),
+        reason: reason.into(),
+        minute: at / 60,
+        count,
+        last_at: at,
+    };
+    let said = |source: &str, reason: &str, at: i64, message: &str| RefusalMessage {
         source: source.into(),
         reason: reason.into(),
         at,
-        count: 2,
         message: message.into(),
     };
     let first = Write::Refusals {
-        rows: vec![
-            row("src", "invalid_signature", 10, "too old to keep"),
-            row("src", "invalid_signature", 1000, "no signature matches"),
-            row(
+        counts: vec![
+            counted("src", "invalid_signature", 10, 7),
+            counted("src", "invalid_signature", 1000, 2),
+            counted("src", "invalid_event", 1002, 2),
+            counted("other", "invalid_signature", 1003, 2),
+        ],
+        messages: vec![
+            said("src", "invalid_signature", 10, "too old to keep"),
+            said("src", "invalid_signature", 1000, "no signature matches"),
+            said(
                 "src",
                 "invalid_signature",
                 1001,
                 "missing Stripe-Signature header",
             ),
-            row("src", "invalid_event", 1002, "no `id`"),
-            row("other", "invalid_signature", 1003, "other's"),
+            said("src", "invalid_signature", 1001, "a third"),
+            said("src", "invalid_event", 1002, "no `id`"),
+            said("other", "invalid_signature", 1003, "other's"),
         ],
         before: 0,
-        cap: 10,
+        messages_kept: 3,
     };
     assert_eq!(
         written(
@@ -430,18 +444,18 @@ fn refusals_are_capped_and_pruned_and_the_console_reads_them(stores: &mut Stores
                 .run_batch(vec![Work::Write(&first)], 1100)
                 .unwrap()
         ),
-        5
+        10
     );
-    // Past the age and past the cap of 2 for `src`: its oldest go, `other` keeps its row.
+    // The same minute again: added to its row. Past the age: minute 0 and its message go;
+    // past 3 messages for (src, invalid_signature): its oldest goes.
     let second = Write::Refusals {
-        rows: vec![row(
-            "src",
-            "invalid_signature",
-            1004,
-            "no signature matches",
-        )],
+        counts: vec![counted("src", "invalid_signature", 1004, 5)],
+        messages: vec![
+            said("src", "invalid_signature", 1004, "no signature matches"),
+            said("src", "invalid_signature", 1004, "a fourth"),
+        ],
         before: 500,
-        cap: 2,
+        messages_kept: 3,
     };
     assert_eq!(
         written(
@@ -450,7 +464,7 @@ fn refusals_are_capped_and_pruned_and_the_console_reads_them(stores: &mut Stores
                 .run_batch(vec![Work::Write(&second)], 1100)
                 .unwrap()
         ),
-        1
+        3
     );
     assert_eq!(
         count(
@@ -462,9 +476,26 @@ fn refusals_are_capped_and_pruned_and_the_console_reads_them(stores: &mut Stores
     assert_eq!(
         count(
             stores,
-            "SELECT count(*) FROM hookledger_refusals WHERE source = 'other'"
+            "SELECT CAST(sum(count) AS BIGINT) FROM hookledger_refusals \
+             WHERE source = 'src' AND reason = 'invalid_signature'"
         ),
-        1
+        7
+    );
+    assert_eq!(
+        count(
+            stores,
+            "SELECT count(*) FROM hookledger_refusal_messages \
+             WHERE source = 'src' AND reason = 'invalid_signature'"
+        ),
+        3
+    );
+    assert_eq!(
+        count(
+            stores,
+            "SELECT count(*) FROM hookledger_refusal_messages WHERE message = 'too old to keep' \
+             OR message = 'missing Stripe-Signature header'"
+        ),
+        0
     );
     let names = vec!["src".to_string(), "other".to_string()];
     let summaries = stores
@@ -472,17 +503,19 @@ fn refusals_are_capped_and_pruned_and_the_console_reads_them(stores: &mut Stores
         .read(|ledger| crate::store::console::summaries(ledger, &names, 1100))
         .unwrap();
     let src = &summaries[0];
-    assert_eq!(src.refused(), 4);
+    assert_eq!(src.refused(), 9);
     let reasons: Vec<(&str, i64)> = src
         .refusals
         .iter()
         .map(|r| (r.reason.as_str(), r.count))
         .collect();
-    assert_eq!(reasons, [("invalid_event", 2), ("invalid_signature", 2)]);
-    assert_eq!(
-        src.refusals[1].messages,
-        [(1004, "no signature matches".to_string())]
-    );
+    assert_eq!(reasons, [("invalid_signature", 7), ("invalid_event", 2)]);
+    let messages: Vec<&str> = src.refusals[0]
+        .messages
+        .iter()
+        .map(|(_, m)| m.as_str())
+        .collect();
+    assert_eq!(messages, ["a fourth", "no signature matches", "a third"]);
     assert_eq!(summaries[1].refused(), 2);
 
     stores
@@ -503,18 +536,45 @@ fn refusals_are_capped_and_pruned_and_the_console_reads_them(stores: &mut Stores
     };
     let found = stores
         .reader
-        .read(|ledger| crate::store::console::events(ledger, &filter, 10, 0))
+        .read(|ledger| crate::store::console::events(ledger, &filter, 10, None))
         .unwrap();
     let mut ids: Vec<&str> = found.iter().map(|e| e.event_id.as_str()).collect();
     ids.sort();
     assert_eq!(ids, ["evt_a1", "evt_a2"]);
+    // A page from a key: the events after it in the list's order, newest first.
+    let key = crate::store::console::EventKey {
+        received_at: found[0].received_at,
+        source: found[0].source.clone(),
+        event_id: found[0].event_id.clone(),
+    };
+    let after = stores
+        .reader
+        .read(|ledger| crate::store::console::events(ledger, &filter, 10, Some(&key)))
+        .unwrap();
+    let after: Vec<&str> = after.iter().map(|e| e.event_id.as_str()).collect();
+    assert_eq!(after, [found[1].event_id.as_str()]);
+    // A prefix is a range, not a pattern: `%` and `_` are themselves.
+    for prefix in ["evt_a%", "evt%a", "evt_b1", "evt_c"] {
+        let none = crate::store::console::EventFilter {
+            id_prefix: Some(prefix.into()),
+            ..Default::default()
+        };
+        assert!(
+            stores
+                .reader
+                .read(|ledger| crate::store::console::events(ledger, &none, 10, None))
+                .unwrap()
+                .is_empty(),
+            "{prefix}"
+        );
+    }
     let later = crate::store::console::EventFilter {
         from: Some(901),
         ..filter
     };
     assert!(stores
         .reader
-        .read(|ledger| crate::store::console::events(ledger, &later, 10, 0))
+        .read(|ledger| crate::store::console::events(ledger, &later, 10, None))
         .unwrap()
         .is_empty());
     let detail = stores

@@ -4,7 +4,7 @@
 
 use crate::event::Event;
 use crate::outbox::{Attempt, FORWARD};
-use crate::sql::{Session, StoreError, Tx};
+use crate::sql::{Dialect, Session, StoreError, Tx};
 
 /// Queues a row of `kind` for `event` inside the caller's transaction, due at `due`. The one
 /// insert of an outbox row (a store's batched form aside). `(kind, source, key)` is unique,
@@ -156,15 +156,26 @@ pub(crate) fn retry_all_dead(tx: &dyn Session, now: i64) -> Result<u64, StoreErr
 }
 
 /// Puts the dead rows of `kind` back to pending with a fresh schedule. Returns how many.
+///
+/// `kind` as the listings show it (`listings::shown`), so that the count beside the button
+/// and the rows it retries agree: on SQLite a row an effect queued with a BLOB `kind` is shown
+/// as the text its bytes spell, or as `x'…'` when they are not printable.
 pub(crate) fn retry_dead_of_kind(
     tx: &dyn Session,
     kind: &str,
     now: i64,
 ) -> Result<u64, StoreError> {
+    let blob = match tx.dialect() {
+        Dialect::Sqlite => " OR (typeof(kind) = 'blob' AND 'x''' || hex(kind) || '''' = $1)",
+        // A TEXT column: only text.
+        Dialect::Postgres => "",
+    };
     tx.execute(
-        "UPDATE outbox SET status = 'pending', attempts = 0, next_attempt_at = $2, done_at = NULL,
-             queued = queued + 1, leased_until = NULL
-         WHERE status = 'dead' AND kind = $1",
+        &format!(
+            "UPDATE outbox SET status = 'pending', attempts = 0, next_attempt_at = $2,
+                 done_at = NULL, queued = queued + 1, leased_until = NULL
+             WHERE status = 'dead' AND (CAST(kind AS TEXT) = $1{blob})"
+        ),
         &[&kind, &now],
     )
 }

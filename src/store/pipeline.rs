@@ -145,9 +145,12 @@ pub(crate) fn write_in(tx: &dyn Session, write: &Write, now: i64) -> Result<u64,
         Write::Revive { id: Some(id) } => Ok(u64::from(outbox::retry(tx, *id, now)?)),
         Write::Revive { id: None } => outbox::retry_all_dead(tx, now),
         Write::ReviveKind { kind } => outbox::retry_dead_of_kind(tx, kind, now),
-        Write::Refusals { rows, before, cap } => {
-            crate::store::refusals::record(tx, rows, *before, *cap)
-        }
+        Write::Refusals {
+            counts,
+            messages,
+            before,
+            messages_kept,
+        } => crate::store::refusals::record(tx, counts, messages, *before, *messages_kept),
         Write::Replay { source, event_id } => {
             Ok(u64::from(outbox::replay(tx, source, event_id, now)?))
         }

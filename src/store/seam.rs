@@ -51,13 +51,14 @@ pub(crate) enum Write {
     /// Queues a new forward of a stored event of `source`, or puts its existing row back to
     /// pending.
     Replay { source: String, event_id: String },
-    /// Keeps refused requests for `/status` (`rows`), deletes those refused before `before`,
-    /// and keeps at most `cap` rows per source of `rows`: a flood of refusals takes bounded
-    /// room.
+    /// Adds refused requests to the counts `/status` reads (per source, reason and minute),
+    /// keeps their messages (at most `messages_kept` per source and reason), and deletes what
+    /// was refused before `before`: a flood of refusals is counted exactly in bounded room.
     Refusals {
-        rows: Vec<crate::store::refusals::RefusalRow>,
+        counts: Vec<crate::store::refusals::RefusalCount>,
+        messages: Vec<crate::store::refusals::RefusalMessage>,
         before: i64,
-        cap: i64,
+        messages_kept: i64,
     },
     /// Rewrites the heartbeat row: `/readyz`'s proof that a write commits.
     Heartbeat { at: i64 },

@@ -394,8 +394,12 @@ fn the_status_page_shows_events_outbox_and_retention() {
     let escaped = "evt_&lt;b&gt;odd&lt;/b&gt;";
     for needle in [
         "id=\"source-stripe\"",
-        &format!("<code>{escaped}</code></td><td>invoice.paid</td><td class=duplicate>duplicate"),
-        &format!("<code>{escaped}</code></td><td>invoice.paid</td><td class=processed>processed"),
+        &format!(
+            "<code>{escaped}</code></td><td>invoice.paid</td><td class=\"duplicate\">duplicate"
+        ),
+        &format!(
+            "<code>{escaped}</code></td><td>invoice.paid</td><td class=\"processed\">processed"
+        ),
         "<td>forward</td><td class=n>0</td><td class=n>0</td><td class=n>1</td>",
         "HTTP 410 Gone",
         "Claims are kept 400 days",

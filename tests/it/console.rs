@@ -77,7 +77,8 @@ pub(crate) fn gitlab(server: &Server, id: &str, kind: &str, token: &str) -> Repl
     )
 }
 
-/// Waits until the refusals of `source` kept in the database stand for `n` requests.
+/// Waits until the refusals of `source` kept in the database stand for `n` requests, and
+/// asserts they stand for exactly `n` (not more).
 pub(crate) fn wait_refusals(db: &Db, source: &str, n: i64) {
     let kept = || {
         db.count(&format!(
@@ -85,8 +86,9 @@ pub(crate) fn wait_refusals(db: &Db, source: &str, n: i64) {
              WHERE source = '{source}'"
         ))
     };
-    wait_for(WAIT, || (kept() >= n).then_some(()))
+    let counted = wait_for(WAIT, || Some(kept()).filter(|k| *k >= n))
         .unwrap_or_else(|| panic!("{source}: {} refusals kept, not {n}", kept()));
+    assert_eq!(counted, n, "{source}: refusals counted");
 }
 
 fn get(server: &Server, path: &str) -> String {
@@ -119,14 +121,22 @@ fn status_shows_refusals_by_reason_with_messages_and_survives_a_restart() {
     assert_error(&missing, 400, "invalid_signature");
     let typo = server.post("/webhooks/gitlba", b"{}", &[]);
     assert_error(&typo, 404, "unknown_source");
+    // Not a name a source could have: not repeated on the page.
+    let junk = server.post("/webhooks/no.such~name", b"{}", &[]);
+    assert_error(&junk, 404, "unknown_source");
     let db = server.db();
     wait_refusals(&db, "gitlab", 4);
-    wait_refusals(&db, "-", 1);
-    // Only hookledger's own words: never the token that was sent.
-    assert_eq!(
-        db.count("SELECT count(*) FROM hookledger_refusals WHERE message LIKE '%wrong-token%'"),
-        0
-    );
+    wait_refusals(&db, "*", 2);
+    // Only hookledger's own words: never the token that was sent, nor a name that is not one.
+    for leaked in ["wrong-token", "no.such"] {
+        assert_eq!(
+            db.count(&format!(
+                "SELECT count(*) FROM hookledger_refusal_messages WHERE message LIKE '%{leaked}%'"
+            )),
+            0,
+            "{leaked}"
+        );
+    }
     let before = get(&server, "/status");
     assert!(server.terminate().is_some());
     let server = start_console_in(dir.path(), &app.url());
@@ -153,8 +163,9 @@ fn status_shows_refusals_by_reason_with_messages_and_survives_a_restart() {
         );
         for needle in [
             "missing X-Gitlab-Token header",
-            "1 requests in the last 15 min named a source that does not exist",
+            "2 requests in the last 15 min named a source that does not exist",
             "POST /webhooks/gitlba: no source has that name",
+            "POST /webhooks/(not a valid source name): no source has that name",
             "push-1",
             "push-2",
             "evt_ok",
@@ -198,18 +209,29 @@ fn the_events_browser_filters_and_an_events_page_shows_payload_and_outbox_rows()
     let bad = get(&server, "/events?from=soon");
     assert!(bad.contains("is not a time"), "{bad}");
 
+    // A prefix is a range of ids, not a pattern: `_` and `%` are themselves.
+    assert_eq!(found("id=evt%25alpha").len(), 0);
+    assert_eq!(found("id=evt_alph_").len(), 0);
     let link = found("id=evt_beta").pop().unwrap();
     assert_eq!(link, "/event?source=stripe&amp;id=evt_beta_1");
     let page = get(&server, &link.replace("&amp;", "&"));
+    // The target without its path (a Slack or Discord URL carries its secret there).
+    let target = app.url().replace("/hooks", "/…");
     for needle in [
+        "<code id=event-id>evt_beta_1</code>",
+        "<td id=event-source>stripe</td>",
+        "<td id=event-type>invoice.paid</td>",
         "<pre id=payload>{\n  &quot;",
-        "invoice.paid",
-        "processed",
-        &format!("<code>{}</code>", app.url()),
-        "<td class=done>done</td>",
+        "&quot;id&quot;: &quot;evt_beta_1&quot;",
+        &format!("<code>{target}</code>"),
+        "<td class=\"done\">done</td>",
     ] {
         assert!(page.contains(needle), "no `{needle}` in {page}");
     }
+    assert!(
+        !page.contains("/hooks"),
+        "the target's path is shown: {page}"
+    );
     let (status, missing) = server.admin_get("/event?source=stripe&id=nope");
     assert_eq!(status, 404, "{missing}");
 }
@@ -263,7 +285,7 @@ fn the_outbox_view_retries_one_dead_row_or_the_dead_rows_of_a_kind() {
     wait_outbox_status(&db, "evt_d1", "done", WAIT);
     wait_outbox_status(&db, "evt_d3", "done", WAIT);
     let row = get(&server, &format!("/outbox/row?id={id}"));
-    assert!(row.contains("<td class=done>done</td>"), "{row}");
+    assert!(row.contains("<td class=\"done\">done</td>"), "{row}");
 }
 
 /// Every change the console offers refuses without the token, with a wrong one, and with
@@ -368,47 +390,164 @@ fn a_flood_of_refusals_is_counted_exactly_in_few_rows() {
     let db = server.db();
     wait_refusals(&db, "gitlab", flood);
     let seconds = started.elapsed().as_secs() as i64 + 2;
+    // A row per source, reason and minute, and a few messages.
     let rows = db.count("SELECT count(*) FROM hookledger_refusals");
     assert!(
-        rows <= 3 * seconds,
+        rows <= 1 + seconds / 60,
         "{rows} rows for {flood} refusals in {seconds} s"
     );
+    let messages = db.count("SELECT count(*) FROM hookledger_refusal_messages");
+    assert!(messages <= 5, "{messages} messages kept");
     assert_eq!(ledger_count(&db), 20);
 }
 
-/// The events browser pages: 50 a page, newest first, a link to the older ones and back.
+/// The events browser pages by key: 50 a page, newest first, a link to the older ones (from
+/// the last one shown) and back to the newest.
 #[test]
-fn the_events_browser_pages_through_the_ledger() {
+fn the_events_browser_pages_through_the_ledger_newest_first() {
     let app = FakeApp::start(&[]);
     let server = start_console(&app.url());
     for i in 0..53 {
         let id = format!("evt_page_{i:02}");
         assert_outcome(&server.send(&paid(&id)), &id, "processed");
     }
-    let links = |page: &str| page.matches("<a class=event-link").count();
+    let ids = |page: &str| -> Vec<String> {
+        page.split("<a class=event-link href=\"/event?source=stripe&amp;id=")
+            .skip(1)
+            .map(|s| s.split('"').next().unwrap().to_string())
+            .collect()
+    };
     let first = get(&server, "/events?source=stripe");
-    assert_eq!(links(&first), 50);
+    assert_eq!(ids(&first).len(), 50);
+    assert!(!first.contains("id=newest"), "{first}");
     let older = first
         .split("<a id=older href=\"")
         .nth(1)
         .and_then(|s| s.split('"').next())
         .unwrap_or_else(|| panic!("no older link in {first}"))
         .replace("&amp;", "&");
-    assert_eq!(older, "/events?source=stripe&page=1");
+    assert!(
+        older.starts_with("/events?source=stripe&after_at=")
+            && older.ends_with("&after_source=stripe&after_id=evt_page_03"),
+        "{older}"
+    );
     let second = get(&server, &older);
-    assert_eq!(links(&second), 3);
     assert!(!second.contains("id=older"), "{second}");
-    assert!(second.contains("<a id=newer href=\"/events?source=stripe&amp;page=0\""));
-    let mut seen: Vec<String> = [&first, &second]
-        .iter()
-        .flat_map(|p| {
-            p.split("<a class=event-link href=\"/event?source=stripe&amp;id=")
-                .skip(1)
-                .map(|s| s.split('"').next().unwrap().to_string())
-                .collect::<Vec<_>>()
-        })
-        .collect();
-    seen.sort();
-    seen.dedup();
-    assert_eq!(seen.len(), 53, "every event once over the two pages");
+    assert!(
+        second.contains("<a id=newest href=\"/events?source=stripe\""),
+        "{second}"
+    );
+    // Sent one after the other: newest first is the reverse of the order they were sent in
+    // (received in the same second, the greater id is listed first).
+    let listed: Vec<String> = [ids(&first), ids(&second)].concat();
+    let expected: Vec<String> = (0..53).rev().map(|i| format!("evt_page_{i:02}")).collect();
+    assert_eq!(listed, expected);
+}
+
+/// An error of the server (here an effect's, whose text carries a value of the payload, as a
+/// database's `DETAIL: Key (email)=(…)` does) is counted on `/status` by its kind, for a single
+/// event and for an event of an array alike; its text is only in the log.
+#[test]
+fn a_server_errors_text_is_never_kept_for_status_only_its_kind() {
+    const KEY: &str = "console_hmac_secret_1";
+    const LEAK: &str = "leak-4242@example.com";
+    let dir = test_dir();
+    std::fs::create_dir_all(dir.path().join("migrations")).unwrap();
+    std::fs::write(
+        dir.path().join("migrations/001_seen.sql"),
+        "CREATE TABLE seen (source TEXT, event_id TEXT);",
+    )
+    .unwrap();
+    let config = r#"
+admin_token = "env:HOOKLEDGER_TEST_ADMIN_TOKEN"
+
+[schema]
+migrations = "migrations/"
+
+[[source]]
+name = "single"
+scheme = "hmac"
+secrets = ["env:CONSOLE_HMAC"]
+hmac = { header = "X-Signature" }
+id = { json = "/id" }
+type = { json = "/type" }
+
+[[source]]
+name = "batch"
+scheme = "hmac"
+secrets = ["env:CONSOLE_HMAC"]
+hmac = { header = "X-Signature" }
+split = "/"
+id = { json = "/id" }
+type = { json = "/type" }
+
+[[effect]]
+source = "single"
+on = "*"
+sql = "INSERT INTO seen VALUES (:source, :event_id)"
+
+[[effect]]
+source = "batch"
+on = "*"
+sql = "INSERT INTO seen VALUES (:source, :event_id)"
+"#;
+    let path = dir.path().join("hookledger.toml");
+    std::fs::write(&path, config).unwrap();
+    let server = Server::start_with_env(
+        dir.path(),
+        &["--config", path.to_str().unwrap()],
+        &[
+            ("RUST_LOG", "info"),
+            ("HOOKLEDGER_TEST_ADMIN_TOKEN", TOKEN),
+            ("CONSOLE_HMAC", KEY),
+        ],
+    );
+    let db = server.db();
+    db.inject_failure(
+        "refuse_leak",
+        "INSERT",
+        "seen",
+        "new.event_id = 'evt_leak'",
+        &format!("duplicate key: Key (email)=({LEAK}) already exists"),
+    );
+    let post = |source: &str, body: &str| {
+        use hmac::Mac;
+        let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(KEY.as_bytes()).unwrap();
+        mac.update(body.as_bytes());
+        let signature = hex::encode(mac.finalize().into_bytes());
+        server.post(
+            &format!("/webhooks/{source}"),
+            body.as_bytes(),
+            &[("X-Signature", &signature)],
+        )
+    };
+    let event = r#"{"id":"evt_leak","type":"user.created"}"#;
+    assert_error(&post("single", event), 500, "internal");
+    let array = format!(r#"[{{"id":"evt_fine","type":"user.created"}},{event}]"#);
+    assert_error(&post("batch", &array), 500, "internal");
+    // Both counted, by their kind, once each (the array's other event committed).
+    wait_refusals(&db, "single", 1);
+    wait_refusals(&db, "batch", 1);
+    assert_eq!(
+        db.strings("SELECT source || '/' || reason FROM hookledger_refusals ORDER BY source"),
+        ["batch/internal", "single/internal"]
+    );
+    assert_eq!(
+        db.strings("SELECT message FROM hookledger_refusal_messages ORDER BY source"),
+        [
+            "event evt_leak: internal: see the log for the error",
+            "event evt_leak: internal: see the log for the error"
+        ]
+    );
+    assert_eq!(
+        db.count(&format!(
+            "SELECT count(*) FROM hookledger_refusal_messages WHERE message LIKE '%{LEAK}%'"
+        )),
+        0
+    );
+    let page = get(&server, "/status");
+    assert!(!page.contains(LEAK), "{page}");
+    assert!(page.contains("see the log for the error"), "{page}");
+    wait_for(WAIT, || server.log().contains(LEAK).then_some(())).expect("the text is in the log");
+    assert_eq!(db.strings("SELECT event_id FROM seen"), ["evt_fine"]);
 }

@@ -184,6 +184,17 @@ fn unknown_source_is_404_and_wrong_method_is_405() {
     let header = signature(&body);
     let reply = server.post("/webhooks/github", &body, &[("Stripe-Signature", &header)]);
     assert_error(&reply, 404, "unknown_source");
+    // Its body is not read: the connection is closed, not left for a next request to find
+    // dropped.
+    let answer = server.raw(
+        b"POST /webhooks/github HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}",
+        Duration::from_secs(5),
+    );
+    assert!(
+        answer.starts_with("HTTP/1.1 404")
+            && answer.to_ascii_lowercase().contains("connection: close"),
+        "{answer}"
+    );
     let reply = server.post("/nope", &body, &[]);
     assert_error(&reply, 404, "not_found");
     let answer = server.raw(

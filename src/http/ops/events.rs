@@ -14,7 +14,7 @@ use axum::response::{IntoResponse, Response};
 
 use super::html::{esc, page, param, q, TOKEN_FIELD};
 use super::{change, read_ledger, read_refusal, Admin};
-use crate::store::console::{EventDetail, EventFilter, EventLine};
+use crate::store::console::{EventDetail, EventFilter, EventKey, EventLine};
 use crate::store::Write;
 use crate::time::{format_time, parse_rfc3339, unix_now};
 
@@ -79,14 +79,11 @@ pub(super) async fn list(
     }
     let query = query.unwrap_or_default();
     let (filter, errors) = filter_of(query.as_bytes());
-    let number = param(query.as_bytes(), "page")
-        .and_then(|p| p.parse::<i64>().ok())
-        .unwrap_or(0)
-        .clamp(0, 1_000_000);
+    let after = key_of(query.as_bytes());
     let found = if errors.is_empty() {
-        let filter = filter.clone();
+        let (filter, key) = (filter.clone(), after.clone());
         let read = read_ledger(&admin, move |conn| {
-            crate::store::console::events(conn, &filter, PAGE + 1, number * PAGE)
+            crate::store::console::events(conn, &filter, PAGE + 1, key.as_ref())
         });
         match read.await {
             Ok(found) => found,
@@ -101,7 +98,7 @@ pub(super) async fn list(
     for e in &errors {
         let _ = write!(h, "<p class=error>{}</p>", esc(e));
     }
-    results(&mut h, &found, &query, number);
+    results(&mut h, &found, &query, after.is_some());
     page("Events", &h)
 }
 
@@ -134,7 +131,17 @@ fn form(h: &mut String, admin: &Admin, f: &EventFilter) {
     );
 }
 
-fn results(h: &mut String, found: &[EventLine], query: &str, number: i64) {
+/// Where the page starts (`after_at`, `after_source`, `after_id`: the last event of the page
+/// before), or `None` for the newest.
+fn key_of(query: &[u8]) -> Option<EventKey> {
+    Some(EventKey {
+        received_at: param(query, "after_at")?.parse().ok()?,
+        source: param(query, "after_source")?,
+        event_id: param(query, "after_id")?,
+    })
+}
+
+fn results(h: &mut String, found: &[EventLine], query: &str, paged: bool) {
     if found.is_empty() {
         h.push_str("<p class=note id=no-events>No events match.</p>");
     } else {
@@ -159,9 +166,9 @@ fn results(h: &mut String, found: &[EventLine], query: &str, number: i64) {
         }
         h.push_str("</table>");
     }
-    // The same filter on another page.
+    // The same filter from another key.
     let others: String = url::form_urlencoded::parse(query.as_bytes())
-        .filter(|(k, _)| k != "page")
+        .filter(|(k, _)| !k.starts_with("after_"))
         .fold(
             url::form_urlencoded::Serializer::new(String::new()),
             |mut s, (k, v)| {
@@ -170,12 +177,24 @@ fn results(h: &mut String, found: &[EventLine], query: &str, number: i64) {
             },
         )
         .finish();
-    let at = |n: i64| esc(&format!("/events?{others}&page={n}"));
-    if number > 0 {
-        let _ = write!(h, "<a id=newer href=\"{}\">← newer</a> ", at(number - 1));
+    if paged {
+        let _ = write!(
+            h,
+            "<a id=newest href=\"{}\">← newest</a> ",
+            esc(&format!("/events?{others}"))
+        );
     }
-    if found.len() as i64 > PAGE {
-        let _ = write!(h, "<a id=older href=\"{}\">older →</a>", at(number + 1));
+    if let (true, Some(last)) = (found.len() as i64 > PAGE, found.get(PAGE as usize - 1)) {
+        let mut at = url::form_urlencoded::Serializer::new(String::new());
+        at.append_pair("after_at", &last.received_at.to_string())
+            .append_pair("after_source", &last.source)
+            .append_pair("after_id", &last.event_id);
+        let sep = if others.is_empty() { "" } else { "&" };
+        let _ = write!(
+            h,
+            "<a id=older href=\"{}\">older →</a>",
+            esc(&format!("/events?{others}{sep}{}", at.finish()))
+        );
     }
 }
 

@@ -90,7 +90,7 @@ pub(super) fn rows_table(h: &mut String, admin: &Admin, rows: &[OutboxRow], now:
             "<tr class=\"outbox-row status-{status}\" id=\"row-{id}\"><td class=n>\
              <a href=\"/outbox/row?id={id}\">{id}</a></td><td>{}</td><td><code>{}</code></td>\
              <td><a href=\"{}\"><code>{}</code></a> <span class=note>{}</span></td>\
-             <td class={status}>{status}</td><td class=n>{}</td><td>{when}</td>\
+             <td class=\"{status}\">{status}</td><td class=n>{}</td><td>{when}</td>\
              <td class=last-error>{}</td><td>{output}</td><td>",
             esc(&r.kind),
             esc(target(admin, &r.kind)),
@@ -105,7 +105,7 @@ pub(super) fn rows_table(h: &mut String, admin: &Admin, rows: &[OutboxRow], now:
             let _ = write!(
                 h,
                 "<form method=post action=/outbox/retry class=retry-one>\
-                 <input type=hidden name=id value={id}>{TOKEN_FIELD}\
+                 <input type=hidden name=id value=\"{id}\">{TOKEN_FIELD}\
                  <button type=submit id=\"retry-{id}\">Retry this row</button></form>",
                 id = r.id
             );
@@ -129,21 +129,12 @@ pub(super) async fn list(
         param(query.as_bytes(), "status"),
     );
     let retried = param(query.as_bytes(), "retried");
-    let number = param(query.as_bytes(), "page")
-        .and_then(|p| p.parse::<i64>().ok())
-        .unwrap_or(0)
-        .clamp(0, 1_000_000);
+    let before = param(query.as_bytes(), "before").and_then(|p| p.parse::<i64>().ok());
     let (k, s) = (kind.clone(), status.clone());
     let read = read_ledger(&admin, move |conn| {
         Ok((
             crate::store::listings::outbox_summary(conn)?,
-            crate::store::console::outbox(
-                conn,
-                k.as_deref(),
-                s.as_deref(),
-                PAGE + 1,
-                number * PAGE,
-            )?,
+            crate::store::console::outbox(conn, k.as_deref(), s.as_deref(), PAGE + 1, before)?,
         ))
     });
     let (summary, rows) = match read.await {
@@ -212,7 +203,7 @@ pub(super) async fn list(
         rows_table(&mut h, &admin, &rows[..rows.len().min(PAGE as usize)], now);
     }
     let others: String = url::form_urlencoded::parse(query.as_bytes())
-        .filter(|(k, _)| k != "page" && k != "retried")
+        .filter(|(k, _)| k != "before" && k != "retried")
         .fold(
             url::form_urlencoded::Serializer::new(String::new()),
             |mut s, (k, v)| {
@@ -221,12 +212,14 @@ pub(super) async fn list(
             },
         )
         .finish();
-    if number > 0 {
-        let at = format!("/outbox?{others}&page={}", number - 1);
-        let _ = write!(h, "<a id=newer href=\"{}\">← newer</a> ", esc(&at));
+    // Paged by id, not by offset: a page costs the same however deep.
+    if before.is_some() {
+        let at = format!("/outbox?{others}");
+        let _ = write!(h, "<a id=newest href=\"{}\">← newest</a> ", esc(&at));
     }
-    if rows.len() as i64 > PAGE {
-        let at = format!("/outbox?{others}&page={}", number + 1);
+    if let (true, Some(last)) = (rows.len() as i64 > PAGE, rows.get(PAGE as usize - 1)) {
+        let sep = if others.is_empty() { "" } else { "&" };
+        let at = format!("/outbox?{others}{sep}before={}", last.id);
         let _ = write!(h, "<a id=older href=\"{}\">older →</a>", esc(&at));
     }
     page("Outbox", &h)

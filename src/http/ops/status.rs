@@ -52,11 +52,12 @@ pub(super) async fn page(
         return refused;
     }
     let now = unix_now();
-    let mut names = admin.sources.clone();
-    names.push(UNKNOWN_SOURCE.to_string());
+    let names = admin.sources.clone();
     let read = read_ledger(&admin, move |conn| {
-        let mut sources = crate::store::console::summaries(conn, &names, now)?;
-        let unknown = sources.pop().filter(|u| u.refused() > 0);
+        let sources = crate::store::console::summaries(conn, &names, now)?;
+        // Only refusals: no event has this source, so the ledger is not asked.
+        let unknown = crate::store::console::refused(conn, UNKNOWN_SOURCE, now)?;
+        let unknown = Some(unknown).filter(|u| u.refused() > 0);
         Ok(Stored {
             sources,
             unknown,
@@ -293,7 +294,7 @@ fn instance(h: &mut String, a: &Activity) {
         let _ = write!(
             h,
             "<tr class=event><td>{}</td><td><code>{}</code></td><td>{}</td>\
-             <td class={outcome}>{outcome}{reason}</td><td class=n>{:.1}</td></tr>",
+             <td class=\"{outcome}\">{outcome}{reason}</td><td class=n>{:.1}</td></tr>",
             format_time(e.at),
             esc(&e.id),
             esc(&e.kind),

@@ -716,6 +716,45 @@ mod tests {
         assert_eq!(due[0].key, "42");
     }
 
+    /// Regression: the console counted a kind's dead rows with those an older version let an
+    /// effect queue with a BLOB `kind` (shown as the text it spells, or `x'…'`), but retrying
+    /// the kind's dead rows matched only TEXT kinds: the button said 3 and retried 1.
+    #[test]
+    fn retrying_a_kinds_dead_rows_retries_what_the_summary_counts_for_it() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        migrate(&mut conn).unwrap();
+        conn.execute_batch(
+            "DROP TRIGGER IF EXISTS outbox_text_identity_insert;
+             INSERT INTO outbox (kind, source, key, payload, status) VALUES
+                 ('forward', 's', 'k1', x'7b7d', 'dead'),
+                 (CAST('forward' AS BLOB), 's', 'k2', x'7b7d', 'dead'),
+                 (x'ff', 's', 'k3', x'7b7d', 'dead'),
+                 ('forward', 's', 'k4', x'7b7d', 'done'),
+                 ('other', 's', 'k5', x'7b7d', 'dead');",
+        )
+        .unwrap();
+        let summary = crate::store::listings::outbox_summary(&conn).unwrap();
+        let dead = |kind: &str| {
+            summary
+                .counts
+                .iter()
+                .filter(|c| c.kind == kind && c.status == "dead")
+                .map(|c| c.rows)
+                .sum::<i64>() as u64
+        };
+        assert_eq!((dead("forward"), dead("x'FF'")), (2, 1));
+        assert_eq!(outbox::retry_dead_of_kind(&conn, "forward", 5).unwrap(), 2);
+        assert_eq!(outbox::retry_dead_of_kind(&conn, "x'FF'", 5).unwrap(), 1);
+        let dead_left: i64 = conn
+            .query_row(
+                "SELECT count(*) FROM outbox WHERE status = 'dead'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(dead_left, 1, "only the row of kind `other`");
+    }
+
     #[test]
     fn an_attempt_begun_before_a_replay_does_not_settle_the_replayed_row() {
         let mut conn = Connection::open_in_memory().unwrap();
@@ -917,5 +956,117 @@ mod tests {
         assert_eq!(on, 1, "a refused PRAGMA changed nothing");
         assert!(!store.conn.is_autocommit(), "the transaction is still open");
         store.conn.execute_batch("COMMIT").unwrap();
+    }
+}
+
+/// The console's reads go through indexes: a status page costs the same with a ledger of
+/// millions of events as with an empty one.
+#[cfg(test)]
+mod console_plans {
+    use std::cell::RefCell;
+
+    use rusqlite::Connection;
+
+    use super::migrate;
+    use crate::sql::{Dialect, Row, Session, StoreError, ToParam};
+    use crate::store::console::{self, EventFilter, EventKey};
+
+    /// A session that runs each query's `EXPLAIN QUERY PLAN` before it, keeping the plans.
+    struct Explained<'c> {
+        conn: &'c Connection,
+        plans: RefCell<Vec<(String, Vec<String>)>>,
+    }
+
+    impl Session for Explained<'_> {
+        fn dialect(&self) -> Dialect {
+            Dialect::Sqlite
+        }
+
+        fn execute(&self, sql: &str, params: &[&dyn ToParam]) -> Result<u64, StoreError> {
+            Session::execute(self.conn, sql, params)
+        }
+
+        fn query(&self, sql: &str, params: &[&dyn ToParam]) -> Result<Vec<Row>, StoreError> {
+            let plan = Session::query(self.conn, &format!("EXPLAIN QUERY PLAN {sql}"), params)?
+                .iter()
+                .map(|r| r.get::<String>(3).unwrap())
+                .collect();
+            self.plans.borrow_mut().push((sql.to_string(), plan));
+            Session::query(self.conn, sql, params)
+        }
+    }
+
+    fn explained(
+        conn: &Connection,
+        read: impl FnOnce(&Explained<'_>),
+    ) -> Vec<(String, Vec<String>)> {
+        let session = Explained {
+            conn,
+            plans: RefCell::new(Vec::new()),
+        };
+        read(&session);
+        session.plans.into_inner()
+    }
+
+    /// No step of any plan reads a whole table nor sorts: each is a SEARCH of an index.
+    fn assert_searched(plans: &[(String, Vec<String>)]) {
+        assert!(!plans.is_empty());
+        for (sql, plan) in plans {
+            for step in plan {
+                assert!(
+                    step.starts_with("SEARCH ") && !step.contains("TEMP B-TREE"),
+                    "`{step}` in the plan of {sql}: {plan:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn the_status_page_and_a_sources_events_search_indexes_and_never_scan_the_ledger() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        migrate(&mut conn).unwrap();
+        let sources = vec!["stripe".to_string(), "gitlab".to_string()];
+        let plans = explained(&conn, |s| {
+            console::summaries(s, &sources, 10_000).unwrap();
+            console::refused(s, crate::refusals::UNKNOWN_SOURCE, 10_000).unwrap();
+        });
+        assert_searched(&plans);
+        let filter = EventFilter {
+            source: Some("stripe".into()),
+            id_prefix: Some("evt_1".into()),
+            from: Some(100),
+            to: Some(9_000),
+            event_type: Some("invoice.paid".into()),
+        };
+        let key = EventKey {
+            received_at: 5_000,
+            source: "stripe".into(),
+            event_id: "evt_19".into(),
+        };
+        let plans = explained(&conn, |s| {
+            console::events(
+                s,
+                &EventFilter {
+                    source: Some("stripe".into()),
+                    ..EventFilter::default()
+                },
+                51,
+                Some(&key),
+            )
+            .unwrap();
+            console::events(s, &filter, 51, None).unwrap();
+        });
+        assert_searched(&plans);
+        // Without a source, a page is a walk down the received_at index from the key.
+        let plans = explained(&conn, |s| {
+            console::events(s, &EventFilter::default(), 51, Some(&key)).unwrap();
+        });
+        for (sql, plan) in &plans {
+            assert!(
+                plan.iter()
+                    .any(|step| step.starts_with("SEARCH webhook_events USING")),
+                "{sql}: {plan:?}"
+            );
+        }
     }
 }
