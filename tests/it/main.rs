@@ -36,3 +36,4 @@ mod secrets;
 mod sendgrid;
 mod sources;
 mod startup;
+mod storage;
