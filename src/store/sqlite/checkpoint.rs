@@ -5,7 +5,7 @@
 //! prune) it never catches up: SQLite starts the WAL over only once every frame has been
 //! copied back and no reader still uses it, so the file grew without end (4.5 GB while
 //! pruning 1 M claims, left that size after `serve` stopped). So the file's size is watched:
-//! past the bound, a TRUNCATE checkpoint waits (up to the busy timeout) for the writer's
+//! past the bound, a TRUNCATE checkpoint waits (up to a second) for the writer's
 //! transaction and the readers in flight, copies every frame back while new writes wait, and
 //! truncates the file to zero bytes. The writer is held for that one checkpoint (a bound's
 //! worth of pages: a fraction of a second), not for the prune or the burst that filled it.
@@ -21,6 +21,9 @@ const CHECKPOINT_INTERVAL: Duration = Duration::from_millis(500);
 
 /// How often the WAL file's size is looked at (a `stat`, nothing more).
 const SIZE_INTERVAL: Duration = Duration::from_millis(100);
+
+/// The longest a checkpoint waits for the writer and the readers.
+const CHECKPOINT_WAIT: Duration = Duration::from_secs(1);
 
 /// The WAL file past which a TRUNCATE checkpoint runs, by default (`storage.wal_limit_mb`).
 pub(crate) const DEFAULT_WAL_LIMIT: u64 = crate::config::DEFAULT_WAL_LIMIT_MB as u64 * 1024 * 1024;
@@ -53,7 +56,10 @@ impl Checkpointer {
         writer.pragma_update(None, "journal_size_limit", wal_limit as i64)?;
         let path = writer.path().unwrap_or_default().to_string();
         let conn = Connection::open(&path)?;
-        conn.busy_timeout(busy_timeout)?;
+        // A TRUNCATE checkpoint holds back new writes while it waits for the readers in
+        // flight: it gives up well before the writer's own busy timeout would turn requests
+        // into 503s, and tries again on the next round.
+        conn.busy_timeout((busy_timeout / 4).min(CHECKPOINT_WAIT))?;
         conn.pragma_update(None, "synchronous", "FULL")?;
         let wal = wal_path(Path::new(&path));
         let (stop, stopped) = mpsc::sync_channel::<()>(0);
