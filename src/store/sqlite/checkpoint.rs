@@ -4,14 +4,20 @@
 //! A PASSIVE checkpoint never blocks the writer or readers, but under a steady load (or a
 //! prune) it never catches up: SQLite starts the WAL over only once every frame has been
 //! copied back and no reader still uses it, so the file grew without end (4.5 GB while
-//! pruning 1 M claims, left that size after `serve` stopped). So the file's size is watched:
-//! past the bound, a TRUNCATE checkpoint waits (up to a second) for the writer's
-//! transaction and the readers in flight, copies every frame back while new writes wait, and
-//! truncates the file to zero bytes. The writer is held for that one checkpoint (a bound's
-//! worth of pages: a fraction of a second), not for the prune or the burst that filled it.
+//! pruning 1 M claims, left that size after `serve` stopped). A checkpoint on this thread
+//! that waits for the writer does not help either: the writer takes the lock again right
+//! after each COMMIT and the checkpoint starves. So this thread watches the file's size and,
+//! past the bound, tries a TRUNCATE checkpoint briefly (enough when the writer is idle) and
+//! raises a flag; the writer, between two batches, then runs a TRUNCATE
+//! checkpoint itself ([`Checkpointer::truncate_if_over`]): it waits (up to a second) for the
+//! readers in flight, copies every frame back and cuts the file to zero bytes. The writer is
+//! held for that one checkpoint (a bound's worth of pages), not for the prune or the burst
+//! that filled it.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, SyncSender};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rusqlite::Connection;
@@ -22,17 +28,40 @@ const CHECKPOINT_INTERVAL: Duration = Duration::from_millis(500);
 /// How often the WAL file's size is looked at (a `stat`, nothing more).
 const SIZE_INTERVAL: Duration = Duration::from_millis(100);
 
-/// The longest a checkpoint waits for the writer and the readers.
+/// The longest the writer's TRUNCATE checkpoint waits for the readers in flight: well before
+/// a request queued behind it would time out; the next batch tries again.
 const CHECKPOINT_WAIT: Duration = Duration::from_secs(1);
+
+/// The longest this thread's checkpoints wait for the writer and the readers.
+const IDLE_WAIT: Duration = Duration::from_millis(100);
 
 /// The WAL file past which a TRUNCATE checkpoint runs, by default (`storage.wal_limit_mb`).
 pub(crate) const DEFAULT_WAL_LIMIT: u64 = crate::config::DEFAULT_WAL_LIMIT_MB as u64 * 1024 * 1024;
 
-/// A PASSIVE checkpoint every [`CHECKPOINT_INTERVAL`], a TRUNCATE one whenever the WAL file
-/// has grown past its bound. Dropping the value stops the thread after one last checkpoint.
+/// A PASSIVE checkpoint every [`CHECKPOINT_INTERVAL`], a TRUNCATE one by the writer whenever
+/// the WAL file has grown past its bound, and a last TRUNCATE one at the end. Dropping the value stops the thread after one last checkpoint.
 pub(crate) struct Checkpointer {
     /// Never sent on: dropping it wakes the thread for its last round.
     _stop: SyncSender<()>,
+    /// Set by the thread when the WAL file is past its bound; taken by the writer.
+    over: Arc<AtomicBool>,
+    /// The writer's busy timeout, put back after its checkpoint.
+    busy_timeout: Duration,
+    /// Joined on drop, so the last TRUNCATE checkpoint runs before the process ends.
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for Checkpointer {
+    fn drop(&mut self) {
+        // Dropping `_stop` (after this) is what wakes the thread: wake it first.
+        let (stop, _) = mpsc::sync_channel(0);
+        drop(std::mem::replace(&mut self._stop, stop));
+        if let Some(thread) = self.thread.take() {
+            if thread.join().is_err() {
+                log::error!("checkpoint thread panicked");
+            }
+        }
+    }
 }
 
 /// The WAL file of the database at `path`.
@@ -56,14 +85,14 @@ impl Checkpointer {
         writer.pragma_update(None, "journal_size_limit", wal_limit as i64)?;
         let path = writer.path().unwrap_or_default().to_string();
         let conn = Connection::open(&path)?;
-        // A TRUNCATE checkpoint holds back new writes while it waits for the readers in
-        // flight: it gives up well before the writer's own busy timeout would turn requests
-        // into 503s, and tries again on the next round.
-        conn.busy_timeout((busy_timeout / 4).min(CHECKPOINT_WAIT))?;
+        // Short: the writer's own checkpoint takes over when this one cannot finish.
+        conn.busy_timeout(IDLE_WAIT)?;
         conn.pragma_update(None, "synchronous", "FULL")?;
         let wal = wal_path(Path::new(&path));
         let (stop, stopped) = mpsc::sync_channel::<()>(0);
-        std::thread::Builder::new()
+        let over = Arc::new(AtomicBool::new(false));
+        let raise = over.clone();
+        let thread = std::thread::Builder::new()
             .name("hookledger-checkpoint".into())
             .spawn(move || {
                 let mut last_passive = Instant::now();
@@ -73,6 +102,12 @@ impl Checkpointer {
                         Err(mpsc::RecvTimeoutError::Timeout)
                     );
                     let size = std::fs::metadata(&wal).map(|m| m.len()).unwrap_or(0);
+                    if size > wal_limit {
+                        raise.store(true, Ordering::Relaxed);
+                    }
+                    // Past the bound while the writer is idle (no batch to run the writer's
+                    // checkpoint after), this thread's own TRUNCATE does it; under load it
+                    // gives up at once and the writer's does.
                     let mode = if last || size > wal_limit {
                         "TRUNCATE"
                     } else if last_passive.elapsed() >= CHECKPOINT_INTERVAL {
@@ -80,7 +115,12 @@ impl Checkpointer {
                     } else {
                         continue;
                     };
-                    if let Err(e) = checkpoint(&conn, mode) {
+                    let done = checkpoint(&conn, mode);
+                    if !last && mode == "TRUNCATE" {
+                        if let Err(e) = done {
+                            log::debug!("WAL checkpoint (TRUNCATE) left to the writer: {e}");
+                        }
+                    } else if let Err(e) = done {
                         log::warn!("WAL checkpoint ({mode}, WAL file {size} bytes) failed: {e}");
                     }
                     last_passive = Instant::now();
@@ -90,7 +130,31 @@ impl Checkpointer {
                 }
             })
             .map_err(|e| rusqlite::Error::ToSqlConversionFailure(Box::new(e)))?;
-        Ok(Checkpointer { _stop: stop })
+        Ok(Checkpointer {
+            _stop: stop,
+            over,
+            busy_timeout,
+            thread: Some(thread),
+        })
+    }
+
+    /// On the writer's connection, between two batches: when the WAL file has grown past its
+    /// bound, copies it back and truncates it (TRUNCATE), waiting at most [`CHECKPOINT_WAIT`]
+    /// for the readers in flight. A failure is logged and the next batch tries again.
+    pub(crate) fn truncate_if_over(&self, writer: &Connection) {
+        if !self.over.swap(false, Ordering::Relaxed) {
+            return;
+        }
+        let done = writer
+            .busy_timeout(CHECKPOINT_WAIT)
+            .and_then(|()| checkpoint(writer, "TRUNCATE"));
+        if let Err(e) = done {
+            self.over.store(true, Ordering::Relaxed);
+            log::warn!("WAL checkpoint (TRUNCATE, WAL past its bound) failed: {e}");
+        }
+        if let Err(e) = writer.busy_timeout(self.busy_timeout) {
+            log::warn!("cannot restore the busy timeout: {e}");
+        }
     }
 }
 

@@ -92,7 +92,7 @@ pub(crate) struct SqliteStore {
     /// rolls all of it back when it interrupts a write): its source and id.
     over_time: Option<(String, String)>,
     /// Stops with the store: the last checkpoint runs after the last commit.
-    _checkpoints: Option<Checkpointer>,
+    checkpoints: Option<Checkpointer>,
 }
 
 impl SqliteStore {
@@ -110,7 +110,7 @@ impl SqliteStore {
         wal_limit: u64,
     ) -> anyhow::Result<SqliteStore> {
         let mut store = SqliteStore::open_for_cli(path, busy_timeout)?;
-        store._checkpoints = Some(
+        store.checkpoints = Some(
             Checkpointer::start(&store.conn, busy_timeout, wal_limit)
                 .with_context(|| format!("cannot start checkpoints on {}", path.display()))?,
         );
@@ -179,7 +179,7 @@ impl SqliteStore {
             handler,
             handler_limit: DEFAULT_EFFECT_TIMEOUT,
             over_time: None,
-            _checkpoints: None,
+            checkpoints: None,
         })
     }
 
@@ -230,6 +230,9 @@ impl Store for SqliteStore {
                     .any(|w| matches!(w, Work::Write(w) if w.is_prune()))
                 {
                     self.reclaim();
+                }
+                if let Some(checkpoints) = &self.checkpoints {
+                    checkpoints.truncate_if_over(&self.conn);
                 }
                 return result;
             };
