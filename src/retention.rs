@@ -309,6 +309,56 @@ mod tests {
         );
     }
 
+    /// A prune is many short writer jobs, never one long one: 1,200 old payloads take three
+    /// batches of at most [`BATCH_ROWS`], and other writes (requests) run between them.
+    #[test]
+    fn a_prune_is_short_batches_with_other_writes_between_them() {
+        let mut store = SqliteStore::open_in_memory().unwrap();
+        let insert = |store: &SqliteStore, id: &str, at: i64| {
+            store
+                .connection()
+                .execute(
+                    "INSERT INTO webhook_events (event_id, event_type, source, received_at, payload)
+                     VALUES (?1, 'invoice.paid', 'stripe', ?2, x'7b7d')",
+                    rusqlite::params![id, at],
+                )
+                .unwrap();
+        };
+        for i in 0..1200 {
+            insert(&store, &format!("evt_old_{i}"), T0 - 40 * DAY);
+        }
+        let retention = RetentionConfig {
+            claim_days: 400,
+            payload_days: 30,
+        };
+        let mut batches = Vec::new();
+        let pruned = prune(T0, Some(T0), &retention, |write| {
+            let n = store.write_now(&write, T0)?;
+            if matches!(write, Write::PrunePayloads { .. }) {
+                batches.push(n);
+                insert(&store, &format!("evt_between_{}", batches.len()), T0);
+            }
+            Ok(n)
+        })
+        .unwrap();
+        assert_eq!(batches, [500, 500, 200]);
+        assert_eq!(pruned.payloads, 1200);
+        let count =
+            |sql: &str| -> i64 { store.connection().query_row(sql, [], |r| r.get(0)).unwrap() };
+        assert_eq!(
+            count("SELECT count(*) FROM webhook_events WHERE payload IS NULL"),
+            1200
+        );
+        assert_eq!(
+            count(
+                "SELECT count(*) FROM webhook_events
+                 WHERE event_id LIKE 'evt_between_%' AND payload IS NOT NULL"
+            ),
+            3,
+            "the writes between the batches stand, with their payloads"
+        );
+    }
+
     #[test]
     fn days_are_a_number_or_never() {
         assert_eq!(parse_days("400"), Ok(400));

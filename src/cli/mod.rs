@@ -89,6 +89,14 @@ pub enum Command {
         #[command(flatten)]
         db: DbArg,
     },
+    /// SQLite: rewrite the database file compactly, once, so that it shrinks to what it holds
+    /// and from then on gives the space pruning frees back to the file system (databases
+    /// made by hookledger 0.x before this switch keep their size otherwise). Stop `serve`
+    /// first; it needs about the file's size in free disk while it runs.
+    Vacuum {
+        #[command(flatten)]
+        db: DbArg,
+    },
     /// Recover events Stripe has and the ledger lacks (webhooks missed for good) from Stripe's
     /// API, through the same claim and effects as a webhook; print found, applied, already
     /// present and failed. It may run while `serve` runs on the same database.
@@ -243,6 +251,7 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
                 &db,
             )
         }
+        Command::Vacuum { db } => vacuum(&db),
         Command::Reconcile(args) => reconcile::run(args),
         Command::MigrateTo { target, db } => migrate_to(&db.config()?.database, &target),
         Command::GenSecret => gen_secret(),
@@ -300,6 +309,29 @@ fn prune(retention: &config::RetentionConfig, db: &DbArg) -> anyhow::Result<Exit
     } = store::open(&config.database, &config.storage, store::Access::Command)?;
     let pruned = reader.read(|ledger| admin::prune(&mut *writer, ledger, retention))?;
     println!("{}", pruned.describe(retention));
+    Ok(Exit::Ok)
+}
+
+fn vacuum(db: &DbArg) -> anyhow::Result<Exit> {
+    let database = db.config()?.database;
+    let Database::Sqlite(path) = &database else {
+        anyhow::bail!(
+            "vacuum is for SQLite: PostgreSQL's autovacuum reuses the space pruning frees \
+             (VACUUM FULL, run by hand, gives it back to the file system)"
+        );
+    };
+    let done = store::sqlite::vacuum(path)?;
+    println!(
+        "{}: {} bytes before, {} bytes after; pruning now gives freed space back{}",
+        path.display(),
+        done.before,
+        done.after,
+        if done.was_incremental {
+            " (it already did)"
+        } else {
+            ""
+        }
+    );
     Ok(Exit::Ok)
 }
 

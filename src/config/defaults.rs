@@ -48,6 +48,10 @@ pub(crate) const DEFAULT_EFFECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// short enough that the provider gets its answer long before its own timeout (~10 s).
 pub(crate) const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// The SQLite write-ahead log's bound (MiB): a few seconds of the heaviest load, a fraction
+/// of a second to copy back into the database file while the writer waits.
+pub(crate) const DEFAULT_WAL_LIMIT_MB: usize = 64;
+
 /// How far a signed timestamp may be from now: the providers' own SDKs default to 300 s; it
 /// bounds how long a captured request can be replayed.
 pub const DEFAULT_TOLERANCE_SECS: u64 = 300;

@@ -33,7 +33,7 @@ pub(crate) use defaults::{
     DEFAULT_COMMAND_CONCURRENCY, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONCURRENCY, DEFAULT_DB,
     DEFAULT_EFFECT_TIMEOUT, DEFAULT_FORWARD_TIMEOUT, DEFAULT_LISTEN, DEFAULT_MAX_BODY,
     DEFAULT_MAX_CONNECTIONS, DEFAULT_OUTBOX_LEASE, DEFAULT_PAYLOAD_DAYS, DEFAULT_QUEUE_DEPTH,
-    DEFAULT_READ_TIMEOUT, MIN_RETENTION_DAYS,
+    DEFAULT_READ_TIMEOUT, DEFAULT_WAL_LIMIT_MB, MIN_RETENTION_DAYS,
 };
 pub(crate) use effect::{bind_parameters, split_statements, BoundStatement};
 pub use effect::{EffectConfig, SchemaConfig};
@@ -181,6 +181,10 @@ pub struct StorageConfig {
     /// them; if it dies, another instance delivers them once the lease lapses.
     #[serde(with = "duration")]
     pub outbox_lease: Duration,
+    /// SQLite: the write-ahead log's bound in MiB. Past it a checkpoint that waits for the
+    /// writer copies the log back into the database file and truncates it, so the log stays
+    /// near this size under any load (a prune, a burst) and is empty after `serve` stops.
+    pub wal_limit_mb: usize,
 }
 
 /// The writer's batches and queue.
@@ -681,6 +685,7 @@ impl Default for StorageConfig {
         StorageConfig {
             busy_timeout: DEFAULT_BUSY_TIMEOUT,
             outbox_lease: DEFAULT_OUTBOX_LEASE,
+            wal_limit_mb: DEFAULT_WAL_LIMIT_MB,
         }
     }
 }
@@ -873,6 +878,7 @@ impl Config {
             ("writer.batch_max", self.writer.batch_max),
             ("writer.queue_depth", self.writer.queue_depth),
             ("http.max_connections", self.http.max_connections),
+            ("storage.wal_limit_mb", self.storage.wal_limit_mb),
         ] {
             if value == 0 {
                 refuse!(key, "must be at least 1");

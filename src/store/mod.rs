@@ -122,7 +122,11 @@ pub(crate) fn open(
                 Access::Serve => {
                     let lock = sqlite::lock_for_serve(path)?;
                     (
-                        sqlite::SqliteStore::open(path, storage.busy_timeout)?,
+                        sqlite::SqliteStore::open_bounded(
+                            path,
+                            storage.busy_timeout,
+                            (storage.wal_limit_mb as u64).saturating_mul(1024 * 1024),
+                        )?,
                         Box::new(lock),
                     )
                 }

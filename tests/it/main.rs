@@ -40,3 +40,4 @@ mod secrets;
 mod sendgrid;
 mod sources;
 mod startup;
+mod storage;

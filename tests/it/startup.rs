@@ -407,6 +407,11 @@ handlers = ["stripe-billing"]
             vec!["source `gh`.max_body: must be at least 1 and at most http.body_budget"],
         ),
         (
+            "no room for the write-ahead log",
+            format!("[storage]\nwal_limit_mb = 0\n{good}"),
+            vec!["storage.wal_limit_mb: must be at least 1"],
+        ),
+        (
             "tolerance on github",
             format!("{good}\n[[source]]\nname = \"gh\"\nscheme = \"github\"\nsecrets = [\"github_secret_1\"]\ntolerance = \"5m\"\n"),
             vec!["source `gh`.tolerance: does not apply"],

@@ -59,6 +59,12 @@ const MIGRATIONS: &[&str] = &[
 /// well under a millisecond.
 const PROGRESS_STEPS: std::ffi::c_int = 1000;
 
+/// Free pages given back to the file system after each prune batch: 4,096 pages of 4 KiB
+/// (16 MiB), more than one batch of [`BATCH_ROWS`](crate::store::retention::BATCH_ROWS) rows
+/// frees even with large payloads, so the free list does not build up during a prune, and
+/// few enough that the writer's turn stays short.
+const RECLAIM_PAGES: u32 = 4096;
+
 /// Prepared statements kept per connection: every hot statement of the ledger, the handlers
 /// and the outbox, with room to spare.
 const STATEMENT_CACHE: usize = 64;
@@ -88,7 +94,7 @@ pub(crate) struct SqliteStore {
     /// rolls all of it back when it interrupts a write): its source and id.
     over_time: Option<(String, String)>,
     /// Stops with the store: the last checkpoint runs after the last commit.
-    _checkpoints: Option<Checkpointer>,
+    checkpoints: Option<Checkpointer>,
     /// Where "applied migration" goes: info, or debug on an in-memory database for a check.
     log_level: log::Level,
 }
@@ -97,9 +103,19 @@ impl SqliteStore {
     /// Opens (creating if needed) the database for writing, brings its schema up to date and
     /// starts the WAL checkpointer: the writer's store.
     pub(crate) fn open(path: &Path, busy_timeout: Duration) -> anyhow::Result<SqliteStore> {
+        SqliteStore::open_bounded(path, busy_timeout, checkpoint::DEFAULT_WAL_LIMIT)
+    }
+
+    /// [`SqliteStore::open`], with the WAL file kept within `wal_limit` bytes
+    /// (`storage.wal_limit_mb`).
+    pub(crate) fn open_bounded(
+        path: &Path,
+        busy_timeout: Duration,
+        wal_limit: u64,
+    ) -> anyhow::Result<SqliteStore> {
         let mut store = SqliteStore::open_for_cli(path, busy_timeout)?;
-        store._checkpoints = Some(
-            Checkpointer::start(&store.conn, busy_timeout)
+        store.checkpoints = Some(
+            Checkpointer::start(&store.conn, busy_timeout, wal_limit)
                 .with_context(|| format!("cannot start checkpoints on {}", path.display()))?,
         );
         Ok(store)
@@ -171,9 +187,27 @@ impl SqliteStore {
             handler,
             handler_limit: DEFAULT_EFFECT_TIMEOUT,
             over_time: None,
-            _checkpoints: None,
+            checkpoints: None,
             log_level: log::Level::Info,
         })
+    }
+
+    /// Gives up to [`RECLAIM_PAGES`] free pages back to the file system: after each prune
+    /// batch (committed), in a short transaction of its own, so the file shrinks as a prune
+    /// goes on and no turn of the writer grows long. A database made before `auto_vacuum`
+    /// was set has no free pages to give back until `hookledger vacuum` converts it (the
+    /// pragma then does nothing). A failure is logged: the prune itself stands.
+    fn reclaim(&mut self) {
+        // Run as a query, stepped to its end (`execute_batch` left every page on the list).
+        let sql = format!("PRAGMA incremental_vacuum({RECLAIM_PAGES})");
+        let reclaimed = self.conn.prepare(&sql).and_then(|mut statement| {
+            let mut rows = statement.query([])?;
+            while rows.next()?.is_some() {}
+            Ok(())
+        });
+        if let Err(e) = reclaimed {
+            log::warn!("retention: giving free pages back to the file system failed: {e}");
+        }
     }
 
     /// The transaction as a handler sees it.
@@ -200,6 +234,15 @@ impl Store for SqliteStore {
             let result = pipeline::run_each(self, &mut work, now)
                 .and_then(|done| Ok(self.conn.execute_batch("COMMIT").map(|()| done)?));
             let Err(e) = result else {
+                if work
+                    .iter()
+                    .any(|w| matches!(w, Work::Write(w) if w.is_prune()))
+                {
+                    self.reclaim();
+                }
+                if let Some(checkpoints) = &self.checkpoints {
+                    checkpoints.truncate_if_over(&self.conn);
+                }
                 return result;
             };
             self.rollback();
@@ -448,6 +491,13 @@ fn tx_names(n: usize) -> impl Iterator<Item = &'static str> {
 }
 
 fn configure_writer(conn: &Connection) -> rusqlite::Result<()> {
+    // A new database gives the pages pruning frees back to the file system (a few at a time,
+    // after each prune batch: `reclaim`). SQLite takes this only before the first table and
+    // before the WAL; an existing database keeps its mode until `hookledger vacuum`.
+    let tables: i64 = conn.query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))?;
+    if tables == 0 {
+        conn.pragma_update(None, "auto_vacuum", "INCREMENTAL")?;
+    }
     // WAL lets readers (outbox worker, CLI) run while the writer commits.
     let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
     if !mode.eq_ignore_ascii_case("wal") {
@@ -569,6 +619,41 @@ pub(crate) fn check_exists(path: &Path) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// What `hookledger vacuum` did: the database file's size before and after, in bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Vacuumed {
+    pub(crate) before: u64,
+    pub(crate) after: u64,
+    /// Whether the database gave freed pages back already (`auto_vacuum = INCREMENTAL`).
+    pub(crate) was_incremental: bool,
+}
+
+/// Rewrites the database at `path` compactly and switches it to `auto_vacuum = INCREMENTAL`,
+/// so that from then on pruning gives the space it frees back to the file system. Refused
+/// while `serve` runs on it (it takes the serve lock): the rewrite holds the write lock for as
+/// long as copying the whole file takes, and needs about the file's size again in free disk
+/// (the copy, then the WAL), which it gives back at the end.
+pub(crate) fn vacuum(path: &Path) -> anyhow::Result<Vacuumed> {
+    check_exists(path)?;
+    let _lock = lock_for_serve(path)
+        .context("vacuum rewrites the whole file: stop serve on this database first")?;
+    let size = || std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+    let before = size();
+    let conn = Connection::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+    conn.busy_timeout(DEFAULT_BUSY_TIMEOUT)?;
+    let mode: i64 = conn.query_row("PRAGMA auto_vacuum", [], |r| r.get(0))?;
+    conn.pragma_update(None, "auto_vacuum", "INCREMENTAL")?;
+    conn.execute_batch("VACUUM")
+        .with_context(|| format!("VACUUM of {} failed", path.display()))?;
+    conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))?;
+    drop(conn);
+    Ok(Vacuumed {
+        before,
+        after: size(),
+        was_incremental: mode == 2,
+    })
 }
 
 /// Opens a read-only connection to an existing database (the copy to PostgreSQL).
