@@ -903,20 +903,8 @@ fn attempt(config: &Lane, row: &PendingRow, payload: &[u8]) -> (Attempt, Health)
                     output,
                 }
             }
-            None => {
-                tracing::error!(
-                    kind = %row.kind,
-                    row_id = row.id,
-                    event_id = %row.key,
-                    attempt = attempts,
-                    result = "dead",
-                    error = %error,
-                    "outbox: {} {} dead after {attempts} attempts ({error})",
-                    row.kind,
-                    row.key
-                );
-                Attempt::Dead { error, output }
-            }
+            // The schedule is used up.
+            None => dead(row, attempts, error, output),
         };
     let result = config.target.attempt(row, payload);
     let health = Health::of(&result);
@@ -934,44 +922,13 @@ fn attempt(config: &Lane, row: &PendingRow, payload: &[u8]) -> (Attempt, Health)
             );
             Attempt::Delivered { follow_up }
         }
-        Err(Failure::Refused(error)) => {
-            tracing::error!(
-                kind = %row.kind,
-                row_id = row.id,
-                event_id = %row.key,
-                attempt = attempts,
-                result = "dead",
-                error = %error,
-                "outbox: {} {} dead: {error}",
-                row.kind,
-                row.key
-            );
-            Attempt::Dead {
-                error,
-                output: None,
-            }
-        }
+        // Dead at once: nothing a retry would change, or a command's `give_up_exit`.
+        Err(Failure::Refused(error)) => dead(row, attempts, error, None),
         Err(Failure::Ran {
             error,
             output,
             give_up: true,
-        }) => {
-            tracing::error!(
-                kind = %row.kind,
-                row_id = row.id,
-                event_id = %row.key,
-                attempt = attempts,
-                result = "dead",
-                error = %error,
-                "outbox: {} {} dead: {error}",
-                row.kind,
-                row.key
-            );
-            Attempt::Dead {
-                error,
-                output: Some(output),
-            }
-        }
+        }) => dead(row, attempts, error, Some(output)),
         Err(Failure::Ran { error, output, .. }) => failed(error, None, Some(output)),
         Err(Failure::Gone(detail)) => {
             tracing::error!(
@@ -996,6 +953,22 @@ fn attempt(config: &Lane, row: &PendingRow, payload: &[u8]) -> (Attempt, Health)
         Err(Failure::Transport(error)) => failed(error, None, None),
     };
     (attempt, health)
+}
+
+/// A row that goes dead, logged with its error.
+fn dead(row: &PendingRow, attempts: usize, error: String, output: Option<String>) -> Attempt {
+    tracing::error!(
+        kind = %row.kind,
+        row_id = row.id,
+        event_id = %row.key,
+        attempt = attempts,
+        result = "dead",
+        error = %error,
+        "outbox: {} {} dead after {attempts} attempt(s): {error}",
+        row.kind,
+        row.key
+    );
+    Attempt::Dead { error, output }
 }
 
 /// What one attempt says of its kind's target.
