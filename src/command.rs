@@ -253,18 +253,27 @@ mod tests {
     #[test]
     fn keeps_the_tail_of_the_output_and_kills_the_group_past_the_timeout() {
         let mut p = Process::new("/bin/sh");
-        p.args([
-            "-c",
-            "cat; head -c 10000 /dev/zero | tr '\\0' x; echo end >&2",
-        ])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0);
+        p.args(["-c", "cat; head -c 10000 /dev/zero | tr '\\0' x; echo end"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0);
         let done = run(p, b"payload", Duration::from_secs(10)).unwrap();
         assert!(matches!(done.end, End::Exited(s) if s.success()));
         assert_eq!(done.output.len(), OUTPUT_TAIL);
         assert!(done.output.ends_with(b"xend\n"));
+
+        // stderr is kept too. (Not in the run above: stdout and stderr are two pipes, read
+        // side by side, so how their last lines interleave is not fixed.)
+        let mut p = Process::new("/bin/sh");
+        p.args(["-c", "echo oops >&2; exit 1"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0);
+        let failed = run(p, b"", Duration::from_secs(10)).unwrap();
+        assert!(matches!(failed.end, End::Exited(s) if s.code() == Some(1)));
+        assert_eq!(failed.output, b"oops\n");
 
         let mut p = Process::new("/bin/sh");
         p.args(["-c", "sleep 60 & sleep 60"])
