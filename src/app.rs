@@ -555,20 +555,7 @@ impl Drop for RunningServer {
 /// and a query can each hold a secret), or a command's program without its arguments (which
 /// can hold a token).
 fn shown_targets(config: &Config) -> Vec<(String, String)> {
-    let url = |text: &str| match url::Url::parse(text) {
-        Ok(u) => {
-            let host = u.host_str().unwrap_or_default();
-            let port = u.port().map(|p| format!(":{p}")).unwrap_or_default();
-            let path = if matches!(u.path(), "" | "/") {
-                ""
-            } else {
-                "/…"
-            };
-            let query = if u.query().is_some() { "?…" } else { "" };
-            format!("{}://{host}{port}{path}{query}", u.scheme())
-        }
-        Err(_) => "(not a URL)".to_string(),
-    };
+    let url = crate::delivery::shown_url;
     let mut targets = Vec::new();
     if let Some(forward) = &config.forward {
         targets.push((crate::outbox::FORWARD.to_string(), url(&forward.url)));

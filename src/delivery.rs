@@ -1148,18 +1148,23 @@ fn cause(t: &ureq::Transport, timeout: Option<Duration>) -> String {
     }
 }
 
-/// `url` as errors show it: without user, password, query and fragment, which may carry
-/// credentials.
+/// `url` as errors, logs, alerts and the console show it: `scheme://host[:port]`, with its
+/// path and query as `/…` and `?…` (credentials, a Slack or Discord webhook's path and a query
+/// can each hold a secret).
 pub(crate) fn shown_url(url: &str) -> String {
     match url::Url::parse(url) {
-        Ok(mut u) => {
-            let _ = u.set_username("");
-            let _ = u.set_password(None);
-            u.set_query(None);
-            u.set_fragment(None);
-            u.to_string()
+        Ok(u) => {
+            let host = u.host_str().unwrap_or_default();
+            let port = u.port().map(|p| format!(":{p}")).unwrap_or_default();
+            let path = if matches!(u.path(), "" | "/") {
+                ""
+            } else {
+                "/…"
+            };
+            let query = if u.query().is_some() { "?…" } else { "" };
+            format!("{}://{host}{port}{path}{query}", u.scheme())
         }
-        Err(_) => "the target".into(),
+        Err(_) => "(not a URL)".to_string(),
     }
 }
 

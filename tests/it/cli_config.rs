@@ -79,7 +79,10 @@ fn every_database_command_takes_config_and_db_overrides_it() {
     assert!(
         out.contains("evt_cfg")
             && out.contains("dead")
-            && out.contains(&format!("HTTP 500 from {}", app.url())),
+            && out.contains(&format!(
+                "HTTP 500 from {}",
+                app.url().replace("/hooks", "/…")
+            )),
         "{out}"
     );
     let shown: serde_json::Value =
