@@ -32,6 +32,11 @@ const SIZE_INTERVAL: Duration = Duration::from_millis(100);
 /// a request queued behind it would time out; the next batch tries again.
 const CHECKPOINT_WAIT: Duration = Duration::from_secs(1);
 
+/// After the writer's TRUNCATE checkpoint failed (a reader stayed past [`CHECKPOINT_WAIT`]),
+/// how long batches run before it waits on one again: a long reader (a backup, a copy) must
+/// not cost every batch a second.
+const TRUNCATE_RETRY: Duration = Duration::from_secs(5);
+
 /// The longest this thread's checkpoints wait for the writer and the readers.
 const IDLE_WAIT: Duration = Duration::from_millis(100);
 
@@ -47,6 +52,8 @@ pub(crate) struct Checkpointer {
     over: Arc<AtomicBool>,
     /// The writer's busy timeout, put back after its checkpoint.
     busy_timeout: Duration,
+    /// The writer's next TRUNCATE attempt is not before this (set when one failed).
+    next_try: std::sync::Mutex<Instant>,
     /// Joined on drop, so the last TRUNCATE checkpoint runs before the process ends.
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -134,23 +141,31 @@ impl Checkpointer {
             _stop: stop,
             over,
             busy_timeout,
+            next_try: std::sync::Mutex::new(Instant::now()),
             thread: Some(thread),
         })
     }
 
     /// On the writer's connection, between two batches: when the WAL file has grown past its
     /// bound, copies it back and truncates it (TRUNCATE), waiting at most [`CHECKPOINT_WAIT`]
-    /// for the readers in flight. A failure is logged and the next batch tries again.
+    /// for the readers in flight. A failure is logged, and batches run without waiting on it
+    /// for [`TRUNCATE_RETRY`] (the thread raises the flag again while the WAL stays past its
+    /// bound).
     pub(crate) fn truncate_if_over(&self, writer: &Connection) {
         if !self.over.swap(false, Ordering::Relaxed) {
+            return;
+        }
+        let now = Instant::now();
+        let mut next_try = self.next_try.lock().unwrap_or_else(|e| e.into_inner());
+        if now < *next_try {
             return;
         }
         let done = writer
             .busy_timeout(CHECKPOINT_WAIT)
             .and_then(|()| checkpoint(writer, "TRUNCATE"));
         if let Err(e) = done {
-            self.over.store(true, Ordering::Relaxed);
-            // Often a reader in flight (the next batch tries again): not worth a line each.
+            *next_try = now + TRUNCATE_RETRY;
+            // Often a reader in flight (tried again later): not worth a line each.
             log::debug!("WAL checkpoint (TRUNCATE, WAL past its bound) failed: {e}");
         }
         if let Err(e) = writer.busy_timeout(self.busy_timeout) {
