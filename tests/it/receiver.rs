@@ -400,10 +400,15 @@ fn log_has_one_line_per_event_and_no_secret_or_body() {
     assert_outcome(&server.send(&body), "evt_log", "duplicate");
     server.send(b"{\"id\":\"evt_secretish\",\"type\":\"x\"}");
     // The server writes its lines before it answers, but the harness reads them from a pipe
-    // on a thread of its own: wait until both arrived (or fail on what did).
+    // on a thread of its own, in chunks: wait until both lines arrived whole (or fail on what
+    // did), not only the start of the second.
     let log = wait_for(Duration::from_secs(10), || {
         let log = server.log();
-        (log.matches("evt_log").count() >= 2).then_some(log)
+        let whole = log
+            .split_inclusive('\n')
+            .filter(|l| l.ends_with('\n') && l.contains("evt_log"))
+            .count();
+        (whole >= 2).then_some(log)
     })
     .unwrap_or_else(|| server.log());
     let lines: Vec<&str> = log.lines().filter(|l| l.contains("evt_log")).collect();
