@@ -493,21 +493,7 @@ fn promtool_checks_metrics_clean() {
         "{head}"
     );
     assert!(text.contains("hookledger_events_total{"), "{text}");
-    let mut child = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    use std::io::Write;
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(text.as_bytes())
-        .unwrap();
-    let output = child.wait_with_output().unwrap();
+    let output = fed(Command::new("promtool").args(["check", "metrics"]), &text);
     let said = format!(
         "{}{}",
         String::from_utf8_lossy(&output.stdout),
@@ -555,21 +541,7 @@ for family in parse(sys.stdin.read()):
 print(json.dumps(out))
 "#;
     let parse = |format: &str, input: &str| -> serde_json::Map<String, Value> {
-        let mut child = Command::new("python3")
-            .args(["-c", script, format])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        use std::io::Write;
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(input.as_bytes())
-            .unwrap();
-        let output = child.wait_with_output().unwrap();
+        let output = fed(Command::new("python3").args(["-c", script, format]), input);
         assert!(
             output.status.success(),
             "the {format} parser refused it: {}\n{input}",
@@ -620,4 +592,22 @@ print(json.dumps(out))
             assert_eq!(prom_values.get(k), Some(v), "{k}");
         }
     }
+}
+
+/// Runs `command` with `input` on its stdin; its exit status and what it printed.
+fn fed(command: &mut Command, input: &str) -> std::process::Output {
+    use std::io::Write;
+    let mut child = command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
 }
