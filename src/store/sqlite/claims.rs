@@ -74,6 +74,13 @@ impl Claims {
         Ok(claims)
     }
 
+    /// Reads the ledger again from the start, with a filter if it had one: after writes to it
+    /// on this connection other than claims (an app's migration).
+    pub(crate) fn reload(&mut self, conn: &Connection) -> rusqlite::Result<()> {
+        let filter = self.filter.is_some();
+        self.load(conn, filter)
+    }
+
     /// Reads the ledger from the start, in one read transaction (unless one is open).
     fn load(&mut self, conn: &Connection, filter: bool) -> rusqlite::Result<()> {
         let own = conn.is_autocommit();

@@ -289,7 +289,12 @@ impl Store for SqliteStore {
             begin: "BEGIN IMMEDIATE",
             level: self.log_level,
         };
-        app_schema::migrate(&migrator, folder)
+        let ran = app_schema::migrate(&migrator, folder)?;
+        if ran > 0 {
+            // An app's migration runs on this connection, unseen by `PRAGMA data_version`.
+            self.claims.reload(&self.conn)?;
+        }
+        Ok(ran)
     }
 
     fn limit_handlers(&mut self, limit: Duration) {
