@@ -3,6 +3,7 @@
 //! database, so the pages say the same after a restart.
 
 use crate::sql::{Dialect, Row, Session, ToParam};
+use crate::store::ledger;
 use crate::store::listings::{outbox_row, OutboxRow, OUTBOX_COLUMNS};
 
 /// The window `/status` counts over: events per minute, refusals by reason.
@@ -276,8 +277,12 @@ pub(crate) fn event(
 ) -> anyhow::Result<Option<EventDetail>> {
     let Some(r) = conn
         .query(
-            "SELECT source, event_id, event_type, received_at, length(payload), created, payload
-             FROM webhook_events WHERE source = $1 AND event_id = $2",
+            &ledger::by_key(
+                conn.dialect(),
+                "source, event_id, event_type, received_at, length(payload), created, payload",
+                "$1",
+                "$2",
+            ),
             &[&source, &id],
         )?
         .into_iter()

@@ -124,6 +124,53 @@ fn claims_once(stores: &mut Stores) {
     assert_eq!(count(stores, "SELECT count(*) FROM seen"), 1);
 }
 
+/// A resend on a later day, and one after the clock went back a few days, is a duplicate: the
+/// key is one claim whatever day it was received (SQLite's key index is by day).
+fn a_resend_on_another_day_is_a_duplicate(stores: &mut Stores) {
+    let last_second = 20_000 * 86_400 + 86_399;
+    let claim = |stores: &mut Stores, id: &str, now: i64| {
+        outcomes(
+            stores
+                .writer
+                .run_batch(vec![event(id, false)], now)
+                .unwrap(),
+        )
+    };
+    assert_eq!(
+        claim(stores, "evt_day", last_second),
+        [Ok(Outcome::Processed)]
+    );
+    for (what, now) in [
+        ("past midnight", last_second + 2),
+        ("a month later", last_second + 30 * 86_400),
+        ("the clock back three days", last_second - 3 * 86_400),
+        ("the same second", last_second),
+    ] {
+        assert_eq!(
+            claim(stores, "evt_day", now),
+            [Ok(Outcome::Duplicate)],
+            "{what}"
+        );
+    }
+    // Other ids on those days are new, and the ledger reads each claim back by its key.
+    assert_eq!(
+        claim(stores, "evt_other", last_second + 2),
+        [Ok(Outcome::Processed)]
+    );
+    assert_eq!(count(stores, "SELECT count(*) FROM webhook_events"), 2);
+    assert_eq!(count(stores, "SELECT count(*) FROM seen"), 2);
+    let shown = stores
+        .reader
+        .read(|ledger| crate::store::listings::event_show(ledger, "src", "evt_day"))
+        .unwrap();
+    assert_eq!(shown["received_at"], last_second);
+    let source = stores
+        .reader
+        .read(|ledger| crate::store::listings::source_of(ledger, "evt_other"))
+        .unwrap();
+    assert_eq!(source, "src");
+}
+
 /// One event whose handler fails is undone alone: its claim too; the others commit.
 fn a_failing_event_rolls_back_alone(stores: &mut Stores) {
     let done = stores
@@ -694,6 +741,14 @@ macro_rules! contract {
                     return;
                 };
                 super::claims_once(&mut stores);
+            }
+
+            #[test]
+            fn a_resend_on_another_day_is_a_duplicate() {
+                let Some((_guard, mut stores)) = $open else {
+                    return;
+                };
+                super::a_resend_on_another_day_is_a_duplicate(&mut stores);
             }
 
             #[test]

@@ -31,7 +31,9 @@ const TABLES: &[(&str, &[&str], &[&str])] = &[
             "received_at",
             "payload",
         ],
-        &["source", "event_id"],
+        // SQLite's ledger has no index on (source, event_id) alone (its key is by day first):
+        // the copy pages in the order claims arrived.
+        &["rowid"],
     ),
     (
         "outbox",
@@ -147,10 +149,18 @@ fn copy_table(
 ) -> anyhow::Result<u64> {
     let list = columns.join(", ");
     let key_list = key.join(", ");
+    // The key is read after the columns: a key that is not one of them (a rowid) is read, not
+    // copied.
+    let read: Vec<&str> = columns
+        .iter()
+        .chain(key.iter().filter(|k| !columns.contains(k)))
+        .copied()
+        .collect();
+    let read_list = read.join(", ");
     let after: Vec<String> = (1..=key.len()).map(|i| format!("${i}")).collect();
-    let first_page = format!("SELECT {list} FROM {table} ORDER BY {key_list} LIMIT {PAGE}");
+    let first_page = format!("SELECT {read_list} FROM {table} ORDER BY {key_list} LIMIT {PAGE}");
     let next_page = format!(
-        "SELECT {list} FROM {table} WHERE ({key_list}) > ({}) ORDER BY {key_list} LIMIT {PAGE}",
+        "SELECT {read_list} FROM {table} WHERE ({key_list}) > ({}) ORDER BY {key_list} LIMIT {PAGE}",
         after.join(", ")
     );
     let placeholders: Vec<String> = (1..=columns.len()).map(|i| format!("${i}")).collect();
@@ -160,12 +170,7 @@ fn copy_table(
     );
     let key_at: Vec<usize> = key
         .iter()
-        .map(|k| {
-            columns
-                .iter()
-                .position(|c| c == k)
-                .expect("a key is a column")
-        })
+        .map(|k| read.iter().position(|c| c == k).expect("a key is a column"))
         .collect();
     let mut copied = 0;
     let mut last: Option<Vec<Value>> = None;
@@ -178,8 +183,10 @@ fn copy_table(
             }
         };
         for row in &rows {
-            let params: Vec<&dyn ToParam> =
-                row.values().iter().map(|v| v as &dyn ToParam).collect();
+            let params: Vec<&dyn ToParam> = row.values()[..columns.len()]
+                .iter()
+                .map(|v| v as &dyn ToParam)
+                .collect();
             to.execute(&insert, &params)?;
             copied += 1;
         }

@@ -4,6 +4,7 @@ use anyhow::{bail, Context};
 use serde_json::json;
 
 use crate::sql::{Row, Session, Value};
+use crate::store::ledger;
 
 /// An outbox row for listing.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -222,10 +223,7 @@ pub(crate) fn events_list(
 /// The source of the event `id`, when exactly one source sent that id.
 pub(crate) fn source_of(conn: &dyn Session, id: &str) -> anyhow::Result<String> {
     let sources = conn
-        .query(
-            "SELECT source FROM webhook_events WHERE event_id = $1 ORDER BY source",
-            &[&id],
-        )?
+        .query(&ledger::by_id(conn.dialect(), "source", "$1"), &[&id])?
         .iter()
         .map(|r| r.get::<String>(0))
         .collect::<Result<Vec<_>, _>>()?;
@@ -249,8 +247,12 @@ pub(crate) fn event_show(
 ) -> anyhow::Result<serde_json::Value> {
     let row = conn
         .query(
-            "SELECT event_type, source, created, received_at, payload FROM webhook_events
-             WHERE source = $1 AND event_id = $2",
+            &ledger::by_key(
+                conn.dialect(),
+                "event_type, source, created, received_at, payload",
+                "$1",
+                "$2",
+            ),
             &[&source, &id],
         )?
         .into_iter()

@@ -5,6 +5,7 @@
 use crate::event::Event;
 use crate::outbox::{Attempt, FORWARD};
 use crate::sql::{Dialect, Session, StoreError, Tx};
+use crate::store::ledger;
 
 /// Queues a row of `kind` for `event` inside the caller's transaction, due at `due`. The one
 /// insert of an outbox row (a store's batched form aside). `(kind, source, key)` is unique,
@@ -188,15 +189,22 @@ pub(crate) fn replay(
     event_id: &str,
     now: i64,
 ) -> Result<bool, StoreError> {
+    let stored = ledger::by_key(
+        tx.dialect(),
+        "$1, source, event_id, event_type, payload, 'pending', $4, $4",
+        "$2",
+        "$3",
+    );
     let changed = tx.execute(
-        "INSERT INTO outbox
-             (kind, source, key, event_type, payload, status, next_attempt_at, created_at)
-         SELECT $1, source, event_id, event_type, payload, 'pending', $4, $4 FROM webhook_events
-         WHERE source = $2 AND event_id = $3 AND payload IS NOT NULL
-         ON CONFLICT (kind, source, key) DO UPDATE SET
-             status = 'pending', attempts = 0, next_attempt_at = excluded.next_attempt_at,
-             done_at = NULL, payload = excluded.payload, queued = outbox.queued + 1,
-             leased_until = NULL",
+        &format!(
+            "INSERT INTO outbox
+                 (kind, source, key, event_type, payload, status, next_attempt_at, created_at)
+             {stored} AND payload IS NOT NULL
+             ON CONFLICT (kind, source, key) DO UPDATE SET
+                 status = 'pending', attempts = 0, next_attempt_at = excluded.next_attempt_at,
+                 done_at = NULL, payload = excluded.payload, queued = outbox.queued + 1,
+                 leased_until = NULL"
+        ),
         &[&FORWARD, &source, &event_id, &now],
     )?;
     Ok(changed == 1)

@@ -56,13 +56,16 @@ pub(crate) trait Batch {
         write_in(self.session(), write, now)
     }
 
+    /// Claims `event`: whether it is new. The claim both stores share ([`ledger::claim`])
+    /// unless the store has its own.
+    fn claim(&mut self, event: &Event, now: i64) -> Result<bool, StoreError> {
+        ledger::claim(self.session(), event, now)
+    }
+
     /// Claims each event, in order; whether each is new (of two copies of one event, the
     /// first). One statement per event unless the store does better.
     fn claim_all(&mut self, events: &[&Event], now: i64) -> Result<Vec<bool>, StoreError> {
-        events
-            .iter()
-            .map(|event| ledger::claim(self.session(), event, now))
-            .collect()
+        events.iter().map(|event| self.claim(event, now)).collect()
     }
 
     /// Queues a `forward` row for each event. One statement per event unless the store does
@@ -114,7 +117,7 @@ fn apply(
         handlers,
         forward,
     } = submission;
-    if !ledger::claim(batch.session(), event, now)? {
+    if !batch.claim(event, now)? {
         return Ok(Outcome::Duplicate);
     }
     for (handler, prepared) in handlers {

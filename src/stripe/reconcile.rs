@@ -29,6 +29,7 @@ use anyhow::{bail, Context};
 use crate::config::{Config, SchemeName, Secret, SourceConfig};
 use crate::event::Event;
 use crate::source::{stripe, Source};
+use crate::store::ledger::by_key;
 use crate::store::{Outcome, Reader};
 use crate::stripe::settings::{check_api_base, MAX_RECONCILE_SINCE, STRIPE_API_BASE};
 use crate::writer::WriterHandle;
@@ -286,7 +287,7 @@ fn without_present(
     for event in events {
         let present = reader.read(|ledger| {
             Ok(ledger.query(
-                "SELECT 1 FROM webhook_events WHERE source = $1 AND event_id = $2",
+                &by_key(ledger.dialect(), "1", "$1", "$2"),
                 &[&&*source.name, &event.id],
             )?)
         });

@@ -11,6 +11,7 @@ mod api;
 mod batches;
 mod billing;
 mod browser;
+mod claims;
 mod cli_config;
 mod commands;
 mod console;

@@ -448,9 +448,17 @@ impl Target {
                     path,
                     rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
                 )?;
-                let mut stmt = conn.prepare(
-                    "SELECT count(*) FROM webhook_events WHERE source = 'stripe' AND event_id = ?1",
-                )?;
+                // The claims of the run were received on its days: one seek a day of the key
+                // index, by day since migration 11 (on an older ledger the primary key's).
+                let days: Vec<String> = (since / 86_400
+                    ..=hookledger::internals::unix_now() / 86_400)
+                    .map(|d| d.to_string())
+                    .collect();
+                let mut stmt = conn.prepare(&format!(
+                    "SELECT count(*) FROM webhook_events
+                     WHERE received_at / 86400 IN ({}) AND source = 'stripe' AND event_id = ?1",
+                    days.join(", ")
+                ))?;
                 let mut found = 0usize;
                 for id in &acknowledged {
                     found += stmt.query_row([id], |r| r.get::<_, i64>(0))? as usize;

@@ -15,7 +15,9 @@
 //!   (in `store/`); which outbox rows are due is here (`due.rs`). The WAL is copied back by
 //!   [`checkpoint`], off the commit path.
 
+mod bloom;
 mod checkpoint;
+mod claims;
 mod due;
 mod tx;
 
@@ -38,6 +40,7 @@ use crate::store::pipeline;
 use crate::store::seam::{Done, OutboxReader, Store, Work};
 
 use checkpoint::Checkpointer;
+use claims::Claims;
 use tx::HandlerGuard;
 
 /// Append-only. Never edit a released entry; add a new one.
@@ -52,6 +55,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0008_outbox_superseded.sql"),
     include_str!("migrations/0009_refusals.sql"),
     include_str!("migrations/0010_alert_incidents.sql"),
+    include_str!("migrations/0011_claims_by_day.sql"),
 ];
 
 /// SQLite's virtual machine steps between two looks at a running handler's deadline: a few
@@ -97,6 +101,8 @@ pub(crate) struct SqliteStore {
     checkpoints: Option<Checkpointer>,
     /// Where "applied migration" goes: info, or debug on an in-memory database for a check.
     log_level: log::Level,
+    /// The claim path's view of the ledger's keys (`claims.rs`).
+    claims: Claims,
 }
 
 impl SqliteStore {
@@ -114,6 +120,9 @@ impl SqliteStore {
         wal_limit: u64,
     ) -> anyhow::Result<SqliteStore> {
         let mut store = SqliteStore::open_for_cli(path, busy_timeout)?;
+        // The writer's claims consult the filter of every key: built once here.
+        store.claims = Claims::open(&store.conn, true)
+            .with_context(|| format!("cannot read the ledger of {}", path.display()))?;
         store.checkpoints = Some(
             Checkpointer::start(&store.conn, busy_timeout, wal_limit)
                 .with_context(|| format!("cannot start checkpoints on {}", path.display()))?,
@@ -162,6 +171,7 @@ impl SqliteStore {
         migrate_at(&mut conn, log::Level::Debug)?;
         let mut store = SqliteStore::new(conn)?;
         store.log_level = log::Level::Debug;
+        store.claims = Claims::open(&store.conn, true)?;
         Ok(store)
     }
 
@@ -182,6 +192,7 @@ impl SqliteStore {
         }))?;
         let interrupt = handler.clone();
         conn.progress_handler(PROGRESS_STEPS, Some(move || interrupt.past_deadline()))?;
+        let claims = Claims::open(&conn, false)?;
         Ok(SqliteStore {
             conn,
             handler,
@@ -189,6 +200,7 @@ impl SqliteStore {
             over_time: None,
             checkpoints: None,
             log_level: log::Level::Info,
+            claims,
         })
     }
 
@@ -231,13 +243,24 @@ impl Store for SqliteStore {
         loop {
             self.over_time = None;
             self.conn.execute_batch("BEGIN IMMEDIATE")?;
-            let result = pipeline::run_each(self, &mut work, now)
-                .and_then(|done| Ok(self.conn.execute_batch("COMMIT").map(|()| done)?));
+            let result = self
+                .claims
+                .begin(&self.conn)
+                .map_err(StoreError::from)
+                .and_then(|()| pipeline::run_each(self, &mut work, now))
+                .and_then(|done| {
+                    self.claims.before_commit(&self.conn)?;
+                    Ok(self.conn.execute_batch("COMMIT").map(|()| done)?)
+                });
             let Err(e) = result else {
+                self.claims.committed();
                 if work
                     .iter()
                     .any(|w| matches!(w, Work::Write(w) if w.is_prune()))
                 {
+                    if let Err(e) = self.claims.pruned(&self.conn) {
+                        log::warn!("retention: reading the ledger's days failed: {e}");
+                    }
                     self.reclaim();
                 }
                 if let Some(checkpoints) = &self.checkpoints {
@@ -266,7 +289,12 @@ impl Store for SqliteStore {
             begin: "BEGIN IMMEDIATE",
             level: self.log_level,
         };
-        app_schema::migrate(&migrator, folder)
+        let ran = app_schema::migrate(&migrator, folder)?;
+        if ran > 0 {
+            // An app's migration runs on this connection, unseen by `PRAGMA data_version`.
+            self.claims.reload(&self.conn)?;
+        }
+        Ok(ran)
     }
 
     fn limit_handlers(&mut self, limit: Duration) {
@@ -444,6 +472,11 @@ impl pipeline::Batch for SqliteStore {
             .prepare_cached("RELEASE hookledger_job")?
             .execute([])?;
         Ok(())
+    }
+
+    /// The claim by day (`claims.rs`).
+    fn claim(&mut self, event: &Event, now: i64) -> Result<bool, StoreError> {
+        self.claims.claim(&self.conn, event, now)
     }
 
     /// SQLite's own rollback of a whole transaction (an I/O error, a full disk) leaves the
@@ -1055,6 +1088,7 @@ mod console_plans {
     use super::migrate;
     use crate::sql::{Dialect, Row, Session, StoreError, ToParam};
     use crate::store::console::{self, EventFilter, EventKey};
+    use crate::store::{ledger, listings, outbox};
 
     /// A session that runs each query's `EXPLAIN QUERY PLAN` before it, keeping the plans.
     struct Explained<'c> {
@@ -1068,16 +1102,24 @@ mod console_plans {
         }
 
         fn execute(&self, sql: &str, params: &[&dyn ToParam]) -> Result<u64, StoreError> {
+            self.explain(sql, params)?;
             Session::execute(self.conn, sql, params)
         }
 
         fn query(&self, sql: &str, params: &[&dyn ToParam]) -> Result<Vec<Row>, StoreError> {
+            self.explain(sql, params)?;
+            Session::query(self.conn, sql, params)
+        }
+    }
+
+    impl Explained<'_> {
+        fn explain(&self, sql: &str, params: &[&dyn ToParam]) -> Result<(), StoreError> {
             let plan = Session::query(self.conn, &format!("EXPLAIN QUERY PLAN {sql}"), params)?
                 .iter()
                 .map(|r| r.get::<String>(3).unwrap())
                 .collect();
             self.plans.borrow_mut().push((sql.to_string(), plan));
-            Session::query(self.conn, sql, params)
+            Ok(())
         }
     }
 
@@ -1103,6 +1145,74 @@ mod console_plans {
                     "`{step}` in the plan of {sql}: {plan:?}"
                 );
             }
+        }
+    }
+
+    /// The plans of `plans` never read the whole ledger, and each that looks a claim up by its
+    /// key seeks `webhook_events_key` by day, source and id.
+    fn assert_by_key(plans: &[(String, Vec<String>)]) {
+        let key = "INDEX webhook_events_key (<expr>=? AND source=? AND event_id=?)";
+        for (sql, plan) in plans {
+            assert!(
+                !plan
+                    .iter()
+                    .any(|step| step.starts_with("SCAN webhook_events")),
+                "{sql}: {plan:?}"
+            );
+            if sql.contains("event_id = ") {
+                let seeks =
+                    |s: &String| s.starts_with("SEARCH webhook_events USING ") && s.ends_with(key);
+                assert!(plan.iter().any(seeks), "{sql}: {plan:?}");
+            }
+        }
+    }
+
+    /// Every read of a claim by `(source, event_id)` (the console, `hookledger events show`,
+    /// replay, reconcile's check, the claim path's seek) costs one seek a day, whatever the
+    /// ledger holds; retention picks rows by age and deletes them by id.
+    #[test]
+    fn every_read_by_key_seeks_the_key_index_once_a_day_and_never_scans_the_ledger() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        migrate(&mut conn).unwrap();
+        conn.execute_batch(
+            "INSERT INTO webhook_events (source, event_id, event_type, received_at, payload)
+             VALUES ('stripe', 'evt_1', 't', 100000, x'7b7d'),
+                    ('gitlab', 'evt_1', 't', 300000, x'7b7d'),
+                    ('stripe', 'evt_2', 't', 900000, x'7b7d');",
+        )
+        .unwrap();
+        let mut found = Vec::new();
+        let plans = explained(&conn, |s| {
+            found.push(console::event(s, "stripe", "evt_2").unwrap().is_some());
+            found.push(listings::event_show(s, "gitlab", "evt_1").is_ok());
+            found.push(listings::source_of(s, "evt_2").unwrap() == "stripe");
+            found.push(listings::source_of(s, "evt_1").is_err());
+            found.push(outbox::replay(s, "stripe", "evt_1", 5).unwrap());
+            let none = ledger::by_key(Dialect::Sqlite, "1", "$1", "$2");
+            found.push(s.query(&none, &[&"stripe", &"x"]).unwrap().is_empty());
+            let day = ledger::day_of(900000);
+            found.push(
+                s.query(
+                    &ledger::SQLITE_CLAIMED_ON.replace('?', "$"),
+                    &[&day, &"stripe", &"evt_2"],
+                )
+                .unwrap()
+                .len()
+                    == 1,
+            );
+            crate::store::retention::delete_events_batch(s, 200000).unwrap();
+            crate::store::retention::clear_payloads_batch(s, 400000).unwrap();
+        });
+        assert_eq!(found, [true; 7], "each read found what is there");
+        assert_eq!(plans.len(), 10);
+        assert_by_key(&plans);
+        let retention = &plans[plans.len() - 2..];
+        for (sql, plan) in retention {
+            assert!(
+                plan.iter()
+                    .any(|s| s.contains("USING INTEGER PRIMARY KEY (rowid=?)")),
+                "{sql}: {plan:?}"
+            );
         }
     }
 

@@ -19,7 +19,7 @@ use crate::config::WriterConfig;
 use crate::event::Event;
 use crate::handler::{Handler, Submission};
 use crate::source::stripe;
-use crate::store::ledger;
+use crate::store::pipeline::Batch;
 use crate::store::sqlite::SqliteStore;
 use crate::store::Outcome;
 use crate::stripe::billing::{self as state, Change, StripeBilling};
@@ -136,15 +136,11 @@ type SubscriptionRow = (String, String, Option<String>, String, i64, i64, String
 /// Claims and applies `events` in order, each in its own transaction as the writer does, and
 /// returns the one `subscriptions` row.
 fn apply_in_order(events: &[SubEvent]) -> SubscriptionRow {
-    let store = SqliteStore::open_in_memory().unwrap();
+    let mut store = SqliteStore::open_in_memory().unwrap();
     for e in events {
         let (event, change) = e.event();
         store.connection().execute_batch("BEGIN").unwrap();
-        assert!(
-            ledger::claim(store.connection(), &event, 0).unwrap(),
-            "{} is new",
-            event.id
-        );
+        assert!(store.claim(&event, 0).unwrap(), "{} is new", event.id);
         let applied = state::apply(
             &store.tx(),
             &event.id,
