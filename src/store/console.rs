@@ -276,7 +276,8 @@ pub(crate) fn event(
 ) -> anyhow::Result<Option<EventDetail>> {
     let Some(r) = conn
         .query(
-            "SELECT source, event_id, event_type, received_at, length(payload), created, payload
+            "SELECT source, event_id, event_type, received_at, length(payload), created, payload,
+                    payload_codec, payload_dict
              FROM webhook_events WHERE source = $1 AND event_id = $2",
             &[&source, &id],
         )?
@@ -292,7 +293,7 @@ pub(crate) fn event(
     Ok(Some(EventDetail {
         line: event_line(&r)?,
         created: r.get(5)?,
-        payload: r.get(6)?,
+        payload: crate::store::payload::read(conn, &r, 6)?,
         outbox: outbox
             .iter()
             .map(outbox_row)

@@ -30,8 +30,15 @@ const TABLES: &[(&str, &[&str], &[&str])] = &[
             "created",
             "received_at",
             "payload",
+            "payload_codec",
+            "payload_dict",
         ],
         &["source", "event_id"],
+    ),
+    (
+        "hookledger_payload_dicts",
+        &["id", "source", "dict", "created_at"],
+        &["id"],
     ),
     (
         "outbox",
@@ -42,6 +49,7 @@ const TABLES: &[(&str, &[&str], &[&str])] = &[
             "key",
             "event_type",
             "payload",
+            "payload_ref",
             "status",
             "attempts",
             "next_attempt_at",

@@ -249,8 +249,9 @@ pub(crate) fn event_show(
 ) -> anyhow::Result<serde_json::Value> {
     let row = conn
         .query(
-            "SELECT event_type, source, created, received_at, payload FROM webhook_events
-             WHERE source = $1 AND event_id = $2",
+            "SELECT event_type, source, created, received_at, payload, payload_codec,
+                    payload_dict
+             FROM webhook_events WHERE source = $1 AND event_id = $2",
             &[&source, &id],
         )?
         .into_iter()
@@ -261,7 +262,7 @@ pub(crate) fn event_show(
                  after the retention age)"
             )
         })?;
-    let payload = row.get::<Option<Vec<u8>>>(4)?.map(|p| {
+    let payload = crate::store::payload::read(conn, &row, 4)?.map(|p| {
         serde_json::from_slice::<serde_json::Value>(&p)
             .unwrap_or_else(|_| json!(String::from_utf8_lossy(&p)))
     });

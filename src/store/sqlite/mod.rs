@@ -52,6 +52,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0008_outbox_superseded.sql"),
     include_str!("migrations/0009_refusals.sql"),
     include_str!("migrations/0010_alert_incidents.sql"),
+    include_str!("migrations/0012_payload_codec.sql"),
 ];
 
 /// SQLite's virtual machine steps between two looks at a running handler's deadline: a few
@@ -601,7 +602,7 @@ impl OutboxReader for ReadPool {
     }
 
     fn payload(&self, id: i64, queued: i64) -> anyhow::Result<Option<Vec<u8>>> {
-        Ok(due::payload(&*self.get()?, id, queued)?)
+        due::payload(&*self.get()?, id, queued)
     }
 
     fn next_due_at(&self, kinds: &str) -> anyhow::Result<Option<i64>> {

@@ -141,7 +141,13 @@ fn apply_in_order(events: &[SubEvent]) -> SubscriptionRow {
         let (event, change) = e.event();
         store.connection().execute_batch("BEGIN").unwrap();
         assert!(
-            ledger::claim(store.connection(), &event, 0).unwrap(),
+            ledger::claim(
+                store.connection(),
+                &event,
+                &crate::payload::compress(&event.body, None),
+                0
+            )
+            .unwrap(),
             "{} is new",
             event.id
         );
@@ -314,6 +320,7 @@ proptest! {
                                 event,
                                 handlers: vec![(billing.clone(), prepared)],
                                 forward: false,
+                                stored: None,
                             }
                         })
                         .collect();
