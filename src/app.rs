@@ -203,7 +203,8 @@ impl Hookledger {
         stripe::add_targets(&config, &mut targets);
         crate::alerts::add_targets(&config, &mut targets)?;
         let forward = config.forward.is_some() || access == Access::Command { forward: true };
-        let sources = sources_of(&config, forward)?;
+        let dictionaries = Arc::new(crate::payload::Dictionaries::default());
+        let sources = sources_of(&config, forward, &dictionaries)?;
         if access == Access::Serve
             && (config.schema.migrations.is_some() || !config.effects.is_empty())
         {
@@ -221,6 +222,9 @@ impl Hookledger {
         } = store::open(&config.database, &config.storage, access.store())?;
         writer.limit_handlers(config.writer.effect_timeout);
         let sources = with_handlers(&config, &mut *writer, sources, handlers)?;
+        let names: Vec<Arc<str>> = sources.keys().cloned().collect();
+        crate::training::load(&reader, &names, &dictionaries)
+            .context("cannot read the payload dictionaries")?;
         let metrics = Arc::new(Metrics::new(sources.keys(), spans_dropped));
         let serving = access == Access::Serve;
         let (waker, woken) = delivery::Worker::channel();
@@ -257,6 +261,12 @@ impl Hookledger {
                 handle.clone(),
                 config.retention.clone(),
                 reader.clone(),
+            )?));
+            workers.push(Box::new(crate::training::Trainer::spawn(
+                handle.clone(),
+                reader.clone(),
+                names,
+                dictionaries,
             )?));
             workers.extend(stripe::background(&config, &sources, &handle, &reader)?);
             workers.push(Box::new(crate::refusals::Flusher::spawn(
@@ -387,12 +397,17 @@ impl Hookledger {
 
 /// Each source of `config`, with its built-in handlers: built before the database is opened,
 /// so that a bad source stops start-up before anything is created.
-fn sources_of(config: &Config, forward: bool) -> anyhow::Result<HashMap<Arc<str>, Source>> {
+fn sources_of(
+    config: &Config,
+    forward: bool,
+    dictionaries: &Arc<crate::payload::Dictionaries>,
+) -> anyhow::Result<HashMap<Arc<str>, Source>> {
     config
         .sources
         .iter()
         .map(|c| {
-            let mut source = Source::from_config(c, forward, config.http.max_body)?;
+            let mut source =
+                Source::from_config(c, forward, config.http.max_body, dictionaries.clone())?;
             for name in &c.handlers {
                 let handler = builtin_handler(name, config, c)
                     .map_err(|e| anyhow::anyhow!("source `{}`: handlers: {e}", c.name))?;

@@ -813,6 +813,24 @@ fn deliver<P: OutboxReader>(shared: &Shared<P>, row: PendingRow) -> Result<(), (
             log::debug!("outbox row {id} changed before its attempt; skipped");
             return Ok(());
         }
+        // A payload that is there but cannot be read (a corrupt blob, a forward row's event
+        // without its payload) will not become readable: the row is dead, with the reason,
+        // instead of being tried for ever.
+        Err(e) if e.downcast_ref::<crate::payload::Unreadable>().is_some() => {
+            log::error!("outbox: row {id} cannot be delivered: {e:#}");
+            let dead = Attempt::Dead {
+                error: format!("{e:#}"),
+                output: None,
+            };
+            return match shared.writer.run_blocking(Write::Record {
+                id,
+                queued,
+                attempt: dead,
+            }) {
+                Ok(_) => Ok(()),
+                Err(_) => Err(()),
+            };
+        }
         Err(e) => {
             log::error!("outbox: cannot read the payload of row {id}: {e:#}");
             return Err(());

@@ -12,7 +12,8 @@
 //! 1. `time.rs` (leaf): Unix seconds, RFC 3339. `log_budget.rs` (leaf): at most so many
 //!    lines of one kind a second, the rest counted. `trace.rs` (leaf): OpenTelemetry spans,
 //!    W3C `traceparent`, the OTLP/HTTP exporter thread.
-//! 2. `event.rs` (leaf): the verified [`Event`], the same for every source.
+//! 2. `event.rs` (leaf): the verified [`Event`], the same for every source. `payload.rs`
+//!    (leaf): a body as it is stored (zstd, with the source's dictionary once it has one).
 //! 3. `sql/` (leaf): [`Tx`], parameters, rows and [`StoreError`]: what handlers and stores share.
 //! 4. `config/` (leaf): one [`Config`], every default with its reason; errors name their key;
 //!    a source's `preset` filled in from a catalog it is handed.
@@ -31,7 +32,8 @@
 //! 12. `delivery.rs`: the outbox worker and its POST target.
 //! 13. `alerts.rs`: `[[alert]]`, one message per incident (rows going dead, a source
 //!     refused too often, an old backlog) and one when it clears, through the outbox.
-//!     `retention.rs`: pruning what the provider can no longer resend. `refusals.rs`: refused
+//!     `retention.rs`: pruning what the provider can no longer resend. `training.rs`: each
+//!     source's payload dictionary, trained once on its first payloads. `refusals.rs`: refused
 //!     requests counted in memory, kept in the database once a second for `/status`.
 //! 14. `stripe/`: the Stripe wing: billing (and its batch form), the refresh on ties, the API
 //!     client, reconcile, its settings, sample events; `stripe/mod.rs` is what the composition
@@ -61,6 +63,7 @@ mod http;
 mod log_budget;
 mod metrics;
 mod outbox;
+mod payload;
 mod refusals;
 mod retention;
 mod source;
@@ -69,6 +72,7 @@ mod store;
 mod stripe;
 mod time;
 mod trace;
+mod training;
 mod writer;
 
 pub use app::{Builder, Hookledger, RunningServer};

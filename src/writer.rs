@@ -450,6 +450,7 @@ mod tests {
             event,
             handlers: vec![(Arc::new(Record) as Arc<dyn Handler>, Prepared::none())],
             forward: true,
+            stored: None,
         }
     }
 

@@ -164,7 +164,7 @@ pub(crate) fn signed_as_source(
         None if args.new_id => random_id()?,
         None => stable_id(&body),
     };
-    let scheme = Source::from_config(&source, false, usize::MAX)?.scheme;
+    let scheme = Source::from_config(&source, false, usize::MAX, Default::default())?.scheme;
     if let Some(why) = scheme.cannot_sign() {
         bail!("source `{name}`: {why}");
     }

@@ -32,6 +32,7 @@ use axum::http::HeaderMap;
 use crate::config::{Locator, SchemeName, SourceConfig};
 use crate::event::{Event, ParseError};
 use crate::handler::{Handler, Submission};
+use crate::payload::Dictionaries;
 pub(crate) use handshake::{Challenge, Handshaker};
 pub(crate) use split::Split;
 
@@ -107,6 +108,9 @@ pub(crate) struct Source {
     pub(crate) handshake: Option<Handshaker>,
     /// Where its events are when a body is an array of them.
     pub(crate) split: Option<Split>,
+    /// The dictionary its payloads are compressed with, once trained (shared by every source
+    /// of the server and the trainer that fills it in).
+    pub(crate) payloads: Arc<Dictionaries>,
 }
 
 impl Source {
@@ -118,10 +122,13 @@ impl Source {
             .iter()
             .map(|h| Ok((h.clone(), h.prepare(&event)?)))
             .collect::<Result<Vec<_>, ParseError>>()?;
+        // Compressed here, on the request's thread: the writer's thread has one job.
+        let stored = self.payloads.compress(&self.name, &event.body);
         Ok(Submission {
             event,
             handlers,
             forward: self.forward,
+            stored: Some(stored),
         })
     }
 
@@ -144,6 +151,7 @@ impl Source {
         config: &SourceConfig,
         forward: bool,
         default_max_body: usize,
+        payloads: Arc<Dictionaries>,
     ) -> anyhow::Result<Source> {
         let secrets = config.secrets.clone();
         let tolerance = config
@@ -230,6 +238,7 @@ impl Source {
                 .zip(config.secrets.first())
                 .map(|(h, secret)| Handshaker::new(h, secret.clone())),
             split: split_of(config),
+            payloads,
         })
     }
 }

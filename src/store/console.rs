@@ -279,7 +279,8 @@ pub(crate) fn event(
         .query(
             &ledger::by_key(
                 conn.dialect(),
-                "source, event_id, event_type, received_at, length(payload), created, payload",
+                "source, event_id, event_type, received_at, length(payload), created, payload,
+                 payload_codec, payload_dict",
                 "$1",
                 "$2",
             ),
@@ -297,7 +298,7 @@ pub(crate) fn event(
     Ok(Some(EventDetail {
         line: event_line(&r)?,
         created: r.get(5)?,
-        payload: r.get(6)?,
+        payload: crate::store::payload::read(conn, &r, 6)?,
         outbox: outbox
             .iter()
             .map(outbox_row)

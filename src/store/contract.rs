@@ -59,6 +59,7 @@ fn event(id: &str, forward: bool) -> Work<'static> {
         },
         handlers: vec![(Arc::new(Record) as Arc<dyn Handler>, Prepared::none())],
         forward,
+        stored: None,
     })
 }
 

@@ -30,10 +30,17 @@ const TABLES: &[(&str, &[&str], &[&str])] = &[
             "created",
             "received_at",
             "payload",
+            "payload_codec",
+            "payload_dict",
         ],
         // SQLite's ledger has no index on (source, event_id) alone (its key is by day first):
         // the copy pages in the order claims arrived.
         &["rowid"],
+    ),
+    (
+        "hookledger_payload_dicts",
+        &["id", "source", "dict", "created_at"],
+        &["id"],
     ),
     (
         "outbox",
@@ -44,6 +51,7 @@ const TABLES: &[(&str, &[&str], &[&str])] = &[
             "key",
             "event_type",
             "payload",
+            "payload_ref",
             "status",
             "attempts",
             "next_attempt_at",

@@ -14,14 +14,23 @@
 //! ledger holds ([`by_key`]), never scans.
 
 use crate::event::Event;
+use crate::payload::Stored;
 use crate::sql::{Dialect, Session, StoreError};
 
 /// Claims `event` (PostgreSQL); true if it is new (and its effects must now be applied), false
-/// if the id was already in the ledger (a duplicate: nothing else may run).
-pub(crate) fn claim(tx: &dyn Session, event: &Event, received_at: i64) -> Result<bool, StoreError> {
+/// if the id was already in the ledger (a duplicate: nothing else may run). `stored` is its
+/// body as it is stored (`crate::payload`).
+pub(crate) fn claim(
+    tx: &dyn Session,
+    event: &Event,
+    stored: &Stored,
+    received_at: i64,
+) -> Result<bool, StoreError> {
     let inserted = tx.execute(
-        "INSERT INTO webhook_events (event_id, event_type, source, created, received_at, payload)
-         VALUES ($1, $2, $3, $4, $5, $6)
+        "INSERT INTO webhook_events
+             (event_id, event_type, source, created, received_at, payload, payload_codec,
+              payload_dict)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
          ON CONFLICT (source, event_id) DO NOTHING",
         &[
             &event.id,
@@ -29,7 +38,9 @@ pub(crate) fn claim(tx: &dyn Session, event: &Event, received_at: i64) -> Result
             &event.source,
             &event.created,
             &received_at,
-            &&event.body[..],
+            &stored.bytes,
+            &stored.codec,
+            &stored.dict,
         ],
     )?;
     Ok(inserted == 1)

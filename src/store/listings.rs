@@ -249,7 +249,7 @@ pub(crate) fn event_show(
         .query(
             &ledger::by_key(
                 conn.dialect(),
-                "event_type, source, created, received_at, payload",
+                "event_type, source, created, received_at, payload, payload_codec, payload_dict",
                 "$1",
                 "$2",
             ),
@@ -263,7 +263,7 @@ pub(crate) fn event_show(
                  after the retention age)"
             )
         })?;
-    let payload = row.get::<Option<Vec<u8>>>(4)?.map(|p| {
+    let payload = crate::store::payload::read(conn, &row, 4)?.map(|p| {
         serde_json::from_slice::<serde_json::Value>(&p)
             .unwrap_or_else(|_| json!(String::from_utf8_lossy(&p)))
     });

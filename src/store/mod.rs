@@ -8,7 +8,7 @@
 //!   batched;
 //! - the SQL both stores run, on [`Session`](crate::sql::Session): the claim (`ledger.rs`), the
 //!   outbox's writes (`outbox.rs`), `[[alert]]` incidents (`alerts.rs`), retention
-//!   (`retention.rs`), the listings (`listings.rs`), the operator's console (`console.rs`),
+//!   (`retention.rs`), stored payloads and their dictionaries (`payload.rs`), the listings (`listings.rs`), the operator's console (`console.rs`),
 //!   refused requests kept for it (`refusals.rs`), the app's migrations (`app_schema.rs`), the
 //!   copy from one store to the
 //!   other (`copy.rs`);
@@ -28,6 +28,7 @@ pub(crate) mod ledger;
 pub(crate) mod listings;
 pub(crate) mod outbox;
 mod owned;
+pub(crate) mod payload;
 pub(crate) mod pipeline;
 pub(crate) mod postgres;
 pub(crate) mod refusals;
@@ -147,7 +148,11 @@ pub(crate) fn open(
         Database::Postgres(url) => Ok(Stores {
             writer: Box::new(postgres::PgStore::open(url, storage.busy_timeout)?),
             reader: Reader::Postgres(postgres::read_pool(url, storage.busy_timeout, READERS)?),
-            outbox: Box::new(postgres::PgOutbox::open(url, storage.outbox_lease)?),
+            outbox: Box::new(postgres::PgOutbox::open(
+                url,
+                storage.outbox_lease,
+                storage.busy_timeout,
+            )?),
             guard: Box::new(()),
         }),
     }

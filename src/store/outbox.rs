@@ -36,6 +36,35 @@ pub(crate) fn enqueue(
     Ok(inserted == 1)
 }
 
+/// Queues the `forward` row of `event` inside the caller's transaction, due now. It holds no
+/// copy of the body: `payload_ref = 1` says the worker reads the event's own payload when it
+/// attempts the row (`store::payload::event_payload`), so a payload is stored once.
+pub(crate) fn enqueue_forward(
+    tx: &dyn Session,
+    event: &Event,
+    now: i64,
+) -> Result<bool, StoreError> {
+    let inserted = tx.execute(
+        "INSERT INTO outbox
+             (kind, source, key, event_type, payload, payload_ref, status, next_attempt_at,
+              created_at)
+         VALUES ($1, $2, $3, $4, $5, 1, 'pending', $6, $6)
+         ON CONFLICT (kind, source, key) DO NOTHING",
+        &[
+            &FORWARD,
+            &event.source,
+            &event.id,
+            &event.kind,
+            &EMPTY,
+            &now,
+        ],
+    )?;
+    Ok(inserted == 1)
+}
+
+/// The `payload` of a row that refers to its event's (the column is NOT NULL).
+const EMPTY: &[u8] = b"";
+
 fn mark_done(tx: &dyn Session, id: i64, queued: i64, now: i64) -> Result<u64, StoreError> {
     tx.execute(
         "UPDATE outbox SET status = 'done', attempts = attempts + 1, done_at = $2,
@@ -189,23 +218,25 @@ pub(crate) fn replay(
     event_id: &str,
     now: i64,
 ) -> Result<bool, StoreError> {
+    // The row refers to the event's payload (an old row's own copy is dropped).
     let stored = ledger::by_key(
         tx.dialect(),
-        "$1, source, event_id, event_type, payload, 'pending', $4, $4",
+        "$1, source, event_id, event_type, $5, 1, 'pending', $4, $4",
         "$2",
         "$3",
     );
     let changed = tx.execute(
         &format!(
             "INSERT INTO outbox
-                 (kind, source, key, event_type, payload, status, next_attempt_at, created_at)
+                 (kind, source, key, event_type, payload, payload_ref, status, next_attempt_at,
+                  created_at)
              {stored} AND payload IS NOT NULL
              ON CONFLICT (kind, source, key) DO UPDATE SET
                  status = 'pending', attempts = 0, next_attempt_at = excluded.next_attempt_at,
-                 done_at = NULL, payload = excluded.payload, queued = outbox.queued + 1,
-                 leased_until = NULL"
+                 done_at = NULL, payload = excluded.payload, payload_ref = 1,
+                 queued = outbox.queued + 1, leased_until = NULL"
         ),
-        &[&FORWARD, &source, &event_id, &now],
+        &[&FORWARD, &source, &event_id, &now, &EMPTY],
     )?;
     Ok(changed == 1)
 }

@@ -15,10 +15,10 @@ use std::sync::Arc;
 
 use crate::event::Event;
 use crate::handler::{Handler, Prepared, Submission};
-use crate::outbox::FORWARD;
+use crate::payload::Stored;
 use crate::sql::{Session, StoreError, Tx};
 use crate::store::seam::{Done, Outcome, Work, Write};
-use crate::store::{ledger, outbox, retention};
+use crate::store::{ledger, outbox, payload, retention};
 
 /// A store's open transaction, as the pipeline drives it.
 pub(crate) trait Batch {
@@ -56,23 +56,30 @@ pub(crate) trait Batch {
         write_in(self.session(), write, now)
     }
 
-    /// Claims `event`: whether it is new. The claim both stores share ([`ledger::claim`])
-    /// unless the store has its own.
-    fn claim(&mut self, event: &Event, now: i64) -> Result<bool, StoreError> {
-        ledger::claim(self.session(), event, now)
+    /// Claims `event`, with its body as stored: whether it is new. The claim both stores share
+    /// ([`ledger::claim`]) unless the store has its own.
+    fn claim(&mut self, event: &Event, stored: &Stored, now: i64) -> Result<bool, StoreError> {
+        ledger::claim(self.session(), event, stored, now)
     }
 
-    /// Claims each event, in order; whether each is new (of two copies of one event, the
-    /// first). One statement per event unless the store does better.
-    fn claim_all(&mut self, events: &[&Event], now: i64) -> Result<Vec<bool>, StoreError> {
-        events.iter().map(|event| self.claim(event, now)).collect()
+    /// Claims each event (with its body as stored), in order; whether each is new (of two
+    /// copies of one event, the first). One statement per event unless the store does better.
+    fn claim_all(
+        &mut self,
+        events: &[(&Event, &Stored)],
+        now: i64,
+    ) -> Result<Vec<bool>, StoreError> {
+        events
+            .iter()
+            .map(|(event, stored)| self.claim(event, stored, now))
+            .collect()
     }
 
     /// Queues a `forward` row for each event. One statement per event unless the store does
     /// better.
     fn enqueue_all(&mut self, events: &[&Event], now: i64) -> Result<(), StoreError> {
         for event in events {
-            outbox::enqueue(self.session(), FORWARD, event, &event.body, now, now)?;
+            outbox::enqueue_forward(self.session(), event, now)?;
         }
         Ok(())
     }
@@ -116,8 +123,10 @@ fn apply(
         event,
         handlers,
         forward,
+        stored,
     } = submission;
-    if !batch.claim(event, now)? {
+    let stored = stored.get_or_insert_with(|| crate::payload::compress(&event.body, None));
+    if !batch.claim(event, stored, now)? {
         return Ok(Outcome::Duplicate);
     }
     for (handler, prepared) in handlers {
@@ -125,7 +134,7 @@ fn apply(
         batch.run_handler(&**handler, event, prepared)?;
     }
     if *forward {
-        outbox::enqueue(batch.session(), FORWARD, event, &event.body, now, now)?;
+        outbox::enqueue_forward(batch.session(), event, now)?;
     }
     Ok(Outcome::Processed)
 }
@@ -163,6 +172,7 @@ pub(crate) fn write_in(tx: &dyn Session, write: &Write, now: i64) -> Result<u64,
             &[at],
         ),
         Write::Alert(incident) => crate::store::alerts::write(tx, incident, now),
+        Write::Dictionary { source, dict } => payload::store_dictionary(tx, source, dict, now),
     }
 }
 
@@ -219,7 +229,15 @@ pub(crate) fn run_together(
             }
         }
     }
-    let all: Vec<&Event> = events.iter().map(|s| &s.event).collect();
+    for s in events.iter_mut() {
+        if s.stored.is_none() {
+            s.stored = Some(crate::payload::compress(&s.event.body, None));
+        }
+    }
+    let all: Vec<(&Event, &Stored)> = events
+        .iter()
+        .filter_map(|s| Some((&s.event, s.stored.as_ref()?)))
+        .collect();
     let new = batch.claim_all(&all, now)?;
     let mut fresh: Vec<&mut Submission> = events
         .into_iter()

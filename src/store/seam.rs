@@ -62,6 +62,8 @@ pub(crate) enum Write {
     },
     /// Rewrites the heartbeat row: `/readyz`'s proof that a write commits.
     Heartbeat { at: i64 },
+    /// Stores `dict` as the payload dictionary of `source`, unless it has one already.
+    Dictionary { source: String, dict: Vec<u8> },
     /// Opens, refreshes or clears an `[[alert]]` incident; opening and clearing queue its
     /// message in the same transaction, only when this write is the one that changed it.
     Alert(crate::store::alerts::Incident),

@@ -60,10 +60,12 @@ impl BillingWriter {
             body: bytes::Bytes::copy_from_slice(body),
         };
         let prepared = self.billing.prepare(&event)?;
+        let stored = Some(crate::payload::compress(&event.body, None));
         Ok(Prepared(Submission {
             event,
             handlers: vec![(self.billing.clone(), prepared)],
             forward: false,
+            stored,
         }))
     }
 

@@ -31,6 +31,7 @@ mod oracles_b;
 mod oracles_sp;
 mod oracles_twilio;
 mod outbox;
+mod payloads;
 mod postgres;
 mod presets;
 mod proxies;

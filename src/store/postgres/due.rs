@@ -16,6 +16,7 @@ use std::time::Duration;
 use postgres::{Client, NoTls};
 
 use crate::outbox::PendingRow;
+use crate::store::payload::OutboxPayload;
 use crate::store::seam::OutboxReader;
 
 /// Rows leased at once: few, so that one lease covers their attempts (each bounded by the
@@ -27,10 +28,16 @@ pub(crate) struct PgOutbox {
     config: postgres::Config,
     conn: Mutex<Option<Client>>,
     lease: Duration,
+    /// Reads the payloads that forward rows refer to (`store::payload::event_payload`).
+    events: super::ReadPool,
 }
 
 impl PgOutbox {
-    pub(crate) fn open(url: &str, lease: Duration) -> anyhow::Result<PgOutbox> {
+    pub(crate) fn open(
+        url: &str,
+        lease: Duration,
+        busy_timeout: Duration,
+    ) -> anyhow::Result<PgOutbox> {
         Ok(PgOutbox {
             // Checked by super::parse at start-up; parsed again for the synchronous client.
             config: url
@@ -38,6 +45,7 @@ impl PgOutbox {
                 .map_err(|_| anyhow::anyhow!("database: not a valid PostgreSQL URL"))?,
             conn: Mutex::new(None),
             lease,
+            events: super::read_pool(url, busy_timeout, 1)?,
         })
     }
 
@@ -102,11 +110,23 @@ impl OutboxReader for PgOutbox {
     fn payload(&self, id: i64, queued: i64) -> anyhow::Result<Option<Vec<u8>>> {
         let row = self.with(|c| {
             c.query_opt(
-                "SELECT payload FROM outbox WHERE id = $1 AND status = 'pending' AND queued = $2",
+                "SELECT payload, payload_ref, source, key, created_at FROM outbox
+                 WHERE id = $1 AND status = 'pending' AND queued = $2",
                 &[&id, &queued],
             )
         })?;
-        Ok(row.map(|r| r.get(0)))
+        let Some(row) = row else { return Ok(None) };
+        let own = OutboxPayload {
+            payload: row.get(0),
+            refers: row.get::<_, Option<i16>>(1) == Some(1),
+            source: row.get(2),
+            key: row.get(3),
+            created_at: row.get(4),
+        };
+        if !own.refers {
+            return Ok(Some(own.payload));
+        }
+        Ok(Some(own.payload(&*self.events.get()?)?))
     }
 
     fn next_due_at(&self, kinds: &str) -> anyhow::Result<Option<i64>> {

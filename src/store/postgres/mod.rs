@@ -37,6 +37,7 @@ use crate::config::{parse_postgres, Database, DEFAULT_EFFECT_TIMEOUT};
 use crate::event::Event;
 use crate::handler::{Handler, Prepared};
 use crate::outbox::FORWARD;
+use crate::payload::Stored;
 use crate::sql::{Session, StoreError, Tx};
 use crate::store::owned::{self, Change};
 use crate::store::seam::{Done, Store, Work, Write};
@@ -55,6 +56,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0004_outbox_superseded.sql"),
     include_str!("migrations/0005_refusals.sql"),
     include_str!("migrations/0006_alert_incidents.sql"),
+    include_str!("migrations/0007_payload_codec.sql"),
 ];
 
 /// The advisory lock keys: migrations (hookledger's and the app's) and retention.
@@ -501,24 +503,35 @@ impl pipeline::Batch for PgStore {
 
     /// Claims every event of the batch in one statement, in batch (key) order; whether each
     /// is new. Of two copies of one event in a batch, the first is the new one.
-    fn claim_all(&mut self, events: &[&Event], now: i64) -> Result<Vec<bool>, StoreError> {
-        let column = |f: fn(&Event) -> &str| events.iter().map(|e| f(e)).collect::<Vec<&str>>();
+    fn claim_all(
+        &mut self,
+        events: &[(&Event, &Stored)],
+        now: i64,
+    ) -> Result<Vec<bool>, StoreError> {
+        let column =
+            |f: fn(&Event) -> &str| events.iter().map(|(e, _)| f(e)).collect::<Vec<&str>>();
         let sources = column(|e| &e.source);
         let ids = column(|e| &e.id);
         let types = column(|e| &e.kind);
-        let created: Vec<Option<i64>> = events.iter().map(|e| e.created).collect();
-        let bodies: Vec<&[u8]> = events.iter().map(|e| &e.body[..]).collect();
+        let created: Vec<Option<i64>> = events.iter().map(|(e, _)| e.created).collect();
+        let bodies: Vec<&[u8]> = events.iter().map(|(_, s)| &s.bytes[..]).collect();
+        let codecs: Vec<i64> = events.iter().map(|(_, s)| s.codec).collect();
+        let dicts: Vec<Option<i64>> = events.iter().map(|(_, s)| s.dict).collect();
         let inserted: std::collections::HashSet<(String, String)> = self
             .session
             .query_typed(
                 "INSERT INTO webhook_events
-                     (source, event_id, event_type, created, received_at, payload)
-                 SELECT source, event_id, event_type, created, $5, payload
-                 FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $6::bytea[])
-                     AS e (source, event_id, event_type, created, payload)
+                     (source, event_id, event_type, created, received_at, payload,
+                      payload_codec, payload_dict)
+                 SELECT source, event_id, event_type, created, $5, payload, codec, dict
+                 FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $6::bytea[],
+                             $7::bigint[], $8::bigint[])
+                     AS e (source, event_id, event_type, created, payload, codec, dict)
                  ON CONFLICT (source, event_id) DO NOTHING
                  RETURNING source, event_id",
-                &[&sources, &ids, &types, &created, &now, &bodies],
+                &[
+                    &sources, &ids, &types, &created, &now, &bodies, &codecs, &dicts,
+                ],
             )?
             .iter()
             .map(|r| (r.get(0), r.get(1)))
@@ -527,7 +540,7 @@ impl pipeline::Batch for PgStore {
         Ok(events
             .iter()
             .map(|e| {
-                let key = (e.source.to_string(), e.id.clone());
+                let key = (e.0.source.to_string(), e.0.id.clone());
                 inserted.contains(&key) && seen.insert(key)
             })
             .collect())
@@ -541,15 +554,15 @@ impl pipeline::Batch for PgStore {
         let sources: Vec<&str> = events.iter().map(|e| &*e.source).collect();
         let ids: Vec<&str> = events.iter().map(|e| e.id.as_str()).collect();
         let types: Vec<&str> = events.iter().map(|e| e.kind.as_str()).collect();
-        let bodies: Vec<&[u8]> = events.iter().map(|e| &e.body[..]).collect();
+        // Each row refers to its event's payload (`outbox::enqueue_forward`).
         self.session.query_typed(
             "INSERT INTO outbox
-                 (kind, source, key, event_type, payload, status, next_attempt_at, created_at)
-             SELECT $1, source, key, event_type, payload, 'pending', $6, $6
-             FROM unnest($2::text[], $3::text[], $4::text[], $5::bytea[])
-                 AS e (source, key, event_type, payload)
+                 (kind, source, key, event_type, payload, payload_ref, status, next_attempt_at,
+                  created_at)
+             SELECT $1, source, key, event_type, ''::bytea, 1, 'pending', $5, $5
+             FROM unnest($2::text[], $3::text[], $4::text[]) AS e (source, key, event_type)
              ON CONFLICT (kind, source, key) DO NOTHING",
-            &[&FORWARD, &sources, &ids, &types, &bodies, &now],
+            &[&FORWARD, &sources, &ids, &types, &now],
         )?;
         Ok(())
     }

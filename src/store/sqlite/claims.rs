@@ -31,6 +31,7 @@ use rusqlite::Connection;
 
 use super::bloom::{key_hash, Bloom};
 use crate::event::Event;
+use crate::payload::Stored;
 use crate::sql::StoreError;
 use crate::store::ledger::{day_of, SQLITE_CLAIMED_ON, SQLITE_DAYS};
 
@@ -165,6 +166,7 @@ impl Claims {
         &mut self,
         conn: &Connection,
         event: &Event,
+        stored: &Stored,
         now: i64,
     ) -> Result<bool, StoreError> {
         let hash = key_hash(&event.source, &event.id);
@@ -173,8 +175,9 @@ impl Claims {
         let inserted = conn
             .prepare_cached(
                 "INSERT INTO webhook_events
-                     (source, event_id, event_type, created, received_at, payload)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+                     (source, event_id, event_type, created, received_at, payload,
+                      payload_codec, payload_dict)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
                  ON CONFLICT DO NOTHING",
             )?
             .execute(rusqlite::params![
@@ -183,7 +186,9 @@ impl Claims {
                 &event.kind,
                 &event.created,
                 now,
-                &event.body[..]
+                &stored.bytes,
+                &stored.codec,
+                &stored.dict
             ])?;
         if inserted == 0 {
             return Ok(false);
@@ -259,6 +264,7 @@ mod tests {
 
     use crate::config::DEFAULT_BUSY_TIMEOUT;
     use crate::event::Event;
+use crate::payload::Stored;
     use crate::handler::Submission;
     use crate::store::sqlite::SqliteStore;
     use crate::store::{Done, Outcome, Store, Work};

@@ -5,6 +5,7 @@ use rusqlite::{params, Connection, OptionalExtension};
 
 use crate::outbox::PendingRow;
 use crate::store::listings::blob_text;
+use crate::store::payload::OutboxPayload;
 
 /// Up to `limit` pending rows of `kinds` that are due at `now`, in id order, without their
 /// payloads ([`payload`] reads the one attempted).
@@ -59,18 +60,26 @@ fn text(r: &rusqlite::Row<'_>, i: usize) -> rusqlite::Result<Option<String>> {
     })
 }
 
-/// The payload of row `id`, if it is still pending as queued for the `queued`-th time.
-pub(crate) fn payload(
-    conn: &Connection,
-    id: i64,
-    queued: i64,
-) -> rusqlite::Result<Option<Vec<u8>>> {
-    conn.prepare_cached(
-        "SELECT CAST(payload AS BLOB) FROM outbox
-         WHERE id = ?1 AND status = 'pending' AND queued = ?2",
-    )?
-    .query_row(params![id, queued], |r| r.get(0))
-    .optional()
+/// The payload of row `id`, if it is still pending as queued for the `queued`-th time: its
+/// own, or its event's for a row that refers to it.
+pub(crate) fn payload(conn: &Connection, id: i64, queued: i64) -> anyhow::Result<Option<Vec<u8>>> {
+    let row = conn
+        .prepare_cached(
+            "SELECT CAST(payload AS BLOB), payload_ref, CAST(source AS TEXT), CAST(key AS TEXT),
+                    created_at
+             FROM outbox WHERE id = ?1 AND status = 'pending' AND queued = ?2",
+        )?
+        .query_row(params![id, queued], |r| {
+            Ok(OutboxPayload {
+                payload: r.get(0)?,
+                refers: r.get::<_, Option<i64>>(1)? == Some(1),
+                source: r.get(2)?,
+                key: r.get(3)?,
+                created_at: r.get(4)?,
+            })
+        })
+        .optional()?;
+    row.map(|own| own.payload(conn)).transpose()
 }
 
 /// When the next pending row of `kinds` (a JSON array) is due, if any.

@@ -31,6 +31,7 @@ use rusqlite::{Connection, ErrorCode, OpenFlags};
 
 use crate::config::{DEFAULT_BUSY_TIMEOUT, DEFAULT_EFFECT_TIMEOUT};
 use crate::event::Event;
+use crate::payload::Stored;
 use crate::handler::{Handler, Prepared};
 use crate::outbox::PendingRow;
 use crate::sql::{Session, StoreError, Tx};
@@ -56,6 +57,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0009_refusals.sql"),
     include_str!("migrations/0010_alert_incidents.sql"),
     include_str!("migrations/0011_claims_by_day.sql"),
+    include_str!("migrations/0012_payload_codec.sql"),
 ];
 
 /// SQLite's virtual machine steps between two looks at a running handler's deadline: a few
@@ -475,8 +477,8 @@ impl pipeline::Batch for SqliteStore {
     }
 
     /// The claim by day (`claims.rs`).
-    fn claim(&mut self, event: &Event, now: i64) -> Result<bool, StoreError> {
-        self.claims.claim(&self.conn, event, now)
+    fn claim(&mut self, event: &Event, stored: &Stored, now: i64) -> Result<bool, StoreError> {
+        self.claims.claim(&self.conn, event, stored, now)
     }
 
     /// SQLite's own rollback of a whole transaction (an I/O error, a full disk) leaves the
@@ -634,7 +636,7 @@ impl OutboxReader for ReadPool {
     }
 
     fn payload(&self, id: i64, queued: i64) -> anyhow::Result<Option<Vec<u8>>> {
-        Ok(due::payload(&*self.get()?, id, queued)?)
+        due::payload(&*self.get()?, id, queued)
     }
 
     fn next_due_at(&self, kinds: &str) -> anyhow::Result<Option<i64>> {

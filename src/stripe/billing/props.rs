@@ -140,7 +140,12 @@ fn apply_in_order(events: &[SubEvent]) -> SubscriptionRow {
     for e in events {
         let (event, change) = e.event();
         store.connection().execute_batch("BEGIN").unwrap();
-        assert!(store.claim(&event, 0).unwrap(), "{} is new", event.id);
+        let stored = crate::payload::compress(&event.body, None);
+        assert!(
+            store.claim(&event, &stored, 0).unwrap(),
+            "{} is new",
+            event.id
+        );
         let applied = state::apply(
             &store.tx(),
             &event.id,
@@ -310,6 +315,7 @@ proptest! {
                                 event,
                                 handlers: vec![(billing.clone(), prepared)],
                                 forward: false,
+                                stored: None,
                             }
                         })
                         .collect();

@@ -1,0 +1,147 @@
+//! Stored payloads on every store: the one lookup of an event's payload by its key, reading
+//! a stored payload back (`crate::payload` decompresses), and the dictionaries' table.
+
+use std::sync::Arc;
+
+use crate::payload::{self, Dictionary, Unreadable};
+use crate::sql::{Dialect, Row, Session, StoreError};
+use crate::store::ledger;
+
+/// The stored payload of event `key` of `source`, as the body it was: `Ok(None)` when there
+/// is no such event, or its payload was cleared. The one place an event's payload is found by
+/// its key (the outbox worker's forward rows, `events show`, the console, replay's check).
+/// `near`: when the event was most likely received (a forward row is queued in its event's
+/// transaction, so its `created_at`): on SQLite that day is sought first, one seek, before
+/// every day the ledger holds ([`ledger::by_key`]).
+pub(crate) fn event_payload(
+    conn: &dyn Session,
+    source: &str,
+    key: &str,
+    near: Option<i64>,
+) -> anyhow::Result<Option<Vec<u8>>> {
+    const COLUMNS: &str = "payload, payload_codec, payload_dict";
+    if let (Dialect::Sqlite, Some(at)) = (conn.dialect(), near) {
+        let rows = conn.query(
+            &format!(
+                "SELECT {COLUMNS} FROM webhook_events INDEXED BY webhook_events_key
+                 WHERE received_at / 86400 = $1 AND source = $2 AND event_id = $3"
+            ),
+            &[&ledger::day_of(at), &source, &key],
+        )?;
+        if let Some(row) = rows.first() {
+            return read(conn, row, 0);
+        }
+    }
+    let rows = conn.query(
+        &ledger::by_key(conn.dialect(), COLUMNS, "$1", "$2"),
+        &[&source, &key],
+    )?;
+    match rows.first() {
+        Some(row) => read(conn, row, 0),
+        None => Ok(None),
+    }
+}
+
+/// An outbox row's payload as it stores it.
+pub(crate) struct OutboxPayload {
+    pub(crate) payload: Vec<u8>,
+    /// The payload is its event's (`payload_ref = 1`).
+    pub(crate) refers: bool,
+    pub(crate) source: String,
+    pub(crate) key: String,
+    /// The row's `created_at`: when its event was most likely received.
+    pub(crate) created_at: i64,
+}
+
+impl OutboxPayload {
+    /// The body to deliver; an error (the row cannot be delivered) when it refers to an event
+    /// whose payload is gone or unreadable.
+    pub(crate) fn payload(self, conn: &dyn Session) -> anyhow::Result<Vec<u8>> {
+        if !self.refers {
+            return Ok(self.payload);
+        }
+        event_payload(conn, &self.source, &self.key, Some(self.created_at))?.ok_or_else(|| {
+            Unreadable(format!(
+                "event {} of source {} has no payload in the ledger",
+                self.key, self.source
+            ))
+            .into()
+        })
+    }
+}
+
+/// The payload in columns `at` (payload), `at + 1` (codec) and `at + 2` (dictionary) of
+/// `row`, as the body it was; `None` when cleared.
+pub(crate) fn read(conn: &dyn Session, row: &Row, at: usize) -> anyhow::Result<Option<Vec<u8>>> {
+    let Some(bytes) = row.get::<Option<Vec<u8>>>(at)? else {
+        return Ok(None);
+    };
+    let codec = row.get::<Option<i64>>(at + 1)?;
+    let dict = row.get::<Option<i64>>(at + 2)?;
+    Ok(Some(payload::decompress(bytes, codec, dict, |id| {
+        dictionary(conn, id).map_err(|e| e.to_string())
+    })?))
+}
+
+/// The bytes of dictionary `id`, if stored.
+pub(crate) fn dictionary(conn: &dyn Session, id: i64) -> Result<Option<Vec<u8>>, StoreError> {
+    conn.query(
+        "SELECT dict FROM hookledger_payload_dicts WHERE id = $1",
+        &[&id],
+    )?
+    .first()
+    .map(|r| r.get::<Vec<u8>>(0))
+    .transpose()
+}
+
+/// The dictionary `source` compresses with, if it has one.
+pub(crate) fn dictionary_of(
+    conn: &dyn Session,
+    source: &str,
+) -> anyhow::Result<Option<Arc<Dictionary>>> {
+    let rows = conn.query(
+        "SELECT dict FROM hookledger_payload_dicts WHERE source = $1",
+        &[&source],
+    )?;
+    match rows.first() {
+        Some(r) => Ok(Some(Arc::new(Dictionary::new(&r.get::<Vec<u8>>(0)?)?))),
+        None => Ok(None),
+    }
+}
+
+/// Up to `n` stored payloads of `source`, as the bodies they were, to train on.
+pub(crate) fn samples(conn: &dyn Session, source: &str, n: i64) -> anyhow::Result<Vec<Vec<u8>>> {
+    let rows = conn.query(
+        "SELECT payload, payload_codec, payload_dict FROM webhook_events
+         WHERE source = $1 AND payload IS NOT NULL ORDER BY received_at DESC LIMIT $2",
+        &[&source, &n],
+    )?;
+    let mut samples = Vec::with_capacity(rows.len());
+    for row in &rows {
+        // One unreadable payload is not a reason to have no dictionary.
+        if let Ok(Some(body)) = read(conn, row, 0) {
+            samples.push(body);
+        }
+    }
+    Ok(samples)
+}
+
+/// Stores `dict` as the dictionary of `source`, unless it has one already (another instance
+/// trained one first: its own is kept, and rows made with either can be read). Whether it
+/// was stored.
+pub(crate) fn store_dictionary(
+    tx: &dyn Session,
+    source: &str,
+    dict: &[u8],
+    now: i64,
+) -> Result<u64, StoreError> {
+    let id = Dictionary::new(dict)
+        .map_err(|e: Unreadable| StoreError::Database(e.to_string()))?
+        .id;
+    // A source has one dictionary, never replaced: rows made with it must stay readable.
+    tx.execute(
+        "INSERT INTO hookledger_payload_dicts (id, source, dict, created_at)
+         VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING",
+        &[&id, &source, &dict, &now],
+    )
+}
