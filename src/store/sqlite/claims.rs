@@ -264,7 +264,6 @@ mod tests {
 
     use crate::config::DEFAULT_BUSY_TIMEOUT;
     use crate::event::Event;
-use crate::payload::Stored;
     use crate::handler::Submission;
     use crate::store::sqlite::SqliteStore;
     use crate::store::{Done, Outcome, Store, Work};
@@ -280,6 +279,7 @@ use crate::payload::Stored;
             },
             handlers: Vec::new(),
             forward: false,
+            stored: None,
         });
         match store.run_batch(vec![work], now).unwrap().pop() {
             Some(Done::Event(Ok(outcome))) => outcome,
