@@ -52,6 +52,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0008_outbox_superseded.sql"),
     include_str!("migrations/0009_refusals.sql"),
     include_str!("migrations/0010_alert_incidents.sql"),
+    include_str!("migrations/0013_outbox_pending_indexes.sql"),
 ];
 
 /// SQLite's virtual machine steps between two looks at a running handler's deadline: a few
@@ -1044,8 +1045,9 @@ mod tests {
     }
 }
 
-/// The console's reads go through indexes: a status page costs the same with a ledger of
-/// millions of events as with an empty one.
+/// The console's reads, and the worker's reads of the pending outbox rows, go through indexes:
+/// a status page costs the same with a ledger of millions of events as with an empty one, and
+/// coalescing or the backlog alert the same with millions of delivered rows.
 #[cfg(test)]
 mod console_plans {
     use std::cell::RefCell;
@@ -1068,16 +1070,24 @@ mod console_plans {
         }
 
         fn execute(&self, sql: &str, params: &[&dyn ToParam]) -> Result<u64, StoreError> {
+            self.explain(sql, params)?;
             Session::execute(self.conn, sql, params)
         }
 
         fn query(&self, sql: &str, params: &[&dyn ToParam]) -> Result<Vec<Row>, StoreError> {
+            self.explain(sql, params)?;
+            Session::query(self.conn, sql, params)
+        }
+    }
+
+    impl Explained<'_> {
+        fn explain(&self, sql: &str, params: &[&dyn ToParam]) -> Result<(), StoreError> {
             let plan = Session::query(self.conn, &format!("EXPLAIN QUERY PLAN {sql}"), params)?
                 .iter()
                 .map(|r| r.get::<String>(3).unwrap())
                 .collect();
             self.plans.borrow_mut().push((sql.to_string(), plan));
-            Session::query(self.conn, sql, params)
+            Ok(())
         }
     }
 
@@ -1153,5 +1163,41 @@ mod console_plans {
                 "{sql}: {plan:?}"
             );
         }
+    }
+
+    /// Coalescing's update finds a kind's pending rows, and for each a newer one of its
+    /// source, by searches of `outbox_coalesce`; the backlog alert's oldest pending row is the
+    /// first entry of `outbox_pending_age`, with no sort. Neither scans the outbox.
+    #[test]
+    fn coalescing_and_the_oldest_pending_row_search_indexes_and_never_scan_the_outbox() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        migrate(&mut conn).unwrap();
+        let plans = explained(&conn, |s| {
+            crate::store::outbox::coalesce(s, "deploy", &[7, 9], 1_000).unwrap();
+        });
+        let [(sql, plan)] = &plans[..] else {
+            panic!("one statement: {plans:?}")
+        };
+        for step in plan {
+            assert!(
+                !step.starts_with("SCAN ") && !step.contains("TEMP B-TREE"),
+                "`{step}` in the plan of {sql}: {plan:?}"
+            );
+        }
+        for table in ["outbox", "newer"] {
+            let search = format!("SEARCH {table} USING INDEX outbox_coalesce (kind=? AND status=?");
+            assert!(
+                plan.iter().any(|step| step.starts_with(&search)),
+                "{table}: {plan:?}"
+            );
+        }
+        let plans = explained(&conn, |s| {
+            crate::store::alerts::oldest_pending(s).unwrap();
+        });
+        assert_searched(&plans);
+        assert!(
+            plans[0].1[0].starts_with("SEARCH outbox USING INDEX outbox_pending_age (status=?)"),
+            "{plans:?}"
+        );
     }
 }
