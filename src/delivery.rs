@@ -451,6 +451,11 @@ impl<P> Shared<P> {
         self.breaker.lock().map(|b| *b).unwrap_or(Breaker::Closed)
     }
 
+    /// Whether the breaker is open: no attempt of the kind now.
+    fn paused(&self) -> bool {
+        matches!(self.breaker(), Breaker::Open(_))
+    }
+
     fn set_breaker(&self, state: Breaker) {
         if let Ok(mut b) = self.breaker.lock() {
             *b = state;
@@ -686,10 +691,14 @@ fn poll_lane<P: OutboxReader + Sync>(shared: &Shared<P>, hand: mpsc::Sender<Pend
             shared.signal.wait(seen, IDLE_POLL);
             continue;
         }
-        // Rows in flight are still due on SQLite: ask for them too, so `concurrency - busy`
-        // others can come back.
-        let limit = if probe { 1 } else { concurrency };
-        let rows = match shared.pool.due(&kinds, unix_now(), limit) {
+        // As many as can start now: on PostgreSQL a row handed out is leased, and a row
+        // waiting behind the running attempts would spend its lease there.
+        let limit = if probe { 1 } else { concurrency - busy };
+        let in_flight: Vec<i64> = match shared.in_flight.lock() {
+            Ok(in_flight) => in_flight.iter().copied().collect(),
+            Err(_) => break,
+        };
+        let rows = match shared.pool.due(&kinds, unix_now(), limit, &in_flight) {
             Ok(rows) => rows,
             Err(e) => {
                 log::error!("outbox: cannot read pending {} rows: {e:#}", shared.kind);
@@ -757,14 +766,11 @@ fn attempts<P: OutboxReader + Sync>(shared: &Shared<P>, rows: &Mutex<Receiver<Pe
             },
             Err(_) => return,
         };
-        let (id, queued) = (row.id, row.queued);
-        // Handed out before the breaker opened: not attempted, still due after the cooldown;
-        // its lease (PostgreSQL) ends now, so no instance waits for it to lapse.
-        let paused = matches!(shared.breaker(), Breaker::Open(_));
+        let id = row.id;
+        // Handed out before the breaker opened: not attempted, still due after the cooldown.
+        let paused = shared.paused();
         if paused && !shared.stopped() {
-            if let Err(e) = shared.writer.run_blocking(Write::Release { id, queued }) {
-                log::error!("outbox: cannot release row {id}: {e}");
-            }
+            release(shared, &row);
         }
         if !shared.stopped() && !paused {
             // Not recorded: the row stays pending and is attempted again, after a pause so a
@@ -803,12 +809,30 @@ fn recover<P>(shared: &Shared<P>) {
     shared.signal.notify();
 }
 
-/// Reads the payload of `row`, attempts it and records the result.
+/// Its lease (PostgreSQL) ends now, so no instance waits for it to lapse: the row of a paused
+/// kind, not attempted.
+fn release<P>(shared: &Shared<P>, row: &PendingRow) {
+    let (id, queued, lease) = (row.id, row.queued, row.lease);
+    if let Err(e) = shared
+        .writer
+        .run_blocking(Write::Release { id, queued, lease })
+    {
+        log::error!("outbox: cannot release row {id}: {e}");
+    }
+}
+
+/// Waits for the row's turn, reads its payload, attempts it and records the result.
 fn deliver<P: OutboxReader>(shared: &Shared<P>, row: PendingRow) -> Result<(), ()> {
     let (id, queued) = (row.id, row.queued);
-    let payload = match shared.pool.payload(id, queued) {
+    // At most `rate`: taken just before the attempt, so the target sees the spacing.
+    if !shared.turn() {
+        return Ok(()); // stopping: left due
+    }
+    // Read as the attempt starts (on PostgreSQL, renewing the lease).
+    let payload = match shared.pool.payload(&row, unix_now()) {
         Ok(Some(payload)) => payload,
-        // Replayed, revived or pruned since the poll: a row pending again is polled again.
+        // Replayed, revived or pruned since the poll (a row pending again is polled again),
+        // or, on PostgreSQL, its lease lapsed and another instance took it.
         Ok(None) => {
             log::debug!("outbox row {id} changed before its attempt; skipped");
             return Ok(());
@@ -818,10 +842,6 @@ fn deliver<P: OutboxReader>(shared: &Shared<P>, row: PendingRow) -> Result<(), (
             return Err(());
         }
     };
-    // At most `rate`: taken just before the attempt, so the target sees the spacing.
-    if !shared.turn() {
-        return Ok(()); // stopping: left due
-    }
     shared.metrics.in_flight(&row.kind, 1);
     let (attempt, health) = attempt(&shared.lane, &row, &payload);
     shared.metrics.in_flight(&row.kind, -1);

@@ -597,12 +597,20 @@ pub(crate) fn read_pool(path: &Path, size: u32) -> anyhow::Result<ReadPool> {
 }
 
 impl OutboxReader for ReadPool {
-    fn due(&self, kinds: &str, now: i64, limit: usize) -> anyhow::Result<Vec<PendingRow>> {
-        Ok(due::due(&*self.get()?, kinds, now, limit)?)
+    fn due(
+        &self,
+        kinds: &str,
+        now: i64,
+        limit: usize,
+        in_flight: &[i64],
+    ) -> anyhow::Result<Vec<PendingRow>> {
+        let in_flight = serde_json::to_string(in_flight)?;
+        Ok(due::due(&*self.get()?, kinds, now, limit, &in_flight)?)
     }
 
-    fn payload(&self, id: i64, queued: i64) -> anyhow::Result<Option<Vec<u8>>> {
-        Ok(due::payload(&*self.get()?, id, queued)?)
+    /// No lease to renew: one server a file.
+    fn payload(&self, row: &PendingRow, _now: i64) -> anyhow::Result<Option<Vec<u8>>> {
+        Ok(due::payload(&*self.get()?, row.id, row.queued)?)
     }
 
     fn next_due_at(&self, kinds: &str) -> anyhow::Result<Option<i64>> {
@@ -798,7 +806,7 @@ mod tests {
             err.to_string().contains("must be text, not a blob"),
             "{err}"
         );
-        let due = due::due(&conn, r#"["forward"]"#, i64::MAX, 10).unwrap();
+        let due = due::due(&conn, r#"["forward"]"#, i64::MAX, 10, "[]").unwrap();
         assert_eq!(due[0].key, "42");
     }
 
@@ -857,7 +865,9 @@ mod tests {
             ..crate::event::Event::default()
         };
         outbox::enqueue(&conn, FORWARD, &event, b"{}", 1, 1).unwrap();
-        let row = due::due(&conn, r#"["forward"]"#, 1, 10).unwrap().remove(0);
+        let row = due::due(&conn, r#"["forward"]"#, 1, 10, "[]")
+            .unwrap()
+            .remove(0);
         // The attempt is in flight when the event is replayed; then it succeeds.
         assert!(outbox::replay(&conn, "stripe", "evt_1", 2).unwrap());
         let delivered = crate::outbox::Attempt::Delivered { follow_up: None };
@@ -865,13 +875,15 @@ mod tests {
             outbox::record(&conn, row.id, row.queued, &delivered, 3).unwrap(),
             0
         );
-        let again = due::due(&conn, r#"["forward"]"#, 3, 10).unwrap();
+        let again = due::due(&conn, r#"["forward"]"#, 3, 10, "[]").unwrap();
         assert_eq!(again.len(), 1, "the replay is still to be delivered");
         assert_eq!(
             outbox::record(&conn, row.id, again[0].queued, &delivered, 4).unwrap(),
             1
         );
-        assert!(due::due(&conn, r#"["forward"]"#, 5, 10).unwrap().is_empty());
+        assert!(due::due(&conn, r#"["forward"]"#, 5, 10, "[]")
+            .unwrap()
+            .is_empty());
     }
 
     #[test]
