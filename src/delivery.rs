@@ -26,8 +26,9 @@
 //!   seconds of the app answering again, not at each row's next delay. A row that fails alone
 //!   between successes keeps its own schedule.
 //! - Circuit breaker: `breaker_failures` failures in a row (no answer or an error status) pause
-//!   the kind for `breaker_cooldown`: no attempt of it meanwhile (rows already handed out are
-//!   left due, and on PostgreSQL their leases released, [`Write::Release`]); then one
+//!   the kind for `breaker_cooldown`: no attempt of it meanwhile (rows already handed out,
+//!   and those waiting for their `rate`'s turn, are left due, and on PostgreSQL their leases
+//!   released, [`Write::Release`]); then one
 //!   probe. Its success closes the breaker (and makes the waiting rows due,
 //!   as above), its failure pauses the kind again. `hookledger_delivery_breaker_open{kind}`.
 //! - `coalesce = true`: before it hands rows out, and after each commit or attempt, the poller
@@ -827,6 +828,16 @@ fn deliver<P: OutboxReader>(shared: &Shared<P>, row: PendingRow) -> Result<(), (
     // At most `rate`: taken just before the attempt, so the target sees the spacing.
     if !shared.turn() {
         return Ok(()); // stopping: left due
+    }
+    // The breaker may have opened while the row waited for its turn: paused, it is not
+    // attempted either.
+    if shared.paused() {
+        log::info!(
+            "outbox: {} paused while row {id} waited for its turn; not attempted",
+            row.kind
+        );
+        release(shared, &row);
+        return Ok(());
     }
     // Read as the attempt starts (on PostgreSQL, renewing the lease).
     let payload = match shared.pool.payload(&row, unix_now()) {
