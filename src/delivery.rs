@@ -72,6 +72,10 @@ use crate::time::unix_now;
 use crate::trace::{self, Tracer};
 use crate::writer::WriterHandle;
 
+/// How often the poller renews the leases of the rows in flight (PostgreSQL): the lease is in
+/// whole seconds, at least one.
+const RENEW_EVERY: Duration = Duration::from_secs(1);
+
 /// How long the worker sleeps when nothing is due and nobody wakes it (it also picks up rows
 /// revived by the CLI from another process).
 const IDLE_POLL: Duration = Duration::from_secs(1);
@@ -670,6 +674,7 @@ fn poll_lane<P: OutboxReader + Sync>(shared: &Shared<P>, hand: mpsc::Sender<Pend
     let concurrency = shared.lane.concurrency;
     // The wake-up count at the last coalescing: again only after a commit or an attempt.
     let mut coalesced = None;
+    let mut renewed = Instant::now();
     while !shared.stopped() {
         let seen = shared.signal.seen();
         // Before anything is handed out, and while the attempts run (a commit wakes the
@@ -679,6 +684,18 @@ fn poll_lane<P: OutboxReader + Sync>(shared: &Shared<P>, hand: mpsc::Sender<Pend
             coalesced = Some(seen);
         }
         let busy = shared.in_flight();
+        // The leases (PostgreSQL) of the rows in flight last as long as their attempts, however
+        // long a command runs; the poller wakes at least once a second.
+        if busy > 0 && renewed.elapsed() >= RENEW_EVERY {
+            renewed = Instant::now();
+            let in_flight: Vec<i64> = match shared.in_flight.lock() {
+                Ok(in_flight) => in_flight.iter().copied().collect(),
+                Err(_) => break,
+            };
+            if let Err(e) = shared.pool.renew(&in_flight, unix_now()) {
+                log::error!("outbox: cannot renew the {} leases: {e:#}", shared.kind);
+            }
+        }
         // Open: nothing until the cooldown is over, then one probe, alone.
         let probe = match shared.gate(busy) {
             Gate::Go => false,

@@ -30,16 +30,16 @@ pub(crate) struct PendingRow {
     /// How many times the row was queued (see `store::outbox::record`).
     pub(crate) queued: i64,
     /// The lease the poll took on the row (PostgreSQL; SQLite has none): releasing the row or
-    /// starting its attempt changes it only while it still has this lease.
+    /// starting its attempt changes it only while this instance still holds it.
     pub(crate) lease: Option<Lease>,
 }
 
-/// A row's lease on PostgreSQL, as a poll took it: until when, and the server process of the
-/// connection that holds it. Once it lapsed, another instance may lease the row: the pair then
-/// differs (another process, or a later time), so the first cannot release nor attempt it.
+/// A row's lease on PostgreSQL, as a poll took it: the server process of the connection that
+/// holds it (its `leased_until` moves on as the worker renews it). Once the lease lapsed,
+/// another instance may lease the row: its holder is then another process, so the first
+/// instance can neither release nor attempt it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Lease {
-    pub(crate) until: i64,
     pub(crate) by: i32,
 }
 

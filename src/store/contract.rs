@@ -379,9 +379,9 @@ fn coalescing_supersedes_older_queued_rows_not_running(stores: &mut Stores) {
     assert_eq!(due, ["evt_c1", "evt_c4"], "released: due again at once");
 }
 
-/// A row's lease is released (its kind paused) or renewed (its attempt starts) only while the
-/// row has the lease its poll took: once it lapsed and another instance leased the row, the
-/// first instance neither releases nor attempts it; the holder does both. SQLite has no
+/// A row's lease is released (its kind paused) or renewed (its attempt starts, or runs long)
+/// only by the instance that holds it: once it lapsed and another instance leased the row, the
+/// first instance neither releases, renews nor attempts it; the holder does. SQLite has no
 /// leases (one server a file): there a release is the no-op it always was.
 fn a_lapsed_lease_another_instance_took_is_left_to_it(stores: &mut Stores, database: &Database) {
     let done = stores
@@ -426,6 +426,16 @@ fn a_lapsed_lease_another_instance_took_is_left_to_it(stores: &mut Stores, datab
             .is_empty(),
         leases,
         "still the second instance's"
+    );
+    assert_eq!(
+        stores.outbox.renew(&[first.id], lapsed + 1).unwrap(),
+        0,
+        "not the first instance's to renew"
+    );
+    assert_eq!(
+        other.outbox.renew(&[second.id], lapsed + 1).unwrap(),
+        u64::from(leases),
+        "its holder renews it"
     );
     assert_eq!(
         run(&release(&second), lapsed + 1),

@@ -143,8 +143,8 @@ pub(crate) fn release(
         Some(lease) => tx.execute(
             "UPDATE outbox SET leased_until = NULL
              WHERE id = $1 AND status = 'pending' AND queued = $2
-               AND leased_until = $3 AND leased_by = $4",
-            &[&id, &queued, &lease.until, &lease.by],
+               AND leased_by = $3",
+            &[&id, &queued, &lease.by],
         ),
     }
 }

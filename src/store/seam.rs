@@ -159,6 +159,11 @@ pub(crate) trait OutboxReader: Send + Sync + 'static {
     /// waited (for a rate's turn, say) and that another instance took is `None` too.
     fn payload(&self, row: &PendingRow, now: i64) -> anyhow::Result<Option<Vec<u8>>>;
 
+    /// Renews, to `now` + the lease, the leases this instance holds on the rows `in_flight`
+    /// here (PostgreSQL; SQLite has none): an attempt longer than the lease (a long command)
+    /// keeps its row from the other instances. How many rows changed.
+    fn renew(&self, in_flight: &[i64], now: i64) -> anyhow::Result<u64>;
+
     /// When the next pending row of `kinds` is due, if any.
     fn next_due_at(&self, kinds: &str) -> anyhow::Result<Option<i64>>;
 }
@@ -176,6 +181,10 @@ impl<T: OutboxReader + ?Sized> OutboxReader for Box<T> {
 
     fn payload(&self, row: &PendingRow, now: i64) -> anyhow::Result<Option<Vec<u8>>> {
         (**self).payload(row, now)
+    }
+
+    fn renew(&self, in_flight: &[i64], now: i64) -> anyhow::Result<u64> {
+        (**self).renew(in_flight, now)
     }
 
     fn next_due_at(&self, kinds: &str) -> anyhow::Result<Option<i64>> {

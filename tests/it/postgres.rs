@@ -1240,3 +1240,36 @@ fn a_row_that_waited_for_its_rate_turn_starts_on_a_renewed_lease() {
     app.release();
     wait_outbox_all_done(&db, WAIT);
 }
+
+/// Regression (a review): an attempt that runs longer than the lease (a command's timeout is
+/// 10 minutes, the lease 5 by default) let its lease lapse, and another instance could take
+/// the row and run it a second time at once. The worker renews the leases of its rows in
+/// flight.
+#[test]
+fn an_attempt_longer_than_the_lease_keeps_its_row_leased() {
+    let Some((dir, url)) = pg_database() else {
+        return;
+    };
+    let app = FakeApp::start(&[]);
+    app.hold();
+    let path = lease_config(
+        dir.path(),
+        &app,
+        "concurrency = 1\ntimeout = \"20s\"",
+        "outbox_lease = \"2s\"",
+    );
+    let server = Server::start_on(&url, &["--config", &path]);
+    assert_outcome(&server.send(&paid("evt_long")), "evt_long", "processed");
+    wait_for(WAIT, || (app.deliveries().len() == 1).then_some(())).expect("its attempt");
+    let db = Db::open(&url);
+    // Twice the lease into the attempt.
+    std::thread::sleep(Duration::from_secs(4));
+    let lease: i64 = db.one(
+        "SELECT leased_until FROM outbox WHERE key = 'evt_long'",
+        &[],
+    );
+    assert!(lease > now(), "leased until {lease}, now {}", now());
+    app.release();
+    wait_outbox_all_done(&db, WAIT);
+    assert_eq!(app.deliveries().len(), 1, "attempted once");
+}

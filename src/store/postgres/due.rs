@@ -5,11 +5,11 @@
 //! process of the worker's own connection), so two workers never take the same row. The poll
 //! returns the leased rows without their payloads; the worker reads the payload of the row it
 //! attempts by id, when it attempts it. The worker leases only as many rows as it has attempt
-//! threads free, and the read that starts an attempt renews the lease (a row may have waited
-//! for its rate's turn), only while the row still has the lease its poll took: so a lease
-//! covers one attempt, and a row whose lease lapsed meanwhile and that another instance took
-//! is left to that instance. The attempt's result, recorded through the writer, ends the
-//! lease. A leased row is due again for every instance when its lease lapses, or at
+//! threads free; the read that starts an attempt renews the lease (a row may have waited for
+//! its rate's turn), and so does the poller every second while the attempt runs (a command
+//! may run longer than the lease), each only while this connection still holds the lease: a
+//! row whose lease lapsed meanwhile and that another instance took is left to that instance.
+//! The attempt's result, recorded through the writer, ends the lease. A leased row is due again for every instance when its lease lapses, or at
 //! once when the connection that leased it is gone (its instance died or restarted: PostgreSQL
 //! ends a connection's server process when the client's socket closes). Delivery stays at
 //! least once.
@@ -92,8 +92,7 @@ impl OutboxReader for PgOutbox {
                    AND id <> ALL($5)
                  ORDER BY id LIMIT $2
                  FOR UPDATE SKIP LOCKED)
-             RETURNING id, kind, source, key, event_type, attempts, queued, leased_until,
-                 leased_by"
+             RETURNING id, kind, source, key, event_type, attempts, queued, leased_by"
         );
         let mut rows: Vec<PendingRow> = self
             .with(|c| c.query(&sql, &[&now, &limit, &kinds, &leased_until, &in_flight]))?
@@ -106,10 +105,7 @@ impl OutboxReader for PgOutbox {
                 event_type: r.get(4),
                 attempts: r.get(5),
                 queued: r.get(6),
-                lease: Some(Lease {
-                    until: r.get(7),
-                    by: r.get(8),
-                }),
+                lease: Some(Lease { by: r.get(7) }),
             })
             .collect();
         rows.sort_by_key(|r| r.id);
@@ -118,7 +114,7 @@ impl OutboxReader for PgOutbox {
 
     /// Read by id on the connection that holds the lease, as the attempt starts: the lease is
     /// renewed from `now` (a row may have waited for its rate's turn), on this connection,
-    /// only while the row has the lease the poll took.
+    /// only while the row is still leased by the connection its poll ran on.
     fn payload(&self, row: &PendingRow, now: i64) -> anyhow::Result<Option<Vec<u8>>> {
         let Some(lease) = row.lease else {
             return Ok(None); // never leased: not this instance's to attempt
@@ -126,14 +122,27 @@ impl OutboxReader for PgOutbox {
         let renewed = now + self.lease.as_secs() as i64;
         let found = self.with(|c| {
             c.query_opt(
-                "UPDATE outbox SET leased_until = $5, leased_by = pg_backend_pid()
-                 WHERE id = $1 AND status = 'pending' AND queued = $2
-                   AND leased_until = $3 AND leased_by = $4
+                "UPDATE outbox SET leased_until = $4, leased_by = pg_backend_pid()
+                 WHERE id = $1 AND status = 'pending' AND queued = $2 AND leased_by = $3
                  RETURNING payload",
-                &[&row.id, &row.queued, &lease.until, &lease.by, &renewed],
+                &[&row.id, &row.queued, &lease.by, &renewed],
             )
         })?;
         Ok(found.map(|r| r.get(0)))
+    }
+
+    /// Once a second at most (the lease is in whole seconds), on the connection that holds
+    /// the leases.
+    fn renew(&self, in_flight: &[i64], now: i64) -> anyhow::Result<u64> {
+        let until = now + self.lease.as_secs() as i64;
+        self.with(|c| {
+            c.execute(
+                "UPDATE outbox SET leased_until = $2
+                 WHERE id = ANY($1) AND status = 'pending' AND leased_by = pg_backend_pid()
+                   AND leased_until < $2",
+                &[&in_flight, &until],
+            )
+        })
     }
 
     fn next_due_at(&self, kinds: &str) -> anyhow::Result<Option<i64>> {

@@ -613,6 +613,10 @@ impl OutboxReader for ReadPool {
         Ok(due::payload(&*self.get()?, row.id, row.queued)?)
     }
 
+    fn renew(&self, _in_flight: &[i64], _now: i64) -> anyhow::Result<u64> {
+        Ok(0)
+    }
+
     fn next_due_at(&self, kinds: &str) -> anyhow::Result<Option<i64>> {
         Ok(due::next_due_at(&*self.get()?, kinds)?)
     }
