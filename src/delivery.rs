@@ -26,8 +26,9 @@
 //!   seconds of the app answering again, not at each row's next delay. A row that fails alone
 //!   between successes keeps its own schedule.
 //! - Circuit breaker: `breaker_failures` failures in a row (no answer or an error status) pause
-//!   the kind for `breaker_cooldown`: no attempt of it meanwhile (rows already handed out are
-//!   left due, and on PostgreSQL their leases released, [`Write::Release`]); then one
+//!   the kind for `breaker_cooldown`: no attempt of it meanwhile (rows already handed out,
+//!   and those waiting for their `rate`'s turn, are left due, and on PostgreSQL their leases
+//!   released, [`Write::Release`]); then one
 //!   probe. Its success closes the breaker (and makes the waiting rows due,
 //!   as above), its failure pauses the kind again. `hookledger_delivery_breaker_open{kind}`.
 //! - `coalesce = true`: before it hands rows out, and after each commit or attempt, the poller
@@ -70,6 +71,10 @@ use crate::store::{OutboxReader, Write};
 use crate::time::unix_now;
 use crate::trace::{self, Tracer};
 use crate::writer::WriterHandle;
+
+/// How often the poller renews the leases of the rows in flight (PostgreSQL): the lease is in
+/// whole seconds, at least one.
+const RENEW_EVERY: Duration = Duration::from_secs(1);
 
 /// How long the worker sleeps when nothing is due and nobody wakes it (it also picks up rows
 /// revived by the CLI from another process).
@@ -451,6 +456,11 @@ impl<P> Shared<P> {
         self.breaker.lock().map(|b| *b).unwrap_or(Breaker::Closed)
     }
 
+    /// Whether the breaker is open: no attempt of the kind now.
+    fn paused(&self) -> bool {
+        matches!(self.breaker(), Breaker::Open(_))
+    }
+
     fn set_breaker(&self, state: Breaker) {
         if let Ok(mut b) = self.breaker.lock() {
             *b = state;
@@ -664,6 +674,7 @@ fn poll_lane<P: OutboxReader + Sync>(shared: &Shared<P>, hand: mpsc::Sender<Pend
     let concurrency = shared.lane.concurrency;
     // The wake-up count at the last coalescing: again only after a commit or an attempt.
     let mut coalesced = None;
+    let mut renewed = Instant::now();
     while !shared.stopped() {
         let seen = shared.signal.seen();
         // Before anything is handed out, and while the attempts run (a commit wakes the
@@ -673,6 +684,18 @@ fn poll_lane<P: OutboxReader + Sync>(shared: &Shared<P>, hand: mpsc::Sender<Pend
             coalesced = Some(seen);
         }
         let busy = shared.in_flight();
+        // The leases (PostgreSQL) of the rows in flight last as long as their attempts, however
+        // long a command runs; the poller wakes at least once a second.
+        if busy > 0 && renewed.elapsed() >= RENEW_EVERY {
+            renewed = Instant::now();
+            let in_flight: Vec<i64> = match shared.in_flight.lock() {
+                Ok(in_flight) => in_flight.iter().copied().collect(),
+                Err(_) => break,
+            };
+            if let Err(e) = shared.pool.renew(&in_flight, unix_now()) {
+                log::error!("outbox: cannot renew the {} leases: {e:#}", shared.kind);
+            }
+        }
         // Open: nothing until the cooldown is over, then one probe, alone.
         let probe = match shared.gate(busy) {
             Gate::Go => false,
@@ -686,10 +709,14 @@ fn poll_lane<P: OutboxReader + Sync>(shared: &Shared<P>, hand: mpsc::Sender<Pend
             shared.signal.wait(seen, IDLE_POLL);
             continue;
         }
-        // Rows in flight are still due on SQLite: ask for them too, so `concurrency - busy`
-        // others can come back.
-        let limit = if probe { 1 } else { concurrency };
-        let rows = match shared.pool.due(&kinds, unix_now(), limit) {
+        // As many as can start now: on PostgreSQL a row handed out is leased, and a row
+        // waiting behind the running attempts would spend its lease there.
+        let limit = if probe { 1 } else { concurrency - busy };
+        let in_flight: Vec<i64> = match shared.in_flight.lock() {
+            Ok(in_flight) => in_flight.iter().copied().collect(),
+            Err(_) => break,
+        };
+        let rows = match shared.pool.due(&kinds, unix_now(), limit, &in_flight) {
             Ok(rows) => rows,
             Err(e) => {
                 log::error!("outbox: cannot read pending {} rows: {e:#}", shared.kind);
@@ -757,14 +784,11 @@ fn attempts<P: OutboxReader + Sync>(shared: &Shared<P>, rows: &Mutex<Receiver<Pe
             },
             Err(_) => return,
         };
-        let (id, queued) = (row.id, row.queued);
-        // Handed out before the breaker opened: not attempted, still due after the cooldown;
-        // its lease (PostgreSQL) ends now, so no instance waits for it to lapse.
-        let paused = matches!(shared.breaker(), Breaker::Open(_));
+        let id = row.id;
+        // Handed out before the breaker opened: not attempted, still due after the cooldown.
+        let paused = shared.paused();
         if paused && !shared.stopped() {
-            if let Err(e) = shared.writer.run_blocking(Write::Release { id, queued }) {
-                log::error!("outbox: cannot release row {id}: {e}");
-            }
+            release(shared, &row);
         }
         if !shared.stopped() && !paused {
             // Not recorded: the row stays pending and is attempted again, after a pause so a
@@ -803,12 +827,40 @@ fn recover<P>(shared: &Shared<P>) {
     shared.signal.notify();
 }
 
-/// Reads the payload of `row`, attempts it and records the result.
+/// Its lease (PostgreSQL) ends now, so no instance waits for it to lapse: the row of a paused
+/// kind, not attempted.
+fn release<P>(shared: &Shared<P>, row: &PendingRow) {
+    let (id, queued, lease) = (row.id, row.queued, row.lease);
+    if let Err(e) = shared
+        .writer
+        .run_blocking(Write::Release { id, queued, lease })
+    {
+        log::error!("outbox: cannot release row {id}: {e}");
+    }
+}
+
+/// Waits for the row's turn, reads its payload, attempts it and records the result.
 fn deliver<P: OutboxReader>(shared: &Shared<P>, row: PendingRow) -> Result<(), ()> {
     let (id, queued) = (row.id, row.queued);
-    let payload = match shared.pool.payload(id, queued) {
+    // At most `rate`: taken just before the attempt, so the target sees the spacing.
+    if !shared.turn() {
+        return Ok(()); // stopping: left due
+    }
+    // The breaker may have opened while the row waited for its turn: paused, it is not
+    // attempted either.
+    if shared.paused() {
+        log::info!(
+            "outbox: {} paused while row {id} waited for its turn; not attempted",
+            row.kind
+        );
+        release(shared, &row);
+        return Ok(());
+    }
+    // Read as the attempt starts (on PostgreSQL, renewing the lease).
+    let payload = match shared.pool.payload(&row, unix_now()) {
         Ok(Some(payload)) => payload,
-        // Replayed, revived or pruned since the poll: a row pending again is polled again.
+        // Replayed, revived or pruned since the poll (a row pending again is polled again),
+        // or, on PostgreSQL, its lease lapsed and another instance took it.
         Ok(None) => {
             log::debug!("outbox row {id} changed before its attempt; skipped");
             return Ok(());
@@ -836,10 +888,6 @@ fn deliver<P: OutboxReader>(shared: &Shared<P>, row: PendingRow) -> Result<(), (
             return Err(());
         }
     };
-    // At most `rate`: taken just before the attempt, so the target sees the spacing.
-    if !shared.turn() {
-        return Ok(()); // stopping: left due
-    }
     shared.metrics.in_flight(&row.kind, 1);
     let (attempt, health) = attempt(&shared.lane, &row, &payload);
     shared.metrics.in_flight(&row.kind, -1);

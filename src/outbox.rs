@@ -29,6 +29,18 @@ pub(crate) struct PendingRow {
     pub(crate) attempts: i64,
     /// How many times the row was queued (see `store::outbox::record`).
     pub(crate) queued: i64,
+    /// The lease the poll took on the row (PostgreSQL; SQLite has none): releasing the row or
+    /// starting its attempt changes it only while this instance still holds it.
+    pub(crate) lease: Option<Lease>,
+}
+
+/// A row's lease on PostgreSQL, as a poll took it: the server process of the connection that
+/// holds it (its `leased_until` moves on as the worker renews it). Once the lease lapsed,
+/// another instance may lease the row: its holder is then another process, so the first
+/// instance can neither release nor attempt it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Lease {
+    pub(crate) by: i32,
 }
 
 /// What attempts the rows of one kind: a POST to a URL ([`crate::delivery`]), or a fetch from

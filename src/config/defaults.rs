@@ -113,8 +113,9 @@ pub(crate) fn default_schedule() -> Vec<Duration> {
 /// Loopback: the admin routes need no token there (nothing on them changes data).
 pub(crate) const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:9090";
 
-/// Long enough for a worker's batch of attempts against a slow app (each bounded by the
-/// forward timeout), short enough that a dead instance's rows are delivered within minutes.
+/// How long a dead instance's leased rows wait before another instance takes them: within
+/// minutes. A live instance renews the leases of its rows in flight every second, so an
+/// attempt (a long command) may run longer; a few minutes ride out a stalled connection.
 pub(crate) const DEFAULT_OUTBOX_LEASE: Duration = Duration::from_secs(300);
 
 #[cfg(test)]

@@ -177,8 +177,9 @@ pub struct StorageConfig {
     /// for a row lock (`lock_timeout`) and for a connection. Then the answer is a 503.
     #[serde(with = "duration")]
     pub busy_timeout: Duration,
-    /// PostgreSQL: how long an instance holds the due outbox rows it took, while it attempts
-    /// them; if it dies, another instance delivers them once the lease lapses.
+    /// PostgreSQL: how long an instance holds a due outbox row it took without renewing the
+    /// lease (it renews the leases of its rows in flight every second); if it dies, another
+    /// instance delivers the row once the lease lapses.
     #[serde(with = "duration")]
     pub outbox_lease: Duration,
     /// SQLite: the write-ahead log's bound in MiB. Past it a checkpoint that waits for the
@@ -844,29 +845,6 @@ impl Config {
         self.validate_admin()?;
         if let Database::Postgres(url) = &self.database {
             parse_postgres(url)?;
-            // A worker leases up to 8 rows and attempts them one after the other: a lease
-            // shorter than that lets another instance take a row still being attempted (a
-            // second delivery, which at-least-once allows: said, not refused).
-            let slowest = self
-                .deliveries
-                .iter()
-                .filter_map(|d| {
-                    d.timeout
-                        .or(d.command.is_some().then_some(DEFAULT_COMMAND_TIMEOUT))
-                })
-                .chain(self.forward.as_ref().map(|f| f.timeout))
-                .max()
-                .unwrap_or_default();
-            if self.storage.outbox_lease < slowest * 8 {
-                log::warn!(
-                    "storage.outbox_lease ({} s) is shorter than 8 delivery timeouts ({} s: \
-                     8 × {} s), the rows one worker attempts in turn: another instance may \
-                     deliver a row again while it is being attempted",
-                    self.storage.outbox_lease.as_secs(),
-                    (slowest * 8).as_secs(),
-                    slowest.as_secs()
-                );
-            }
         }
         // Whole seconds, as the lease is stored; at most a day, so a dead instance's rows wait
         // no longer than that.

@@ -248,12 +248,12 @@ fn outbox_rows_are_leased_and_completed(stores: &mut Stores) {
         outcomes(done),
         [Ok(Outcome::Processed), Ok(Outcome::Processed)]
     );
-    let due = stores.outbox.due(r#"["forward"]"#, 10, 10).unwrap();
+    let due = stores.outbox.due(r#"["forward"]"#, 10, 10, &[]).unwrap();
     assert_eq!(due.len(), 1);
     let row = &due[0];
     assert_eq!((row.key.as_str(), row.source.as_str()), ("evt_f", "src"));
     assert_eq!(
-        stores.outbox.payload(row.id, row.queued).unwrap().unwrap(),
+        stores.outbox.payload(row, 10).unwrap().unwrap(),
         br#"{"id":"evt_f"}"#
     );
     let record = Write::Record {
@@ -274,7 +274,7 @@ fn outbox_rows_are_leased_and_completed(stores: &mut Stores) {
     assert_eq!(count(stores, status), 1);
     assert!(stores
         .outbox
-        .due(r#"["forward"]"#, 100, 10)
+        .due(r#"["forward"]"#, 100, 10, &[])
         .unwrap()
         .is_empty());
     assert_eq!(stores.outbox.next_due_at(r#"["forward"]"#).unwrap(), None);
@@ -298,7 +298,7 @@ fn payloads_are_read_by_id_when_attempted(stores: &mut Stores) {
         outcomes(done),
         [Ok(Outcome::Processed), Ok(Outcome::Processed)]
     );
-    let due = stores.outbox.due(r#"["forward"]"#, 10, 10).unwrap();
+    let due = stores.outbox.due(r#"["forward"]"#, 10, 10, &[]).unwrap();
     let keys: Vec<&str> = due.iter().map(|r| r.key.as_str()).collect();
     assert_eq!(keys, ["evt_big", "evt_small"]);
     let row = &due[0];
@@ -311,15 +311,23 @@ fn payloads_are_read_by_id_when_attempted(stores: &mut Stores) {
         event_type: _,
         attempts: _,
         queued: _,
+        lease: _,
     } = row;
-    // Leased by the poll on PostgreSQL (SQLite has no leases): reading the payload keeps it.
+    // Leased by the poll on PostgreSQL (SQLite has no leases): reading the payload as the
+    // attempt starts, at 20, renews the lease from then (the default lease: 300 s).
     let leased = "SELECT count(*) FROM outbox WHERE leased_until IS NOT NULL";
     let leases = count(stores, leased);
-    let payload = stores.outbox.payload(row.id, row.queued).unwrap();
+    let payload = stores.outbox.payload(row, 20).unwrap();
     assert!(payload.as_deref() == Some(&body[..]), "the payload intact");
     assert_eq!(count(stores, leased), leases);
+    let renewed = "SELECT count(*) FROM outbox WHERE key = 'evt_big' AND leased_until = 320";
+    assert_eq!(count(stores, renewed), i64::from(row.lease.is_some()));
+    let requeued = crate::outbox::PendingRow {
+        queued: row.queued + 1,
+        ..row.clone()
+    };
     assert_eq!(
-        stores.outbox.payload(row.id, row.queued + 1).unwrap(),
+        stores.outbox.payload(&requeued, 20).unwrap(),
         None,
         "queued again since the poll: not this attempt's"
     );
@@ -331,7 +339,7 @@ fn payloads_are_read_by_id_when_attempted(stores: &mut Stores) {
     let recorded = stores.writer.run_batch(vec![Work::Write(&record)], 11);
     assert_eq!(written(recorded.unwrap()), 1);
     assert_eq!(
-        stores.outbox.payload(row.id, row.queued).unwrap(),
+        stores.outbox.payload(row, 21).unwrap(),
         None,
         "done: nothing to attempt"
     );
@@ -345,7 +353,7 @@ fn recovery_makes_rows_waiting_on_backoff_due(stores: &mut Stores) {
         .run_batch(vec![event("evt_r1", true), event("evt_r2", true)], 10)
         .unwrap();
     assert_eq!(outcomes(done).len(), 2);
-    let due = stores.outbox.due(r#"["forward"]"#, 10, 10).unwrap();
+    let due = stores.outbox.due(r#"["forward"]"#, 10, 10, &[]).unwrap();
     assert_eq!(due.len(), 2);
     let retry = Write::Record {
         id: due[0].id,
@@ -386,7 +394,7 @@ fn coalescing_supersedes_older_queued_rows_not_running(stores: &mut Stores) {
     let work = ["evt_c1", "evt_c2", "evt_c3", "evt_c4"].map(|id| event(id, true));
     let done = stores.writer.run_batch(work.into(), 10).unwrap();
     assert_eq!(outcomes(done).len(), 4);
-    let running = stores.outbox.due(r#"["forward"]"#, 10, 1).unwrap();
+    let running = stores.outbox.due(r#"["forward"]"#, 10, 1, &[]).unwrap();
     assert_eq!(running[0].key, "evt_c1");
     let coalesce = Write::Coalesce {
         kind: "forward".into(),
@@ -405,17 +413,90 @@ fn coalescing_supersedes_older_queued_rows_not_running(stores: &mut Stores) {
     let release = Write::Release {
         id: running[0].id,
         queued: running[0].queued,
+        lease: running[0].lease,
     };
     let released = stores.writer.run_batch(vec![Work::Write(&release)], 12);
     assert_eq!(written(released.unwrap()), 1);
     let due: Vec<String> = stores
         .outbox
-        .due(r#"["forward"]"#, 12, 10)
+        .due(r#"["forward"]"#, 12, 10, &[])
         .unwrap()
         .into_iter()
         .map(|r| r.key)
         .collect();
     assert_eq!(due, ["evt_c1", "evt_c4"], "released: due again at once");
+}
+
+/// A row's lease is released (its kind paused) or renewed (its attempt starts, or runs long)
+/// only by the instance that holds it: once it lapsed and another instance leased the row, the
+/// first instance neither releases, renews nor attempts it; the holder does. SQLite has no
+/// leases (one server a file): there a release is the no-op it always was.
+fn a_lapsed_lease_another_instance_took_is_left_to_it(stores: &mut Stores, database: &Database) {
+    let done = stores
+        .writer
+        .run_batch(vec![event("evt_lease", true)], 10)
+        .unwrap();
+    assert_eq!(outcomes(done), [Ok(Outcome::Processed)]);
+    let kinds = r#"["forward"]"#;
+    let first = stores.outbox.due(kinds, 10, 1, &[]).unwrap().remove(0);
+    let lapsed = 10 + StorageConfig::default().outbox_lease.as_secs() as i64;
+    let other = open(database, &StorageConfig::default(), Access::Command).unwrap();
+    let second = other.outbox.due(kinds, lapsed, 1, &[]).unwrap().remove(0);
+    assert_eq!(
+        second.id, first.id,
+        "the lease lapsed: another instance takes the row"
+    );
+    let leases = first.lease.is_some();
+    let release = |row: &crate::outbox::PendingRow| Write::Release {
+        id: row.id,
+        queued: row.queued,
+        lease: row.lease,
+    };
+    let mut run = |write: &Write, now| {
+        written(
+            stores
+                .writer
+                .run_batch(vec![Work::Write(write)], now)
+                .unwrap(),
+        )
+    };
+    assert_eq!(run(&release(&first), lapsed), u64::from(!leases));
+    assert_eq!(
+        stores.outbox.payload(&first, lapsed).unwrap().is_some(),
+        !leases,
+        "not the first instance's to attempt"
+    );
+    assert_eq!(
+        stores
+            .outbox
+            .due(kinds, lapsed + 1, 10, &[])
+            .unwrap()
+            .is_empty(),
+        leases,
+        "still the second instance's"
+    );
+    assert_eq!(
+        stores.outbox.renew(&[first.id], lapsed + 1).unwrap(),
+        0,
+        "not the first instance's to renew"
+    );
+    assert_eq!(
+        other.outbox.renew(&[second.id], lapsed + 1).unwrap(),
+        u64::from(leases),
+        "its holder renews it"
+    );
+    assert_eq!(
+        run(&release(&second), lapsed + 1),
+        1,
+        "its holder releases it"
+    );
+    let due = stores.outbox.due(kinds, lapsed + 1, 10, &[]).unwrap();
+    assert_eq!(due.len(), 1, "released: due again for every instance");
+    assert!(stores
+        .outbox
+        .payload(&due[0], lapsed + 1)
+        .unwrap()
+        .is_some());
 }
 
 /// Retention deletes the claims received before its cutoff, and only those.
@@ -738,7 +819,7 @@ macro_rules! contract {
 
             #[test]
             fn claims_once() {
-                let Some((_guard, mut stores)) = $open else {
+                let Some((_guard, mut stores, _)) = $open else {
                     return;
                 };
                 super::claims_once(&mut stores);
@@ -746,7 +827,7 @@ macro_rules! contract {
 
             #[test]
             fn a_resend_on_another_day_is_a_duplicate() {
-                let Some((_guard, mut stores)) = $open else {
+                let Some((_guard, mut stores, _)) = $open else {
                     return;
                 };
                 super::a_resend_on_another_day_is_a_duplicate(&mut stores);
@@ -754,7 +835,7 @@ macro_rules! contract {
 
             #[test]
             fn a_failing_event_rolls_back_alone() {
-                let Some((_guard, mut stores)) = $open else {
+                let Some((_guard, mut stores, _)) = $open else {
                     return;
                 };
                 super::a_failing_event_rolls_back_alone(&mut stores);
@@ -762,7 +843,7 @@ macro_rules! contract {
 
             #[test]
             fn a_handler_over_its_time_limit_fails_its_event_alone() {
-                let Some((_guard, mut stores)) = $open else {
+                let Some((_guard, mut stores, _)) = $open else {
                     return;
                 };
                 super::a_handler_over_its_time_limit_fails_its_event_alone(&mut stores);
@@ -770,7 +851,7 @@ macro_rules! contract {
 
             #[test]
             fn outbox_rows_are_leased_and_completed() {
-                let Some((_guard, mut stores)) = $open else {
+                let Some((_guard, mut stores, _)) = $open else {
                     return;
                 };
                 super::outbox_rows_are_leased_and_completed(&mut stores);
@@ -778,7 +859,7 @@ macro_rules! contract {
 
             #[test]
             fn payloads_are_read_by_id_when_attempted() {
-                let Some((_guard, mut stores)) = $open else {
+                let Some((_guard, mut stores, _)) = $open else {
                     return;
                 };
                 super::payloads_are_read_by_id_when_attempted(&mut stores);
@@ -786,7 +867,7 @@ macro_rules! contract {
 
             #[test]
             fn recovery_makes_rows_waiting_on_backoff_due() {
-                let Some((_guard, mut stores)) = $open else {
+                let Some((_guard, mut stores, _)) = $open else {
                     return;
                 };
                 super::recovery_makes_rows_waiting_on_backoff_due(&mut stores);
@@ -794,7 +875,7 @@ macro_rules! contract {
 
             #[test]
             fn an_alert_incident_opens_and_clears_once_each_with_its_message() {
-                let Some((_guard, mut stores)) = $open else {
+                let Some((_guard, mut stores, _)) = $open else {
                     return;
                 };
                 super::an_alert_incident_opens_and_clears_once_each_with_its_message(&mut stores);
@@ -802,15 +883,23 @@ macro_rules! contract {
 
             #[test]
             fn coalescing_supersedes_older_queued_rows_not_running() {
-                let Some((_guard, mut stores)) = $open else {
+                let Some((_guard, mut stores, _)) = $open else {
                     return;
                 };
                 super::coalescing_supersedes_older_queued_rows_not_running(&mut stores);
             }
 
             #[test]
+            fn a_lapsed_lease_another_instance_took_is_left_to_it() {
+                let Some((_guard, mut stores, database)) = $open else {
+                    return;
+                };
+                super::a_lapsed_lease_another_instance_took_is_left_to_it(&mut stores, &database);
+            }
+
+            #[test]
             fn retention_deletes_only_older_claims() {
-                let Some((_guard, mut stores)) = $open else {
+                let Some((_guard, mut stores, _)) = $open else {
                     return;
                 };
                 super::retention_deletes_only_older_claims(&mut stores);
@@ -818,7 +907,7 @@ macro_rules! contract {
 
             #[test]
             fn refusals_are_capped_and_pruned_and_the_console_reads_them() {
-                let Some((_guard, mut stores)) = $open else {
+                let Some((_guard, mut stores, _)) = $open else {
                     return;
                 };
                 super::refusals_are_capped_and_pruned_and_the_console_reads_them(&mut stores);
@@ -827,20 +916,23 @@ macro_rules! contract {
     };
 }
 
-fn sqlite() -> Option<(tempfile::TempDir, Stores)> {
+fn sqlite() -> Option<(tempfile::TempDir, Stores, Database)> {
     let dir = tempfile::tempdir().unwrap();
-    let stores = opened(Database::Sqlite(dir.path().join("h.db")), dir.path());
-    Some((dir, stores))
+    let database = Database::Sqlite(dir.path().join("h.db"));
+    let stores = opened(database.clone(), dir.path());
+    Some((dir, stores, database))
 }
 
 fn postgres() -> Option<(
     (crate::store::postgres::scratch::Scratch, tempfile::TempDir),
     Stores,
+    Database,
 )> {
     let scratch = crate::store::postgres::scratch::Scratch::new()?;
     let dir = tempfile::tempdir().unwrap();
-    let stores = opened(Database::Postgres(scratch.url.clone()), dir.path());
-    Some(((scratch, dir), stores))
+    let database = Database::Postgres(scratch.url.clone());
+    let stores = opened(database.clone(), dir.path());
+    Some(((scratch, dir), stores, database))
 }
 
 contract!(on_sqlite, sqlite());

@@ -3,7 +3,7 @@
 //! store's own query (`due`): SQLite has one server, PostgreSQL leases rows to one of several.
 
 use crate::event::Event;
-use crate::outbox::{Attempt, FORWARD};
+use crate::outbox::{Attempt, Lease, FORWARD};
 use crate::sql::{Dialect, Session, StoreError, Tx};
 use crate::store::ledger;
 
@@ -155,13 +155,28 @@ pub(crate) fn coalesce(
 }
 
 /// Ends the lease of row `id`, handed out but not attempted (its kind paused): due again at
-/// once for every instance. Returns whether a row changed.
-pub(crate) fn release(tx: &dyn Session, id: i64, queued: i64) -> Result<u64, StoreError> {
-    tx.execute(
-        "UPDATE outbox SET leased_until = NULL
-         WHERE id = $1 AND status = 'pending' AND queued = $2",
-        &[&id, &queued],
-    )
+/// once for every instance. Only while the row has the `lease` the poll took: once it lapsed
+/// and another instance leased the row, that instance holds it and nothing changes. SQLite
+/// has no leases (one server a file): `None`. Returns whether a row changed.
+pub(crate) fn release(
+    tx: &dyn Session,
+    id: i64,
+    queued: i64,
+    lease: Option<Lease>,
+) -> Result<u64, StoreError> {
+    match lease {
+        None => tx.execute(
+            "UPDATE outbox SET leased_until = NULL
+             WHERE id = $1 AND status = 'pending' AND queued = $2 AND leased_until IS NULL",
+            &[&id, &queued],
+        ),
+        Some(lease) => tx.execute(
+            "UPDATE outbox SET leased_until = NULL
+             WHERE id = $1 AND status = 'pending' AND queued = $2
+               AND leased_by = $3",
+            &[&id, &queued, &lease.by],
+        ),
+    }
 }
 
 /// Puts row `id` back to pending with a fresh schedule. Returns whether a row changed.

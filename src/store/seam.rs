@@ -36,8 +36,13 @@ pub(crate) enum Write {
     /// leased) are left alone.
     Coalesce { kind: String, running: Vec<i64> },
     /// Ends the lease on row `id` (as queued for the `queued`-th time), handed out but not
-    /// attempted: due again for every instance at once.
-    Release { id: i64, queued: i64 },
+    /// attempted: due again for every instance at once. Only while the row still has `lease`
+    /// (the one the poll took; none on SQLite): a row another instance leased since is its.
+    Release {
+        id: i64,
+        queued: i64,
+        lease: Option<crate::outbox::Lease>,
+    },
     /// Deletes a batch of ledger rows received before `before`.
     PruneEvents { before: i64 },
     /// Clears the payloads of a batch of ledger rows received before `before`.
@@ -136,26 +141,52 @@ pub(crate) trait Store: Send + 'static {
 /// attempts. It reads on connections of its own; the results of its attempts go through the
 /// writer ([`Write::Record`]).
 pub(crate) trait OutboxReader: Send + Sync + 'static {
-    /// Up to `limit` pending rows of `kinds` (a JSON array) due at `now`, in id order, without
-    /// their payloads (a poll must not hold `limit` payloads at once).
-    fn due(&self, kinds: &str, now: i64, limit: usize) -> anyhow::Result<Vec<PendingRow>>;
+    /// Up to `limit` pending rows of `kinds` (a JSON array) due at `now`, in id order, other
+    /// than the rows `in_flight` here, without their payloads (a poll must not hold `limit`
+    /// payloads at once). On PostgreSQL the rows returned are leased until `now` + the lease:
+    /// the worker asks only for as many as it can start at once.
+    fn due(
+        &self,
+        kinds: &str,
+        now: i64,
+        limit: usize,
+        in_flight: &[i64],
+    ) -> anyhow::Result<Vec<PendingRow>>;
 
-    /// The payload of row `id`, while it is pending as queued for the `queued`-th time;
-    /// `None` when it is not (done, replayed or revived meanwhile, or pruned): the attempt is
-    /// skipped, and a row pending again is polled again.
-    fn payload(&self, id: i64, queued: i64) -> anyhow::Result<Option<Vec<u8>>>;
+    /// The payload of `row`, read when its attempt starts, while the row is pending as queued
+    /// for the `row.queued`-th time; `None` when it is not (done, replayed or revived
+    /// meanwhile, or pruned): the attempt is skipped, and a row pending again is polled again.
+    /// On PostgreSQL the attempt's start renews the lease (to `now` + the lease), and only
+    /// while the row still has the lease the poll took: a row whose lease lapsed while it
+    /// waited (for a rate's turn, say) and that another instance took is `None` too.
+    fn payload(&self, row: &PendingRow, now: i64) -> anyhow::Result<Option<Vec<u8>>>;
+
+    /// Renews, to `now` + the lease, the leases this instance holds on the rows `in_flight`
+    /// here (PostgreSQL; SQLite has none): an attempt longer than the lease (a long command)
+    /// keeps its row from the other instances. How many rows changed.
+    fn renew(&self, in_flight: &[i64], now: i64) -> anyhow::Result<u64>;
 
     /// When the next pending row of `kinds` is due, if any.
     fn next_due_at(&self, kinds: &str) -> anyhow::Result<Option<i64>>;
 }
 
 impl<T: OutboxReader + ?Sized> OutboxReader for Box<T> {
-    fn due(&self, kinds: &str, now: i64, limit: usize) -> anyhow::Result<Vec<PendingRow>> {
-        (**self).due(kinds, now, limit)
+    fn due(
+        &self,
+        kinds: &str,
+        now: i64,
+        limit: usize,
+        in_flight: &[i64],
+    ) -> anyhow::Result<Vec<PendingRow>> {
+        (**self).due(kinds, now, limit, in_flight)
     }
 
-    fn payload(&self, id: i64, queued: i64) -> anyhow::Result<Option<Vec<u8>>> {
-        (**self).payload(id, queued)
+    fn payload(&self, row: &PendingRow, now: i64) -> anyhow::Result<Option<Vec<u8>>> {
+        (**self).payload(row, now)
+    }
+
+    fn renew(&self, in_flight: &[i64], now: i64) -> anyhow::Result<u64> {
+        (**self).renew(in_flight, now)
     }
 
     fn next_due_at(&self, kinds: &str) -> anyhow::Result<Option<i64>> {

@@ -348,3 +348,45 @@ fn a_rate_spaces_a_kinds_attempts() {
     // The other kind has no rate.
     other.wait_delivered(6, WAIT);
 }
+
+/// Regression (a review): with a `rate`, a row that waited for its turn while the kind's
+/// breaker opened was attempted anyway. Its turn comes during the cooldown: it is not
+/// attempted, and stays due, never attempted (its lease released on PostgreSQL).
+#[test]
+fn a_row_waiting_for_its_rate_turn_is_not_attempted_once_the_breaker_opened() {
+    let app = FakeApp::start(&[503]);
+    // The first attempt fails after 500 ms, while the second row waits for its turn (2 s).
+    app.slow(Duration::from_millis(500));
+    let other = FakeApp::start(&[]);
+    let dir = test_dir();
+    let path = lanes_config(
+        dir.path(),
+        &app.url(),
+        &other.url(),
+        "schedule = [\"1s\"]\nconcurrency = 2\nrate = \"30/m\"\n\
+         breaker_failures = 1\nbreaker_cooldown = \"60s\"",
+        "",
+    );
+    let server = Server::start_in(dir.path(), &["--config", &path]);
+    for id in ["evt_turn_1", "evt_turn_2"] {
+        assert_outcome(&server.send(&paid(id)), id, "processed");
+    }
+    wait_for(WAIT, || {
+        (breaker_metric(&server, "forward").as_deref() == Some("1")).then_some(())
+    })
+    .expect("the breaker opens after the first failure");
+    wait_for(WAIT, || {
+        server
+            .log()
+            .contains("forward paused while row")
+            .then_some(())
+    })
+    .expect("the second row's turn came during the cooldown");
+    let deliveries = app.deliveries();
+    assert_eq!(deliveries.len(), 1, "only the first row was attempted");
+    assert_eq!(deliveries[0].headers["webhook-id"], "evt_turn_1");
+    let db = server.db();
+    let left = "SELECT count(*) FROM outbox WHERE key = 'evt_turn_2' AND kind = 'forward' \
+                AND status = 'pending' AND attempts = 0 AND leased_until IS NULL";
+    assert_eq!(db.count(left), 1, "due after the cooldown, not attempted");
+}

@@ -1140,3 +1140,136 @@ fn while_postgres_cannot_be_reached_the_writer_backs_off_and_logs_a_few_lines_a_
         "nothing of a failed batch was committed"
     );
 }
+
+const WAIT: Duration = Duration::from_secs(20);
+
+/// A config that forwards to `app` with `forward` lines, and `storage` lines.
+fn lease_config(dir: &std::path::Path, app: &FakeApp, forward: &str, storage: &str) -> String {
+    let config = format!(
+        r#"
+[[source]]
+name = "stripe"
+scheme = "stripe"
+secrets = ["env:STRIPE_WEBHOOK_SECRET"]
+
+[forward]
+url = "{url}"
+secret = "{FORWARD_SECRET}"
+schedule = ["1s"]
+{forward}
+
+[storage]
+{storage}
+"#,
+        url = app.url(),
+    );
+    let path = dir.join("hookledger.toml");
+    std::fs::write(&path, config).unwrap();
+    path.to_str().unwrap().to_string()
+}
+
+/// Regression (a review): a poll leased as many rows as the kind's concurrency while attempts
+/// were running, so rows waited leased behind them (for a command kind, a whole run each),
+/// their leases running out before their attempts began. A worker leases only the rows an
+/// attempt thread is free for.
+#[test]
+fn a_worker_leases_only_the_rows_it_can_start_at_once() {
+    let Some((dir, url)) = pg_database() else {
+        return;
+    };
+    let app = FakeApp::start(&[]);
+    app.hold();
+    let path = lease_config(dir.path(), &app, "concurrency = 2", "");
+    let server = Server::start_on(&url, &["--config", &path]);
+    assert_outcome(&server.send(&paid("evt_lb_0")), "evt_lb_0", "processed");
+    wait_for(WAIT, || (app.deliveries().len() == 1).then_some(())).expect("one attempt held");
+    // Two rows due at once while one attempt thread of two is free.
+    let db = Db::open(&url);
+    db.execute(
+        "INSERT INTO outbox (kind, source, key, payload, next_attempt_at, created_at)
+         SELECT 'forward', 'stripe', k, convert_to('{}', 'UTF8'), 0, 0
+         FROM unnest(ARRAY['evt_lb_1', 'evt_lb_2']) AS k",
+        &[],
+    );
+    wait_for(WAIT, || (app.deliveries().len() == 2).then_some(())).expect("a second attempt");
+    // A poll a second at most: the next would have leased the third row by now.
+    std::thread::sleep(Duration::from_millis(2500));
+    let leased = "SELECT count(*) FROM outbox WHERE leased_until IS NOT NULL";
+    assert_eq!(
+        db.count(leased),
+        2,
+        "the two rows being attempted, not the third"
+    );
+    app.release();
+    wait_outbox_all_done(&db, WAIT);
+    assert_eq!(delivered_keys(&app).len(), 3);
+}
+
+/// Regression (a review): a row that waits for its `rate`'s turn longer than its lease was
+/// attempted on a lapsed lease, which another instance may have taken meanwhile. The attempt's
+/// start renews the lease (only while the row still has the lease its poll took).
+#[test]
+fn a_row_that_waited_for_its_rate_turn_starts_on_a_renewed_lease() {
+    let Some((dir, url)) = pg_database() else {
+        return;
+    };
+    let app = FakeApp::start(&[]);
+    app.hold();
+    // One attempt every 3 s, a 2 s lease: the second row waits past its lease.
+    let path = lease_config(
+        dir.path(),
+        &app,
+        "concurrency = 2\nrate = \"20/m\"",
+        "outbox_lease = \"2s\"",
+    );
+    let server = Server::start_on(&url, &["--config", &path]);
+    for id in ["evt_lr_1", "evt_lr_2"] {
+        assert_outcome(&server.send(&paid(id)), id, "processed");
+    }
+    let db = Db::open(&url);
+    wait_for(WAIT, || (app.deliveries().len() == 2).then_some(())).expect("both attempted");
+    let lease: i64 = db.one(
+        "SELECT leased_until FROM outbox WHERE key = 'evt_lr_2'",
+        &[],
+    );
+    assert!(
+        lease > now(),
+        "the attempt runs on a lease until {lease}, now {}",
+        now()
+    );
+    app.release();
+    wait_outbox_all_done(&db, WAIT);
+}
+
+/// Regression (a review): an attempt that runs longer than the lease (a command's timeout is
+/// 10 minutes, the lease 5 by default) let its lease lapse, and another instance could take
+/// the row and run it a second time at once. The worker renews the leases of its rows in
+/// flight.
+#[test]
+fn an_attempt_longer_than_the_lease_keeps_its_row_leased() {
+    let Some((dir, url)) = pg_database() else {
+        return;
+    };
+    let app = FakeApp::start(&[]);
+    app.hold();
+    let path = lease_config(
+        dir.path(),
+        &app,
+        "concurrency = 1\ntimeout = \"20s\"",
+        "outbox_lease = \"2s\"",
+    );
+    let server = Server::start_on(&url, &["--config", &path]);
+    assert_outcome(&server.send(&paid("evt_long")), "evt_long", "processed");
+    wait_for(WAIT, || (app.deliveries().len() == 1).then_some(())).expect("its attempt");
+    let db = Db::open(&url);
+    // Twice the lease into the attempt.
+    std::thread::sleep(Duration::from_secs(4));
+    let lease: i64 = db.one(
+        "SELECT leased_until FROM outbox WHERE key = 'evt_long'",
+        &[],
+    );
+    assert!(lease > now(), "leased until {lease}, now {}", now());
+    app.release();
+    wait_outbox_all_done(&db, WAIT);
+    assert_eq!(app.deliveries().len(), 1, "attempted once");
+}

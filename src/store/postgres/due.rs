@@ -4,8 +4,12 @@
 //! statement: `leased_until` (now + `[storage] outbox_lease`) and `leased_by` (the server
 //! process of the worker's own connection), so two workers never take the same row. The poll
 //! returns the leased rows without their payloads; the worker reads the payload of the row it
-//! attempts by id, when it attempts it. The attempt's result, recorded through the writer,
-//! ends the lease. A leased row is due again for every instance when its lease lapses, or at
+//! attempts by id, when it attempts it. The worker leases only as many rows as it has attempt
+//! threads free; the read that starts an attempt renews the lease (a row may have waited for
+//! its rate's turn), and so does the poller every second while the attempt runs (a command
+//! may run longer than the lease), each only while this connection still holds the lease: a
+//! row whose lease lapsed meanwhile and that another instance took is left to that instance.
+//! The attempt's result, recorded through the writer, ends the lease. A leased row is due again for every instance when its lease lapses, or at
 //! once when the connection that leased it is gone (its instance died or restarted: PostgreSQL
 //! ends a connection's server process when the client's socket closes). Delivery stays at
 //! least once.
@@ -15,12 +19,13 @@ use std::time::Duration;
 
 use postgres::{Client, NoTls};
 
-use crate::outbox::PendingRow;
+use crate::outbox::{Lease, PendingRow};
 use crate::store::payload::OutboxPayload;
 use crate::store::seam::OutboxReader;
 
-/// Rows leased at once: few, so that one lease covers their attempts (each bounded by the
-/// forward timeout) and a slow app does not keep many rows from the other instances.
+/// Rows leased at once, at most: the worker asks for as many as it has attempt threads free,
+/// so a leased row starts at once; few, so a slow app does not keep many rows from the other
+/// instances.
 const LEASE_BATCH: usize = 8;
 
 /// The outbox worker's connection (one: it is what holds the leases).
@@ -76,21 +81,29 @@ const FREE: &str = "(leased_until IS NULL OR leased_until <= $1
       OR leased_by IS NULL OR leased_by NOT IN (SELECT pid FROM pg_stat_activity))";
 
 impl OutboxReader for PgOutbox {
-    fn due(&self, kinds: &str, now: i64, limit: usize) -> anyhow::Result<Vec<PendingRow>> {
+    fn due(
+        &self,
+        kinds: &str,
+        now: i64,
+        limit: usize,
+        in_flight: &[i64],
+    ) -> anyhow::Result<Vec<PendingRow>> {
         let leased_until = now + self.lease.as_secs() as i64;
         let limit = limit.min(LEASE_BATCH) as i64;
+        // A row in flight here whose lease lapsed is not taken again by its own instance.
         let sql = format!(
             "UPDATE outbox SET leased_until = $4, leased_by = pg_backend_pid()
              WHERE id IN (
                  SELECT id FROM outbox
                  WHERE status = 'pending' AND next_attempt_at <= $1 AND {FREE}
                    AND kind IN (SELECT jsonb_array_elements_text($3::text::jsonb))
+                   AND id <> ALL($5)
                  ORDER BY id LIMIT $2
                  FOR UPDATE SKIP LOCKED)
-             RETURNING id, kind, source, key, event_type, attempts, queued"
+             RETURNING id, kind, source, key, event_type, attempts, queued, leased_by"
         );
         let mut rows: Vec<PendingRow> = self
-            .with(|c| c.query(&sql, &[&now, &limit, &kinds, &leased_until]))?
+            .with(|c| c.query(&sql, &[&now, &limit, &kinds, &leased_until, &in_flight]))?
             .iter()
             .map(|r| PendingRow {
                 id: r.get(0),
@@ -100,33 +113,55 @@ impl OutboxReader for PgOutbox {
                 event_type: r.get(4),
                 attempts: r.get(5),
                 queued: r.get(6),
+                lease: Some(Lease { by: r.get(7) }),
             })
             .collect();
         rows.sort_by_key(|r| r.id);
         Ok(rows)
     }
 
-    /// Read by id on the connection that holds the lease; the lease is not touched.
-    fn payload(&self, id: i64, queued: i64) -> anyhow::Result<Option<Vec<u8>>> {
-        let row = self.with(|c| {
+    /// Read by id on the connection that holds the lease, as the attempt starts: the lease is
+    /// renewed from `now` (a row may have waited for its rate's turn), on this connection,
+    /// only while the row is still leased by the connection its poll ran on.
+    fn payload(&self, row: &PendingRow, now: i64) -> anyhow::Result<Option<Vec<u8>>> {
+        let Some(lease) = row.lease else {
+            return Ok(None); // never leased: not this instance's to attempt
+        };
+        let renewed = now + self.lease.as_secs() as i64;
+        let found = self.with(|c| {
             c.query_opt(
-                "SELECT payload, payload_ref, source, key, created_at FROM outbox
-                 WHERE id = $1 AND status = 'pending' AND queued = $2",
-                &[&id, &queued],
+                "UPDATE outbox SET leased_until = $4, leased_by = pg_backend_pid()
+                 WHERE id = $1 AND status = 'pending' AND queued = $2 AND leased_by = $3
+                 RETURNING payload, payload_ref, source, key, created_at",
+                &[&row.id, &row.queued, &lease.by, &renewed],
             )
         })?;
-        let Some(row) = row else { return Ok(None) };
+        let Some(found) = found else { return Ok(None) };
         let own = OutboxPayload {
-            payload: row.get(0),
-            refers: row.get::<_, Option<i16>>(1) == Some(1),
-            source: row.get(2),
-            key: row.get(3),
-            created_at: row.get(4),
+            payload: found.get(0),
+            refers: found.get::<_, Option<i16>>(1) == Some(1),
+            source: found.get(2),
+            key: found.get(3),
+            created_at: found.get(4),
         };
         if !own.refers {
             return Ok(Some(own.payload));
         }
         Ok(Some(own.payload(&*self.events.get()?)?))
+    }
+
+    /// Once a second at most (the lease is in whole seconds), on the connection that holds
+    /// the leases.
+    fn renew(&self, in_flight: &[i64], now: i64) -> anyhow::Result<u64> {
+        let until = now + self.lease.as_secs() as i64;
+        self.with(|c| {
+            c.execute(
+                "UPDATE outbox SET leased_until = $2
+                 WHERE id = ANY($1) AND status = 'pending' AND leased_by = pg_backend_pid()
+                   AND leased_until < $2",
+                &[&in_flight, &until],
+            )
+        })
     }
 
     fn next_due_at(&self, kinds: &str) -> anyhow::Result<Option<i64>> {

@@ -57,6 +57,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0005_refusals.sql"),
     include_str!("migrations/0006_alert_incidents.sql"),
     include_str!("migrations/0007_payload_codec.sql"),
+    include_str!("migrations/0008_outbox_pending_indexes.sql"),
 ];
 
 /// The advisory lock keys: migrations (hookledger's and the app's) and retention.

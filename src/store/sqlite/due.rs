@@ -7,14 +7,16 @@ use crate::outbox::PendingRow;
 use crate::store::listings::blob_text;
 use crate::store::payload::OutboxPayload;
 
-/// Up to `limit` pending rows of `kinds` that are due at `now`, in id order, without their
-/// payloads ([`payload`] reads the one attempted).
+/// Up to `limit` pending rows of `kinds` that are due at `now`, in id order, other than those
+/// `in_flight` (a JSON array of ids: attempted now, and still due here), without their payloads
+/// ([`payload`] reads the one attempted).
 /// `kinds` is a JSON array of the kinds that have somewhere to go; rows of other kinds wait.
 pub(crate) fn due(
     conn: &Connection,
     kinds: &str,
     now: i64,
     limit: usize,
+    in_flight: &str,
 ) -> rusqlite::Result<Vec<PendingRow>> {
     // An effect may have written a key as a number or a blob: each is read as the text the
     // worker needs (see `text`), so one odd row cannot stop the others.
@@ -23,9 +25,10 @@ pub(crate) fn due(
          FROM outbox
          WHERE status = 'pending' AND next_attempt_at <= ?1
            AND kind IN (SELECT value FROM json_each(?3))
+           AND id NOT IN (SELECT value FROM json_each(?4))
          ORDER BY id LIMIT ?2",
     )?
-    .query_map(params![now, limit as i64, kinds], |r| {
+    .query_map(params![now, limit as i64, kinds, in_flight], |r| {
         // NOT NULL in the schema.
         let required = |i| {
             text(r, i)?.ok_or(rusqlite::Error::InvalidColumnType(
@@ -42,6 +45,8 @@ pub(crate) fn due(
             event_type: text(r, 4)?,
             attempts: r.get(5)?,
             queued: r.get(6)?,
+            // One server a file: nobody else to keep off the row.
+            lease: None,
         })
     })?
     .collect()

@@ -58,6 +58,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0010_alert_incidents.sql"),
     include_str!("migrations/0011_claims_by_day.sql"),
     include_str!("migrations/0012_payload_codec.sql"),
+    include_str!("migrations/0013_outbox_pending_indexes.sql"),
 ];
 
 /// SQLite's virtual machine steps between two looks at a running handler's deadline: a few
@@ -631,12 +632,24 @@ pub(crate) fn read_pool(path: &Path, size: u32) -> anyhow::Result<ReadPool> {
 }
 
 impl OutboxReader for ReadPool {
-    fn due(&self, kinds: &str, now: i64, limit: usize) -> anyhow::Result<Vec<PendingRow>> {
-        Ok(due::due(&*self.get()?, kinds, now, limit)?)
+    fn due(
+        &self,
+        kinds: &str,
+        now: i64,
+        limit: usize,
+        in_flight: &[i64],
+    ) -> anyhow::Result<Vec<PendingRow>> {
+        let in_flight = serde_json::to_string(in_flight)?;
+        Ok(due::due(&*self.get()?, kinds, now, limit, &in_flight)?)
     }
 
-    fn payload(&self, id: i64, queued: i64) -> anyhow::Result<Option<Vec<u8>>> {
-        due::payload(&*self.get()?, id, queued)
+    /// No lease to renew: one server a file.
+    fn payload(&self, row: &PendingRow, _now: i64) -> anyhow::Result<Option<Vec<u8>>> {
+        due::payload(&*self.get()?, row.id, row.queued)
+    }
+
+    fn renew(&self, _in_flight: &[i64], _now: i64) -> anyhow::Result<u64> {
+        Ok(0)
     }
 
     fn next_due_at(&self, kinds: &str) -> anyhow::Result<Option<i64>> {
@@ -832,7 +845,7 @@ mod tests {
             err.to_string().contains("must be text, not a blob"),
             "{err}"
         );
-        let due = due::due(&conn, r#"["forward"]"#, i64::MAX, 10).unwrap();
+        let due = due::due(&conn, r#"["forward"]"#, i64::MAX, 10, "[]").unwrap();
         assert_eq!(due[0].key, "42");
     }
 
@@ -891,7 +904,9 @@ mod tests {
             ..crate::event::Event::default()
         };
         outbox::enqueue(&conn, FORWARD, &event, b"{}", 1, 1).unwrap();
-        let row = due::due(&conn, r#"["forward"]"#, 1, 10).unwrap().remove(0);
+        let row = due::due(&conn, r#"["forward"]"#, 1, 10, "[]")
+            .unwrap()
+            .remove(0);
         // The attempt is in flight when the event is replayed; then it succeeds.
         assert!(outbox::replay(&conn, "stripe", "evt_1", 2).unwrap());
         let delivered = crate::outbox::Attempt::Delivered { follow_up: None };
@@ -899,13 +914,15 @@ mod tests {
             outbox::record(&conn, row.id, row.queued, &delivered, 3).unwrap(),
             0
         );
-        let again = due::due(&conn, r#"["forward"]"#, 3, 10).unwrap();
+        let again = due::due(&conn, r#"["forward"]"#, 3, 10, "[]").unwrap();
         assert_eq!(again.len(), 1, "the replay is still to be delivered");
         assert_eq!(
             outbox::record(&conn, row.id, again[0].queued, &delivered, 4).unwrap(),
             1
         );
-        assert!(due::due(&conn, r#"["forward"]"#, 5, 10).unwrap().is_empty());
+        assert!(due::due(&conn, r#"["forward"]"#, 5, 10, "[]")
+            .unwrap()
+            .is_empty());
     }
 
     #[test]
@@ -1079,8 +1096,9 @@ mod tests {
     }
 }
 
-/// The console's reads go through indexes: a status page costs the same with a ledger of
-/// millions of events as with an empty one.
+/// The console's reads, and the worker's reads of the pending outbox rows, go through indexes:
+/// a status page costs the same with a ledger of millions of events as with an empty one, and
+/// coalescing or the backlog alert the same with millions of delivered rows.
 #[cfg(test)]
 mod console_plans {
     use std::cell::RefCell;
@@ -1265,5 +1283,41 @@ mod console_plans {
                 "{sql}: {plan:?}"
             );
         }
+    }
+
+    /// Coalescing's update finds a kind's pending rows, and for each a newer one of its
+    /// source, by searches of `outbox_coalesce`; the backlog alert's oldest pending row is the
+    /// first entry of `outbox_pending_age`, with no sort. Neither scans the outbox.
+    #[test]
+    fn coalescing_and_the_oldest_pending_row_search_indexes_and_never_scan_the_outbox() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        migrate(&mut conn).unwrap();
+        let plans = explained(&conn, |s| {
+            crate::store::outbox::coalesce(s, "deploy", &[7, 9], 1_000).unwrap();
+        });
+        let [(sql, plan)] = &plans[..] else {
+            panic!("one statement: {plans:?}")
+        };
+        for step in plan {
+            assert!(
+                !step.starts_with("SCAN ") && !step.contains("TEMP B-TREE"),
+                "`{step}` in the plan of {sql}: {plan:?}"
+            );
+        }
+        for table in ["outbox", "newer"] {
+            let search = format!("SEARCH {table} USING INDEX outbox_coalesce (kind=? AND status=?");
+            assert!(
+                plan.iter().any(|step| step.starts_with(&search)),
+                "{table}: {plan:?}"
+            );
+        }
+        let plans = explained(&conn, |s| {
+            crate::store::alerts::oldest_pending(s).unwrap();
+        });
+        assert_searched(&plans);
+        assert!(
+            plans[0].1[0].starts_with("SEARCH outbox USING INDEX outbox_pending_age (status=?)"),
+            "{plans:?}"
+        );
     }
 }

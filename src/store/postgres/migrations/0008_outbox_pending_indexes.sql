@@ -1,0 +1,7 @@
+-- Migration 8: indexes for two reads of the pending rows that scanned the outbox.
+-- Coalescing (store/outbox.rs `coalesce`) looks for a kind's pending rows and, for each, a
+-- newer pending row of the same kind and source: both are a search of this index.
+CREATE INDEX IF NOT EXISTS outbox_coalesce ON outbox (kind, status, source, id);
+-- The backlog alert (store/alerts.rs `oldest_pending`) reads the oldest pending row: the
+-- first entry of this index, in (created_at, id) order with no sort.
+CREATE INDEX IF NOT EXISTS outbox_pending_age ON outbox (status, created_at, id);
