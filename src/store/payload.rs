@@ -90,12 +90,17 @@ pub(crate) fn dictionary_of(
     }
 }
 
-/// Up to `n` stored payloads of `source`, as the bodies they were, to train on.
+/// A payload stored in more bytes than this is no sample: a dictionary is for the many small
+/// bodies, and `n` samples must fit in memory at once.
+const MAX_SAMPLE: i64 = 64 * 1024;
+
+/// Up to `n` stored payloads of `source` (of at most [`MAX_SAMPLE`] bytes stored), as the
+/// bodies they were, to train on.
 pub(crate) fn samples(conn: &dyn Session, source: &str, n: i64) -> anyhow::Result<Vec<Vec<u8>>> {
     let rows = conn.query(
         "SELECT payload, payload_codec, payload_dict FROM webhook_events
-         WHERE source = $1 AND payload IS NOT NULL LIMIT $2",
-        &[&source, &n],
+         WHERE source = $1 AND payload IS NOT NULL AND length(payload) <= $3 LIMIT $2",
+        &[&source, &n, &MAX_SAMPLE],
     )?;
     let mut samples = Vec::with_capacity(rows.len());
     for row in &rows {
