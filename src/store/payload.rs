@@ -51,6 +51,24 @@ impl OutboxPayload {
     }
 }
 
+/// The columns [`body_size`] reads: the stored length, the codec and the start of a frame.
+pub(crate) const SIZE: &str = "length(payload), payload_codec, substr(payload, 1, 18)";
+
+/// The size of the body stored in columns `at`.. of `row` (as selected by [`SIZE`]), without
+/// decompressing it: a zstd frame says in its header; `None` when the payload was cleared.
+pub(crate) fn body_size(row: &Row, at: usize) -> Result<Option<i64>, StoreError> {
+    let Some(stored) = row.get::<Option<i64>>(at)? else {
+        return Ok(None);
+    };
+    if row.get::<Option<i64>>(at + 1)? != Some(payload::ZSTD) {
+        return Ok(Some(stored));
+    }
+    let head = row.get::<Option<Vec<u8>>>(at + 2)?.unwrap_or_default();
+    Ok(Some(
+        payload::content_size(&head).map_or(stored, |n| n as i64),
+    ))
+}
+
 /// The payload in columns `at` (payload), `at + 1` (codec) and `at + 2` (dictionary) of
 /// `row`, as the body it was; `None` when cleared.
 pub(crate) fn read(conn: &dyn Session, row: &Row, at: usize) -> anyhow::Result<Option<Vec<u8>>> {
