@@ -170,6 +170,12 @@ fn unzstd(frame: &[u8], dict: Option<&Dictionary>) -> Result<Vec<u8>, Unreadable
     }
 }
 
+/// The size of the body a zstd frame holds, read from the frame's header (its first 18 bytes
+/// are enough); `None` when `head` is not one.
+pub(crate) fn content_size(head: &[u8]) -> Option<u64> {
+    zstd_safe::get_frame_content_size(head).ok().flatten()
+}
+
 /// Dictionaries by id, for reading: shared by every database of the process, which is safe
 /// because an id is a hash of the dictionary's content.
 fn decoders() -> &'static RwLock<HashMap<i64, Arc<Dictionary>>> {

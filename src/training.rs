@@ -9,8 +9,9 @@
 //! wins and every instance uses that one. A dictionary is never retrained or deleted: rows
 //! made with it stay readable for as long as they are kept.
 //!
-//! Failure modes: training can fail (samples too alike or too few bytes): the source goes on
-//! with plain zstd, and it is tried again at the next look.
+//! Failure modes: training can fail (samples too alike, or too few bytes): the source goes on
+//! with plain zstd, and it is tried again at the next start. A database that cannot be read
+//! or written is tried again at the next look.
 
 use std::collections::HashMap;
 use std::sync::mpsc::{self, RecvTimeoutError, SyncSender};
@@ -51,7 +52,8 @@ pub(crate) fn load(
 }
 
 /// Trains, stores and hands out the dictionary of `source` if it has [`SAMPLES`] payloads
-/// (or takes the one another instance stored); whether the source has one now.
+/// (or takes the one another instance stored); whether it is done: the source has one now,
+/// or its payloads cannot make one (then it goes on without, until the next start).
 pub(crate) fn train(
     reader: &Reader,
     writer: &WriterHandle,
@@ -66,7 +68,16 @@ pub(crate) fn train(
     if (samples.len() as i64) < SAMPLES {
         return Ok(false);
     }
-    let dict = payload::train(&samples, DICT_BYTES)?;
+    let dict = match payload::train(&samples, DICT_BYTES) {
+        Ok(dict) => dict,
+        Err(e) => {
+            log::warn!(
+                "payloads of source {source} stay compressed without a dictionary: zstd could \
+                 not train one on them ({e})"
+            );
+            return Ok(true);
+        }
+    };
     drop(samples);
     writer.run_blocking(Write::Dictionary {
         source: source.to_string(),

@@ -5,6 +5,7 @@
 use crate::sql::{Dialect, Row, Session, ToParam};
 use crate::store::ledger;
 use crate::store::listings::{outbox_row, OutboxRow, OUTBOX_COLUMNS};
+use crate::store::payload::{body_size, SIZE};
 
 /// The window `/status` counts over: events per minute, refusals by reason.
 pub(crate) const WINDOW_SECS: i64 = 15 * 60;
@@ -88,8 +89,10 @@ pub(crate) fn recent(
     limit: i64,
 ) -> anyhow::Result<Vec<EventLine>> {
     let rows = conn.query(
-        "SELECT source, event_id, event_type, received_at, length(payload) FROM webhook_events
-         WHERE source = $1 ORDER BY received_at DESC, event_id DESC LIMIT $2",
+        &format!(
+            "SELECT source, event_id, event_type, received_at, {SIZE} FROM webhook_events
+             WHERE source = $1 ORDER BY received_at DESC, event_id DESC LIMIT $2"
+        ),
         &[&source, &limit],
     )?;
     rows.iter().map(event_line).collect()
@@ -240,7 +243,7 @@ pub(crate) fn events(
     };
     let rows = conn.query(
         &format!(
-            "SELECT source, event_id, event_type, received_at, length(payload)
+            "SELECT source, event_id, event_type, received_at, {SIZE}
              FROM webhook_events {filters}
              ORDER BY received_at DESC, source DESC, event_id DESC LIMIT {limit_param}"
         ),
@@ -255,7 +258,8 @@ fn event_line(r: &Row) -> anyhow::Result<EventLine> {
         event_id: r.get(1)?,
         event_type: r.get(2)?,
         received_at: r.get(3)?,
-        payload_bytes: r.get(4)?,
+        // The body's size, not the bytes it is stored in.
+        payload_bytes: body_size(r, 4)?,
     })
 }
 
@@ -279,8 +283,10 @@ pub(crate) fn event(
         .query(
             &ledger::by_key(
                 conn.dialect(),
-                "source, event_id, event_type, received_at, length(payload), created, payload,
-                 payload_codec, payload_dict",
+                &format!(
+                    "source, event_id, event_type, received_at, {SIZE}, created, payload,
+                     payload_codec, payload_dict"
+                ),
                 "$1",
                 "$2",
             ),
@@ -297,8 +303,8 @@ pub(crate) fn event(
     )?;
     Ok(Some(EventDetail {
         line: event_line(&r)?,
-        created: r.get(5)?,
-        payload: crate::store::payload::read(conn, &r, 6)?,
+        created: r.get(7)?,
+        payload: crate::store::payload::read(conn, &r, 8)?,
         outbox: outbox
             .iter()
             .map(outbox_row)

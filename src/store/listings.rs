@@ -198,12 +198,15 @@ pub(crate) fn events_list(
     limit: usize,
 ) -> anyhow::Result<Vec<EventRow>> {
     let rows = conn.query(
-        "SELECT event_id, event_type, source, created, received_at, length(payload)
+        &format!(
+            "SELECT event_id, event_type, source, created, received_at, {}
          FROM webhook_events
          WHERE (CAST($1 AS BIGINT) IS NULL OR received_at >= $1)
            AND (CAST($2 AS TEXT) IS NULL OR event_type = $2)
            AND (CAST($4 AS TEXT) IS NULL OR source = $4)
          ORDER BY received_at DESC, source DESC, event_id DESC LIMIT $3",
+            crate::store::payload::SIZE
+        ),
         &[&since, &kind, &(limit as i64), &source],
     )?;
     rows.iter()
@@ -214,7 +217,8 @@ pub(crate) fn events_list(
                 source: r.get(2)?,
                 created: r.get(3)?,
                 received_at: r.get(4)?,
-                payload_bytes: r.get::<Option<i64>>(5)?.unwrap_or(0),
+                // The body's size, not the bytes it is stored in.
+                payload_bytes: crate::store::payload::body_size(r, 5)?.unwrap_or(0),
             })
         })
         .collect()

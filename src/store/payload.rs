@@ -70,6 +70,24 @@ impl OutboxPayload {
     }
 }
 
+/// The columns [`body_size`] reads: the stored length, the codec and the start of a frame.
+pub(crate) const SIZE: &str = "length(payload), payload_codec, substr(payload, 1, 18)";
+
+/// The size of the body stored in columns `at`.. of `row` (as selected by [`SIZE`]), without
+/// decompressing it: a zstd frame says in its header; `None` when the payload was cleared.
+pub(crate) fn body_size(row: &Row, at: usize) -> Result<Option<i64>, StoreError> {
+    let Some(stored) = row.get::<Option<i64>>(at)? else {
+        return Ok(None);
+    };
+    if row.get::<Option<i64>>(at + 1)? != Some(payload::ZSTD) {
+        return Ok(Some(stored));
+    }
+    let head = row.get::<Option<Vec<u8>>>(at + 2)?.unwrap_or_default();
+    Ok(Some(
+        payload::content_size(&head).map_or(stored, |n| n as i64),
+    ))
+}
+
 /// The payload in columns `at` (payload), `at + 1` (codec) and `at + 2` (dictionary) of
 /// `row`, as the body it was; `None` when cleared.
 pub(crate) fn read(conn: &dyn Session, row: &Row, at: usize) -> anyhow::Result<Option<Vec<u8>>> {
@@ -109,12 +127,18 @@ pub(crate) fn dictionary_of(
     }
 }
 
-/// Up to `n` stored payloads of `source`, as the bodies they were, to train on.
+/// A payload stored in more bytes than this is no sample: a dictionary is for the many small
+/// bodies, and `n` samples must fit in memory at once.
+const MAX_SAMPLE: i64 = 64 * 1024;
+
+/// Up to `n` stored payloads of `source` (of at most [`MAX_SAMPLE`] bytes stored), as the
+/// bodies they were, to train on.
 pub(crate) fn samples(conn: &dyn Session, source: &str, n: i64) -> anyhow::Result<Vec<Vec<u8>>> {
     let rows = conn.query(
         "SELECT payload, payload_codec, payload_dict FROM webhook_events
-         WHERE source = $1 AND payload IS NOT NULL ORDER BY received_at DESC LIMIT $2",
-        &[&source, &n],
+         WHERE source = $1 AND payload IS NOT NULL AND length(payload) <= $3
+         ORDER BY received_at DESC LIMIT $2",
+        &[&source, &n, &MAX_SAMPLE],
     )?;
     let mut samples = Vec::with_capacity(rows.len());
     for row in &rows {

@@ -172,11 +172,7 @@ fn an_array_of_events_is_claimed_and_applied_event_by_event_in_one_answer() {
     assert_eq!(ledger_count(&db), 3);
     assert_eq!(seen(&db), ["sg_1/delivered", "sg_2/open", "sg_3/click"]);
     // Each event's body is its own bytes, in the ledger and to the effects.
-    let stored: Vec<u8> = db.one(
-        "SELECT payload FROM webhook_events WHERE event_id = $1",
-        &[&"sg_2"],
-    );
-    assert_eq!(stored, e2.as_bytes());
+    assert_eq!(stored_body(&db, "sg_2"), e2.as_bytes());
     assert_eq!(
         db.strings("SELECT body FROM seen WHERE event_id = 'sg_3'"),
         [e3]

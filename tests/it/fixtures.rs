@@ -59,11 +59,11 @@ fn every_fixture_event_is_accepted_with_its_effect() {
         let body = fixture(name);
         let id = event_id(&body);
         assert_outcome(&server.send(&body), &id, "processed");
-        let stored: Vec<u8> = db.one(
-            "SELECT payload FROM webhook_events WHERE event_id = $1",
-            &[&id],
+        assert_eq!(
+            stored_body(&db, &id),
+            body,
+            "{name}: payload is the raw bytes"
         );
-        assert_eq!(stored, body, "{name}: payload is the raw bytes");
 
         let status = subscription_status(&db, SUBSCRIPTION);
         let credits = credits(&db, ACCOUNT);

@@ -361,3 +361,76 @@ fn concat_sql() -> &'static str {
         Store::Postgres => "substring(payload from 1 for 12) || $1",
     }
 }
+
+/// A source's dictionary: trained once it has 1,000 stored payloads, then every new payload
+/// is compressed with it (much smaller than without), forwarded byte for byte, and read
+/// back, as are the rows made before it; after a restart the same dictionary is used, and
+/// no second one is trained.
+#[test]
+fn a_source_compresses_with_its_own_dictionary_after_1000_payloads() {
+    let app = FakeApp::start(&[]);
+    let dir = test_dir();
+    let mut server = start_in(dir.path(), &app.url(), r#"["1s"]"#);
+    let body = |i: usize| {
+        String::from_utf8(stripe_body(&format!("evt_sample_{i:05}")))
+            .unwrap()
+            .replace("in_1Pgc6tB7WZ01zgkWu9fdqL6I", &format!("in_sample_{i:07}"))
+            .replace(
+                "\"amount_paid\": 2000",
+                &format!("\"amount_paid\": {}", i * 37),
+            )
+            .into_bytes()
+    };
+    for i in 0..1000 {
+        let id = format!("evt_sample_{i:05}");
+        assert_outcome(&server.send(&body(i)), &id, "processed");
+    }
+    let db = server.db();
+    let dict: i64 = wait_for(Duration::from_secs(60), || {
+        db.opt(
+            "SELECT id FROM hookledger_payload_dicts WHERE source = 'stripe'",
+            &[],
+        )
+    })
+    .expect("a dictionary for stripe");
+    let after = String::from_utf8(body(5000))
+        .unwrap()
+        .replace("evt_sample_05000", "evt_with_dict")
+        .into_bytes();
+    assert_outcome(&server.send(&after), "evt_with_dict", "processed");
+    let used: (Option<i64>, Option<i64>) = db.one(
+        "SELECT CAST(payload_codec AS BIGINT), payload_dict FROM webhook_events
+         WHERE event_id = 'evt_with_dict'",
+        &[],
+    );
+    assert_eq!(used, (Some(1), Some(dict)));
+    let (_, with_dict) = stored(&db, "evt_with_dict");
+    let (_, without) = stored(&db, "evt_sample_00000");
+    assert!(
+        with_dict * 3 < without,
+        "{with_dict} bytes with the dictionary, {without} without"
+    );
+    app.wait_delivered(1001, WAIT);
+    wait_outbox_status(&db, "evt_with_dict", "done", WAIT);
+    assert_eq!(sha256(&delivered(&app, "evt_with_dict")), sha256(&after));
+
+    server.terminate();
+    let server = start_in(dir.path(), &app.url(), r#"["1s"]"#);
+    for (id, bytes) in [("evt_sample_00000", body(0)), ("evt_with_dict", after)] {
+        assert_eq!(
+            shown(&server, "stripe", id),
+            serde_json::from_slice::<serde_json::Value>(&bytes).unwrap(),
+            "{id}"
+        );
+    }
+    let next = body(6000);
+    assert_outcome(&server.send(&next), "evt_sample_06000", "processed");
+    let used: Option<i64> = db.one(
+        "SELECT payload_dict FROM webhook_events WHERE event_id = 'evt_sample_06000'",
+        &[],
+    );
+    assert_eq!(used, Some(dict), "the same dictionary after a restart");
+    assert_eq!(db.count("SELECT count(*) FROM hookledger_payload_dicts"), 1);
+    app.wait_delivered(1002, WAIT);
+    assert_eq!(sha256(&delivered(&app, "evt_sample_06000")), sha256(&next));
+}

@@ -869,3 +869,27 @@ fn read_request(stream: &mut std::net::TcpStream) -> (String, Vec<u8>) {
         }
     }
 }
+
+/// The body the ledger keeps for event `id`, read back with the reference zstd library (not
+/// hookledger's reader): a payload is stored compressed, with its source's dictionary once it
+/// has one.
+pub fn stored_body(db: &Db, id: &str) -> Vec<u8> {
+    let (payload, codec, dict): (Vec<u8>, Option<i64>, Option<i64>) = db.one(
+        "SELECT payload, CAST(payload_codec AS BIGINT), payload_dict FROM webhook_events
+         WHERE event_id = $1",
+        &[&id],
+    );
+    if codec.unwrap_or(0) == 0 {
+        return payload;
+    }
+    let dict: Vec<u8> = match dict {
+        Some(d) => db.one(
+            "SELECT dict FROM hookledger_payload_dicts WHERE id = $1",
+            &[&d],
+        ),
+        None => Vec::new(),
+    };
+    zstd::bulk::Decompressor::with_dictionary(&dict)
+        .and_then(|mut d| d.decompress(&payload, 64 << 20))
+        .unwrap_or_else(|e| panic!("{id}: the stored payload is not zstd: {e}"))
+}

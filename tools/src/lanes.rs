@@ -28,7 +28,7 @@ use crate::bench::{Server, SECRET};
 use crate::loadgen::{self, Workload};
 
 /// The deliveries' signing secret (the target does not check it).
-const DELIVERY_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+pub(crate) const DELIVERY_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 
 /// Settings of one `lanes` run.
 #[derive(Debug, Clone)]
@@ -39,13 +39,13 @@ pub struct LanesConfig {
 
 /// A local app: answers every POST with 200 after `delay`, and notes when each `webhook-id`
 /// arrived.
-struct Target {
+pub(crate) struct Target {
     addr: SocketAddr,
     seen: Arc<Mutex<HashMap<String, Instant>>>,
 }
 
 impl Target {
-    fn start(listener: TcpListener, delay: Duration) -> Target {
+    pub(crate) fn start(listener: TcpListener, delay: Duration) -> Target {
         let addr = listener.local_addr().expect("bound");
         let seen: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
         let record = seen.clone();
@@ -60,11 +60,11 @@ impl Target {
         Target { addr, seen }
     }
 
-    fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("http://{}/hooks", self.addr)
     }
 
-    fn count(&self) -> usize {
+    pub(crate) fn count(&self) -> usize {
         self.seen.lock().map(|s| s.len()).unwrap_or(0)
     }
 

@@ -117,7 +117,7 @@ fn pad_to(body: &mut String, size: usize) {
     );
 }
 
-fn http_request(host: &str, secret: &Secret, t: i64, body: &[u8]) -> Vec<u8> {
+pub(crate) fn http_request(host: &str, secret: &Secret, t: i64, body: &[u8]) -> Vec<u8> {
     let mut bytes = format!(
         "POST /webhooks/stripe HTTP/1.1\r\nHost: {host}\r\nUser-Agent: hookledger-loadgen\r\n\
          Content-Type: application/json; charset=utf-8\r\nStripe-Signature: {}\r\n\

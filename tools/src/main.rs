@@ -7,6 +7,7 @@ mod growth;
 mod lanes;
 mod loadgen;
 mod plain;
+mod storage;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -36,6 +37,26 @@ enum Command {
     /// Delivery lanes: drain rate per concurrency, a healthy kind's latency beside a dead or
     /// hanging one, the time to deliver an outage's backlog; each comparison in one run.
     Lanes(LanesArgs),
+    /// Bytes on disk per event: N signed 3.4–5.2 KB Stripe events with and without
+    /// forwarding (outbox drained), on SQLite (file + write-ahead log after a checkpoint) and
+    /// with --postgres on PostgreSQL; run it with two binaries for a before/after.
+    Storage(StorageArgs),
+}
+
+#[derive(Debug, Args)]
+struct StorageArgs {
+    /// Events sent per measurement.
+    #[arg(long, default_value_t = 20_000)]
+    events: usize,
+    /// Where the databases go.
+    #[arg(long, default_value = "./target/bench")]
+    dir: PathBuf,
+    /// The `hookledger` binary [default: `hookledger` next to this binary].
+    #[arg(long)]
+    exe: Option<PathBuf>,
+    /// Also on PostgreSQL: a URL of a database where CREATE DATABASE may run.
+    #[arg(long)]
+    postgres: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -130,6 +151,7 @@ fn main() -> ExitCode {
         Command::Loadgen(args) => loadgen(args),
         Command::Growth(args) => growth::run(args),
         Command::Lanes(args) => lanes(args),
+        Command::Storage(args) => storage(args),
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,
@@ -160,6 +182,16 @@ fn lanes(args: LanesArgs) -> anyhow::Result<bool> {
         let outage = std::time::Duration::from_secs(args.outage);
         lanes::outage(&config, outage, args.rate.unwrap_or(10.0))?;
     }
+    Ok(true)
+}
+
+fn storage(args: StorageArgs) -> anyhow::Result<bool> {
+    storage::run(&storage::StorageConfig {
+        dir: args.dir,
+        exe: server_exe(args.exe)?,
+        events: args.events,
+        postgres: args.postgres,
+    })?;
     Ok(true)
 }
 

@@ -70,16 +70,16 @@ fn text(r: &rusqlite::Row<'_>, i: usize) -> rusqlite::Result<Option<String>> {
 pub(crate) fn payload(conn: &Connection, id: i64, queued: i64) -> anyhow::Result<Option<Vec<u8>>> {
     let row = conn
         .prepare_cached(
-            "SELECT CAST(payload AS BLOB), payload_ref, CAST(source AS TEXT), CAST(key AS TEXT),
-                    created_at
+            "SELECT CAST(payload AS BLOB), payload_ref, source, key, created_at
              FROM outbox WHERE id = ?1 AND status = 'pending' AND queued = ?2",
         )?
         .query_row(params![id, queued], |r| {
             Ok(OutboxPayload {
                 payload: r.get(0)?,
                 refers: r.get::<_, Option<i64>>(1)? == Some(1),
-                source: r.get(2)?,
-                key: r.get(3)?,
+                // As the worker reads them (an effect may have written a blob).
+                source: text(r, 2)?.unwrap_or_default(),
+                key: text(r, 3)?.unwrap_or_default(),
                 created_at: r.get(4)?,
             })
         })
