@@ -2,13 +2,13 @@
 //! id falls in the key order.
 //!
 //! `webhook_events_key` is unique on `(received_at / 86400, source, event_id)`: a claim
-//! inserts into today's part of the index, the hot pages, whatever its id. Within a day the
-//! index decides (`INSERT … ON CONFLICT DO NOTHING`). Across days an in-memory [`Bloom`] filter
-//! of every key in the ledger answers "certainly new" for almost every new event; only on
-//! "maybe" (a resend, or one false positive in ~10,000) does the claim seek the index once for
-//! each day the ledger holds, newest first, before it inserts. It all runs in the writer's
-//! `BEGIN IMMEDIATE` transaction, which no other connection can write in: the seek and the
-//! insert see the same ledger.
+//! inserts into today's part of the index, the hot pages, whatever its id. An in-memory
+//! [`Bloom`] filter of every key in the ledger answers "certainly new" for almost every new
+//! event: then the claim is one `INSERT … ON CONFLICT DO NOTHING`. Only on "maybe" (a resend,
+//! or one false positive in ~10,000) does the claim seek the index once for each day the
+//! ledger holds, today's first, then newest first, before it inserts. It all runs in the
+//! writer's `BEGIN IMMEDIATE` transaction, which no other connection can write in: the seek
+//! and the insert see the same ledger.
 //!
 //! ## What keeps the filter whole
 //! - Every claim this connection makes is added (a claim rolled back later stays in it: a
@@ -104,18 +104,25 @@ impl Claims {
             self.filter = None;
             return Ok(());
         }
-        let n: i64 = conn.query_row("SELECT count(*) FROM webhook_events", [], |r| r.get(0))?;
+        // At least the claims there are (ids only grow), without a second pass over them.
+        let n: i64 = conn.query_row(
+            "SELECT coalesce(max(id) - min(id) + 1, 0) FROM webhook_events",
+            [],
+            |r| r.get(0),
+        )?;
         let mut bloom = Bloom::with_capacity(capacity_for(n as u64));
         let mut keys = conn.prepare("SELECT source, event_id FROM webhook_events")?;
         let mut rows = keys.query([])?;
+        let mut claims = 0u64;
         while let Some(row) = rows.next()? {
             bloom.insert(key_hash(
                 row.get_ref(0)?.as_str()?,
                 row.get_ref(1)?.as_str()?,
             ));
+            claims += 1;
         }
         log::info!(
-            "ledger: filter of {n} claim(s) built in {:.1} s ({} MiB)",
+            "ledger: filter of {claims} claim(s) built in {:.1} s ({} MiB)",
             started.elapsed().as_secs_f64(),
             bloom.bytes() >> 20
         );
@@ -171,7 +178,21 @@ impl Claims {
     ) -> Result<bool, StoreError> {
         let hash = key_hash(&event.source, &event.id);
         let today = day_of(now);
-        // Within a day the key decides.
+        // "Maybe": one seek a day, today first, then newest first (a resend comes soon after
+        // its first copy, mostly). Seeking before inserting, not inserting then deleting: a
+        // duplicate writes nothing (an ignored insert would still advance the AUTOINCREMENT
+        // counter). No other connection can write between the seek and the insert: this is
+        // the writer's `BEGIN IMMEDIATE` transaction.
+        if self.filter.as_ref().is_none_or(|f| f.may_contain(hash)) {
+            let mut seek = conn.prepare_cached(SQLITE_CLAIMED_ON)?;
+            let others = self.days.iter().rev().copied().filter(|&d| d != today);
+            for day in std::iter::once(today).chain(others) {
+                if seek.exists(rusqlite::params![day, &*event.source, &event.id])? {
+                    return Ok(false);
+                }
+            }
+        }
+        // Within a day the key decides, also if the filter and the days were ever wrong.
         let inserted = conn
             .prepare_cached(
                 "INSERT INTO webhook_events
@@ -193,20 +214,7 @@ impl Claims {
         if inserted == 0 {
             return Ok(false);
         }
-        let id = conn.last_insert_rowid();
         self.claimed = true;
-        // Across days, the filter, and on "maybe" one seek a day, newest first (a resend comes
-        // soon after its first copy, mostly).
-        if self.filter.as_ref().is_none_or(|f| f.may_contain(hash)) {
-            let mut seek = conn.prepare_cached(SQLITE_CLAIMED_ON)?;
-            for &day in self.days.iter().rev().filter(|&&d| d != today) {
-                if seek.exists(rusqlite::params![day, &*event.source, &event.id])? {
-                    conn.prepare_cached("DELETE FROM webhook_events WHERE id = ?1")?
-                        .execute([id])?;
-                    return Ok(false);
-                }
-            }
-        }
         if let Some(filter) = &mut self.filter {
             filter.insert(hash);
         }

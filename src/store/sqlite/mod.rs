@@ -11,9 +11,10 @@
 //! - Migrations are an append-only list keyed by `PRAGMA user_version`: entry `i` moves the
 //!   schema from version `i` to `i + 1`. `schema.sql` is migration 1 and never changes; the
 //!   later ones are in `migrations/`.
-//! - The SQL of the ledger, the outbox, retention and the listings is shared with PostgreSQL
-//!   (in `store/`); which outbox rows are due is here (`due.rs`). The WAL is copied back by
-//!   [`checkpoint`], off the commit path.
+//! - The SQL of the outbox, retention and the listings is shared with PostgreSQL (in
+//!   `store/`); which outbox rows are due is here (`due.rs`), and so is the claim: the ledger's
+//!   key is unique by day, with an in-memory filter of every key before it (`claims.rs`,
+//!   `bloom.rs`). The WAL is copied back by [`checkpoint`], off the commit path.
 
 mod bloom;
 mod checkpoint;
