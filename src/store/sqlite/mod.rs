@@ -32,9 +32,9 @@ use rusqlite::{Connection, ErrorCode, OpenFlags};
 
 use crate::config::{DEFAULT_BUSY_TIMEOUT, DEFAULT_EFFECT_TIMEOUT};
 use crate::event::Event;
-use crate::payload::Stored;
 use crate::handler::{Handler, Prepared};
 use crate::outbox::PendingRow;
+use crate::payload::Stored;
 use crate::sql::{Session, StoreError, Tx};
 use crate::store::app_schema;
 use crate::store::owned::{self, Change};
