@@ -118,7 +118,6 @@ pub fn run(args: PruneArgs) -> anyhow::Result<bool> {
         }
         let mut rounds = Vec::new();
         for round in 1..=args.rounds {
-            let requests = requests(&args, &secret, round);
             let order = if round % 2 == 1 {
                 [true, false]
             } else {
@@ -126,6 +125,9 @@ pub fn run(args: PruneArgs) -> anyhow::Result<bool> {
             };
             let mut pair = Vec::new();
             for pruning in order {
+                // Signed just before the run: a signature older than the server's tolerance
+                // (5 minutes) would be refused.
+                let requests = requests(&args, &secret, round);
                 let run = measure(&exe, &ledger, &args, &requests, pruning)?;
                 exact &= run.lost == 0;
                 pair.push(run);
