@@ -120,10 +120,10 @@ impl Pace for Flat {
 }
 
 /// Rest after a batch, as a multiple of the batch's time: the writer spends at most a fifth
-/// of its time on a prune. Measured (`hookledger-bench prune`, 1 M random-id claims at 500
-/// events/s): with the writer's time shared half and half, p50 went from under a millisecond
-/// to 34 ms and p99 to 0.8 s, the requests' own writes, the prune and the checkpoints of its
-/// WAL frames beyond what the machine could keep up with; with a fifth, p99 stayed within 2x.
+/// of its time on a prune. With the writer's time shared half and half, a prune of 1 M
+/// random-id claims under 500 events/s saw p50 34 ms and p99 0.8 s (`hookledger-bench
+/// prune`, 2 shared cores): the requests' writes, the prune and the checkpoints of its WAL
+/// frames were more than the machine kept up with.
 const REST_FACTOR: u32 = 4;
 
 /// The shortest rest between two batches.
