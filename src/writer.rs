@@ -149,6 +149,12 @@ impl WriterHandle {
         Ok(rx)
     }
 
+    /// Jobs queued and not yet taken by the writer: 0 when it is idle or busy with its last
+    /// batch (retention sends a batch only then).
+    pub(crate) fn queued(&self) -> i64 {
+        self.depth.get()
+    }
+
     /// Runs `write` in the writer and blocks until it committed. For background threads,
     /// never for the async request path.
     pub(crate) fn run_blocking(&self, write: Write) -> Result<u64, StoreError> {

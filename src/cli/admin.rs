@@ -55,9 +55,13 @@ pub(crate) fn prune(
     crate::config::check_retention(retention.claim_days)?;
     let now = unix_now();
     let newest = retention::newest_claim(ledger)?;
-    Ok(retention::prune(now, newest, retention, |write| {
-        store.write_now(&write, now)
-    })?)
+    Ok(retention::prune(
+        now,
+        newest,
+        retention,
+        &mut retention::Flat,
+        |write| store.write_now(&write, now),
+    )?)
 }
 
 /// How often `events list --follow` looks for new events: soon enough to watch a test

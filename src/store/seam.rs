@@ -49,6 +49,9 @@ pub(crate) enum Write {
     PrunePayloads { before: i64 },
     /// Deletes a batch of delivered outbox rows delivered before `before`.
     PruneOutbox { before: i64 },
+    /// Gives a batch of the pages pruning freed back to the file system (SQLite); the count
+    /// is of pages.
+    Reclaim,
     /// Puts dead outbox row `id` back to pending (or, with `None`, every dead row).
     Revive { id: Option<i64> },
     /// Puts the dead outbox rows of `kind` back to pending.
@@ -79,7 +82,10 @@ impl Write {
     pub(crate) fn is_prune(&self) -> bool {
         matches!(
             self,
-            Write::PruneEvents { .. } | Write::PrunePayloads { .. } | Write::PruneOutbox { .. }
+            Write::PruneEvents { .. }
+                | Write::PrunePayloads { .. }
+                | Write::PruneOutbox { .. }
+                | Write::Reclaim
         )
     }
 }

@@ -483,6 +483,47 @@ fn retention_clears_old_payloads_deletes_old_claims_and_refuses_one_day() {
     assert!(err.contains("retention"), "{err}");
 }
 
+/// The server's own prune (at start-up, in short batches with pauses between them) deletes
+/// every expired claim while it keeps answering: each event sent meanwhile is committed, and
+/// the prune logs what it did once done.
+#[test]
+fn the_servers_prune_deletes_every_expired_claim_while_requests_are_served() {
+    let dir = test_dir();
+    let keep_all = ["--retention-days", "never", "--payload-days", "never"];
+    let mut server = Server::start_in(dir.path(), &keep_all);
+    assert_outcome(&server.send(&paid("evt_now")), "evt_now", "processed");
+    let db = server.db();
+    db.batch(&format!(
+        "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 3000)
+         INSERT INTO webhook_events (source, event_id, event_type, received_at)
+         SELECT 'stripe', 'evt_old_' || i, 'invoice.paid', {} FROM n",
+        now() - 500 * 86_400
+    ));
+    assert_eq!(server.terminate(), Some(0));
+
+    // Default retention (400 days): the start-up prune has 3,000 claims to delete.
+    let server = Server::start_in(dir.path(), &[]);
+    let mut sent = 0;
+    let pruned = wait_for(Duration::from_secs(60), || {
+        let id = format!("evt_during_{sent}");
+        assert_outcome(&server.send(&paid(&id)), &id, "processed");
+        sent += 1;
+        let log = server.log();
+        (log.contains("retention: deleted 3000 ledger rows") && sent >= 3).then_some(log)
+    })
+    .unwrap_or_else(|| panic!("no prune logged: {}", server.log()));
+    assert!(pruned.contains("older than 400 days"), "{pruned}");
+    assert_eq!(
+        db.count("SELECT count(*) FROM webhook_events WHERE event_id LIKE 'evt_old_%'"),
+        0
+    );
+    assert_eq!(
+        db.count("SELECT count(*) FROM webhook_events WHERE event_id LIKE 'evt_during_%'"),
+        sent,
+        "every event sent during the prune was committed"
+    );
+    assert_eq!(ledger_count(&db), sent + 1);
+}
 /// `u64::MAX` days ("keep for ever" to a user) once wrapped the cutoff into the future and
 /// deleted every claim; `never` says it in words. Nothing is deleted, and a resend is still a
 /// duplicate.

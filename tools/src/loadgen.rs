@@ -142,6 +142,9 @@ pub struct Report {
     pub latencies: Vec<Duration>,
     /// Distinct event ids that got a 200.
     pub acknowledged: HashSet<String>,
+    /// Open loop only ([`run_open`]): each request's due time (from the start) and latency,
+    /// in due order.
+    pub timeline: Vec<(Duration, Duration)>,
 }
 
 impl Report {
@@ -155,11 +158,19 @@ impl Report {
     }
 
     pub fn percentile(&self, p: f64) -> Duration {
-        if self.latencies.is_empty() {
-            return Duration::ZERO;
-        }
-        let rank = ((p / 100.0) * self.latencies.len() as f64).ceil() as usize;
-        self.latencies[rank.clamp(1, self.latencies.len()) - 1]
+        percentile(&self.latencies, p)
+    }
+
+    /// The latencies (sorted) of the requests due in `from..to` (open loop).
+    pub fn window(&self, from: Duration, to: Duration) -> Vec<Duration> {
+        let mut latencies: Vec<Duration> = self
+            .timeline
+            .iter()
+            .filter(|(due, _)| (from..to).contains(due))
+            .map(|&(_, latency)| latency)
+            .collect();
+        latencies.sort_unstable();
+        latencies
     }
 
     pub fn status_summary(&self) -> String {
@@ -201,33 +212,9 @@ pub fn run_spread(addrs: &[SocketAddr], requests: &[Request], connections: usize
                     let sent = Instant::now();
                     let answer = send_one(&mut conn, addr, &request.bytes);
                     local.latencies.push(sent.elapsed());
-                    match answer {
-                        Ok((status, outcome)) => {
-                            *local.statuses.entry(status).or_default() += 1;
-                            if status == 200 {
-                                local.acknowledged.insert(request.event_id.clone());
-                                match outcome {
-                                    Outcome::Processed => local.processed += 1,
-                                    Outcome::Duplicate => local.duplicates += 1,
-                                    Outcome::Other => {}
-                                }
-                            }
-                        }
-                        Err(_) => {
-                            local.transport_errors += 1;
-                            conn = None;
-                        }
-                    }
+                    local.count(request, answer, &mut conn);
                 }
-                let mut all = merged.lock().expect("report lock");
-                all.latencies.extend(local.latencies);
-                for (s, n) in local.statuses {
-                    *all.statuses.entry(s).or_default() += n;
-                }
-                all.processed += local.processed;
-                all.duplicates += local.duplicates;
-                all.transport_errors += local.transport_errors;
-                all.acknowledged.extend(local.acknowledged);
+                merged.lock().expect("report lock").merge(local);
             });
         }
     });
@@ -235,6 +222,105 @@ pub fn run_spread(addrs: &[SocketAddr], requests: &[Request], connections: usize
     report.elapsed = started.elapsed();
     report.latencies.sort_unstable();
     report
+}
+
+/// When the `i`-th request of an open-loop run at `rate` requests a second is due, from the
+/// start: a fixed schedule, whatever the server answers.
+pub fn due(i: usize, rate: f64) -> Duration {
+    Duration::from_secs_f64(i as f64 / rate)
+}
+
+/// The `p`-th percentile of sorted `latencies`.
+pub fn percentile(latencies: &[Duration], p: f64) -> Duration {
+    if latencies.is_empty() {
+        return Duration::ZERO;
+    }
+    let rank = ((p / 100.0) * latencies.len() as f64).ceil() as usize;
+    latencies[rank.clamp(1, latencies.len()) - 1]
+}
+
+/// Sends every request once, open loop: the `i`-th at its [`due`] time at `rate` a second,
+/// whether or not the earlier ones were answered, over up to `connections` keep-alive
+/// connections (each sends its next request once it has its answer, so a request goes out
+/// late only when every connection waits for an answer). Its latency is counted from its due
+/// time, not from when it went out: a stall of the server counts in full for every request
+/// due during it (no coordinated omission, which a closed loop has: its senders stop sending
+/// while the server stalls, so the stall is one slow request each).
+pub fn run_open(addr: SocketAddr, requests: &[Request], rate: f64, connections: usize) -> Report {
+    let next = AtomicUsize::new(0);
+    let merged = Mutex::new(Report::default());
+    let started = Instant::now();
+    std::thread::scope(|scope| {
+        for _ in 0..connections.max(1) {
+            let (next, merged) = (&next, &merged);
+            scope.spawn(move || {
+                let mut local = Report::default();
+                let mut conn: Option<Conn> = None;
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(request) = requests.get(i) else {
+                        break;
+                    };
+                    let due = due(i, rate);
+                    if let Some(wait) = (started + due).checked_duration_since(Instant::now()) {
+                        std::thread::sleep(wait);
+                    }
+                    let answer = send_one(&mut conn, addr, &request.bytes);
+                    let latency = started.elapsed().saturating_sub(due);
+                    local.latencies.push(latency);
+                    local.timeline.push((due, latency));
+                    local.count(request, answer, &mut conn);
+                }
+                merged.lock().expect("report lock").merge(local);
+            });
+        }
+    });
+    let mut report = merged.into_inner().expect("report lock");
+    report.elapsed = started.elapsed();
+    report.latencies.sort_unstable();
+    report.timeline.sort_unstable();
+    report
+}
+
+impl Report {
+    /// Counts one answer (or a failure to get one, which drops the connection).
+    fn count(
+        &mut self,
+        request: &Request,
+        answer: std::io::Result<(u16, Outcome)>,
+        conn: &mut Option<Conn>,
+    ) {
+        match answer {
+            Ok((status, outcome)) => {
+                *self.statuses.entry(status).or_default() += 1;
+                if status == 200 {
+                    self.acknowledged.insert(request.event_id.clone());
+                    match outcome {
+                        Outcome::Processed => self.processed += 1,
+                        Outcome::Duplicate => self.duplicates += 1,
+                        Outcome::Other => {}
+                    }
+                }
+            }
+            Err(_) => {
+                self.transport_errors += 1;
+                *conn = None;
+            }
+        }
+    }
+
+    /// Adds a sender's report to this one.
+    fn merge(&mut self, local: Report) {
+        self.latencies.extend(local.latencies);
+        self.timeline.extend(local.timeline);
+        for (s, n) in local.statuses {
+            *self.statuses.entry(s).or_default() += n;
+        }
+        self.processed += local.processed;
+        self.duplicates += local.duplicates;
+        self.transport_errors += local.transport_errors;
+        self.acknowledged.extend(local.acknowledged);
+    }
 }
 
 enum Outcome {
@@ -362,5 +448,83 @@ fn compare(in_ledger: HashSet<String>, report: &Report) -> LedgerCheck {
         in_ledger: in_ledger.len(),
         lost: report.acknowledged.difference(&in_ledger).count(),
         unacknowledged: in_ledger.difference(&report.acknowledged).count(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+
+    #[test]
+    fn the_open_loop_schedule_is_fixed_by_the_rate() {
+        assert_eq!(due(0, 500.0), Duration::ZERO);
+        assert_eq!(due(1, 500.0), Duration::from_millis(2));
+        assert_eq!(due(500, 500.0), Duration::from_secs(1));
+        assert_eq!(due(30_000, 500.0), Duration::from_secs(60));
+    }
+
+    #[test]
+    fn a_window_and_a_percentile_count_the_requests_due_in_it() {
+        let ms = Duration::from_millis;
+        let report = Report {
+            timeline: vec![
+                (ms(0), ms(5)),
+                (ms(2), ms(1)),
+                (ms(4), ms(9)),
+                (ms(6), ms(2)),
+            ],
+            ..Report::default()
+        };
+        assert_eq!(report.window(ms(2), ms(6)), [ms(1), ms(9)]);
+        assert_eq!(report.window(ms(0), ms(100)), [ms(1), ms(2), ms(5), ms(9)]);
+        assert_eq!(percentile(&report.window(ms(0), ms(100)), 50.0), ms(2));
+        assert_eq!(percentile(&report.window(ms(0), ms(100)), 99.0), ms(9));
+        assert_eq!(percentile(&[], 99.0), Duration::ZERO);
+    }
+
+    /// Open loop: the second request goes out on schedule while the first is unanswered (a
+    /// server that answers neither until it has both would hang a closed loop of one sender
+    /// per request in flight), and each is timed from its due time.
+    #[test]
+    fn the_open_loop_sends_on_schedule_without_waiting_for_answers() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = std::thread::spawn(move || {
+            // Both requests arrive (each on its own connection) before either is answered.
+            let mut held = Vec::new();
+            for _ in 0..2 {
+                let (mut stream, _) = listener.accept().unwrap();
+                let mut buf = [0u8; 4096];
+                let mut got = Vec::new();
+                while !got.ends_with(b"{}") {
+                    let n = stream.read(&mut buf).unwrap();
+                    assert!(n > 0, "the request arrives whole");
+                    got.extend_from_slice(&buf[..n]);
+                }
+                held.push(stream);
+            }
+            for mut stream in held {
+                let body = r#"{"outcome":"processed"}"#;
+                write!(
+                    stream,
+                    "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                )
+                .unwrap();
+            }
+        });
+        let request = |id: &str| Request {
+            event_id: id.to_string(),
+            bytes: b"POST / HTTP/1.1\r\ncontent-length: 2\r\n\r\n{}".to_vec(),
+        };
+        let requests = [request("evt_a"), request("evt_b")];
+        let report = run_open(addr, &requests, 1000.0, 2);
+        server.join().unwrap();
+        assert_eq!(report.status_summary(), "200:2");
+        assert_eq!(report.processed, 2);
+        let due: Vec<Duration> = report.timeline.iter().map(|&(due, _)| due).collect();
+        assert_eq!(due, [Duration::ZERO, Duration::from_millis(1)]);
+        assert_eq!(report.acknowledged.len(), 2);
     }
 }

@@ -7,6 +7,7 @@ mod growth;
 mod lanes;
 mod loadgen;
 mod plain;
+mod prune;
 mod storage;
 
 use std::net::SocketAddr;
@@ -34,6 +35,10 @@ enum Command {
     /// Cost as the ledger grows: pre-fills ledgers of N claims (time-ordered and random ids),
     /// then loads a pre-filled and an empty one alternately, optionally in a memory limit.
     Growth(growth::GrowthArgs),
+    /// Pruning under load: an open-loop load on a ledger whose expired rows the server prunes,
+    /// beside the same load on a copy where nothing is expired; p99, the WAL's peak, the file
+    /// before and after.
+    Prune(prune::PruneArgs),
     /// Delivery lanes: drain rate per concurrency, a healthy kind's latency beside a dead or
     /// hanging one, the time to deliver an outage's backlog; each comparison in one run.
     Lanes(LanesArgs),
@@ -126,9 +131,14 @@ struct LoadgenArgs {
     /// Requests in total (new events plus resends).
     #[arg(long, default_value_t = 20_000)]
     requests: usize,
-    /// Keep-alive connections sending at once.
+    /// Keep-alive connections sending at once (with --rate: the most requests in flight).
     #[arg(long, short = 'c', default_value_t = 64)]
     connections: usize,
+    /// Open loop: send this many requests a second on a fixed schedule, whatever the answers,
+    /// and time each from when it was due (a stall counts for every request due during it).
+    /// Without it, each connection sends its next request when it has its answer.
+    #[arg(long)]
+    rate: Option<f64>,
     /// Share of requests that resend an earlier event, 0.0 to 1.0.
     #[arg(long, default_value_t = 0.2)]
     resend: f64,
@@ -150,6 +160,7 @@ fn main() -> ExitCode {
         Command::Run(args) => run(args),
         Command::Loadgen(args) => loadgen(args),
         Command::Growth(args) => growth::run(args),
+        Command::Prune(args) => prune::run(args),
         Command::Lanes(args) => lanes(args),
         Command::Storage(args) => storage(args),
     };
@@ -247,12 +258,22 @@ fn loadgen(args: LoadgenArgs) -> anyhow::Result<bool> {
         ids: args.ids,
     };
     let requests = loadgen::prepare(&workload, &secret, &args.addr.to_string());
-    let report = loadgen::run(args.addr, &requests, args.connections);
+    let report = match args.rate {
+        Some(rate) => {
+            anyhow::ensure!(rate > 0.0, "--rate must be more than 0");
+            loadgen::run_open(args.addr, &requests, rate, args.connections)
+        }
+        None => loadgen::run(args.addr, &requests, args.connections),
+    };
     let ms = |p: f64| format!("{:.2}", report.percentile(p).as_secs_f64() * 1000.0);
     println!(
-        "{} requests over {} connections in {:.2} s: {:.0} events/s",
+        "{} requests over {} connections{} in {:.2} s: {:.0} events/s",
         report.requests(),
         args.connections,
+        match args.rate {
+            Some(rate) => format!(", open loop at {rate}/s"),
+            None => String::new(),
+        },
         report.elapsed.as_secs_f64(),
         report.per_second()
     );

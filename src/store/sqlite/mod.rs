@@ -67,12 +67,6 @@ const MIGRATIONS: &[&str] = &[
 /// well under a millisecond.
 const PROGRESS_STEPS: std::ffi::c_int = 1000;
 
-/// Free pages given back to the file system after each prune batch: 4,096 pages of 4 KiB
-/// (16 MiB), more than one batch of [`BATCH_ROWS`](crate::store::retention::BATCH_ROWS) rows
-/// frees even with large payloads, so the free list does not build up during a prune, and
-/// few enough that the writer's turn stays short.
-const RECLAIM_PAGES: u32 = 4096;
-
 /// Prepared statements kept per connection: every hot statement of the ledger, the handlers
 /// and the outbox, with room to spare.
 const STATEMENT_CACHE: usize = 64;
@@ -208,22 +202,14 @@ impl SqliteStore {
         })
     }
 
-    /// Gives up to [`RECLAIM_PAGES`] free pages back to the file system: after each prune
-    /// batch (committed), in a short transaction of its own, so the file shrinks as a prune
-    /// goes on and no turn of the writer grows long. A database made before `auto_vacuum`
-    /// was set has no free pages to give back until `hookledger vacuum` converts it (the
-    /// pragma then does nothing). A failure is logged: the prune itself stands.
-    fn reclaim(&mut self) {
-        // Run as a query, stepped to its end (`execute_batch` left every page on the list).
-        let sql = format!("PRAGMA incremental_vacuum({RECLAIM_PAGES})");
-        let reclaimed = self.conn.prepare(&sql).and_then(|mut statement| {
-            let mut rows = statement.query([])?;
-            while rows.next()?.is_some() {}
-            Ok(())
-        });
-        if let Err(e) = reclaimed {
-            log::warn!("retention: giving free pages back to the file system failed: {e}");
-        }
+    /// `PRAGMA synchronous` for the next transactions: FULL (the connection's setting) or
+    /// NORMAL.
+    fn set_durability(&self, durability: Durability) -> rusqlite::Result<()> {
+        let mode = match durability {
+            Durability::Now => "FULL",
+            Durability::Later => "NORMAL",
+        };
+        self.conn.pragma_update(None, "synchronous", mode)
     }
 
     /// The transaction as a handler sees it.
@@ -238,14 +224,44 @@ impl SqliteStore {
     }
 }
 
+/// When a transaction's COMMIT must be on the disk.
+///
+/// A batch of retention's alone (nothing is answered after it) commits with `synchronous =
+/// NORMAL`: its COMMIT returns without an fsync, so a prune costs the writer its work and
+/// not a flush of the disk per batch while requests wait. The next batch that commits FULL
+/// (any event) flushes the WAL file with the prune's frames in it, and a checkpoint flushes
+/// the WAL before it copies a frame back; a crash before either loses only prune batches
+/// (the database stays consistent), which the next prune runs again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Durability {
+    Now,
+    Later,
+}
+
+impl Durability {
+    /// `Later` for a batch of retention's writes alone; `Now` for any other.
+    fn of(work: &[Work<'_>]) -> Durability {
+        if work
+            .iter()
+            .all(|w| matches!(w, Work::Write(w) if w.is_prune()))
+        {
+            Durability::Later
+        } else {
+            Durability::Now
+        }
+    }
+}
+
 impl Store for SqliteStore {
     /// `BEGIN IMMEDIATE`, the jobs through the pipeline (a savepoint each), `COMMIT`; a
     /// `ROLLBACK` when the transaction failed. A handler interrupted at its time limit in the
     /// middle of a write makes SQLite roll back the whole transaction: then that event fails
     /// alone and the batch runs again without running it.
     fn run_batch(&mut self, mut work: Vec<Work<'_>>, now: i64) -> Result<Vec<Done>, StoreError> {
+        let durability = Durability::of(&work);
         loop {
             self.over_time = None;
+            self.set_durability(durability)?;
             self.conn.execute_batch("BEGIN IMMEDIATE")?;
             let result = self
                 .claims
@@ -256,6 +272,9 @@ impl Store for SqliteStore {
                     self.claims.before_commit(&self.conn)?;
                     Ok(self.conn.execute_batch("COMMIT").map(|()| done)?)
                 });
+            if durability == Durability::Later {
+                self.set_durability(Durability::Now)?;
+            }
             let Err(e) = result else {
                 self.claims.committed();
                 if work
@@ -265,7 +284,6 @@ impl Store for SqliteStore {
                     if let Err(e) = self.claims.pruned(&self.conn) {
                         log::warn!("retention: reading the ledger's days failed: {e}");
                     }
-                    self.reclaim();
                 }
                 if let Some(checkpoints) = &self.checkpoints {
                     checkpoints.truncate_if_over(&self.conn);
@@ -528,8 +546,8 @@ fn tx_names(n: usize) -> impl Iterator<Item = &'static str> {
 }
 
 fn configure_writer(conn: &Connection) -> rusqlite::Result<()> {
-    // A new database gives the pages pruning frees back to the file system (a few at a time,
-    // after each prune batch: `reclaim`). SQLite takes this only before the first table and
+    // A new database gives the pages pruning frees back to the file system (a batch at a
+    // time, after the prune: `Write::Reclaim`). SQLite takes this only before the first table and
     // before the WAL; an existing database keeps its mode until `hookledger vacuum`.
     let tables: i64 = conn.query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))?;
     if tables == 0 {
@@ -719,6 +737,80 @@ mod tests {
     use super::*;
     use crate::outbox::FORWARD;
     use crate::store::outbox;
+
+    /// Retention's batches alone commit without an fsync; a batch with anything else in it
+    /// (an event, a delivery's result) commits FULL, and the connection is FULL again after a
+    /// prune's batch.
+    #[test]
+    fn only_a_batch_of_retentions_writes_commits_without_an_fsync() {
+        use crate::store::seam::Write;
+        let prune = Write::PruneEvents { before: 1 };
+        let reclaim = Write::Reclaim;
+        let revive = Write::Revive { id: None };
+        let of = |writes: &[&Write]| {
+            Durability::of(&writes.iter().map(|w| Work::Write(w)).collect::<Vec<_>>())
+        };
+        assert_eq!(of(&[&prune, &reclaim]), Durability::Later);
+        assert_eq!(of(&[&prune, &revive]), Durability::Now);
+        assert_eq!(of(&[&revive]), Durability::Now);
+
+        let mut store = SqliteStore::open_in_memory().unwrap();
+        store.write_now(&prune, 10).unwrap();
+        let synchronous: i64 = store
+            .conn
+            .query_row("PRAGMA synchronous", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(synchronous, 2, "FULL again after the prune's batch");
+    }
+
+    /// The pages a prune frees go back to the file system in batches of at most
+    /// RECLAIM_PAGES, until none is left, and the file shrinks.
+    #[test]
+    fn reclaim_gives_the_freed_pages_back_in_batches() {
+        use crate::store::retention::RECLAIM_PAGES;
+        use crate::store::seam::Write;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("reclaim.db");
+        let mut store = SqliteStore::open_for_cli(&path, DEFAULT_BUSY_TIMEOUT).unwrap();
+        store
+            .conn
+            .execute_batch(
+                "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 1000)
+                 INSERT INTO webhook_events (source, event_id, event_type, received_at, payload)
+                 SELECT 'stripe', 'evt_' || i, 'invoice.paid', 100, randomblob(8000) FROM n;
+                 PRAGMA wal_checkpoint(TRUNCATE);",
+            )
+            .unwrap();
+        let pages = |store: &SqliteStore, pragma: &str| -> i64 {
+            store.conn.query_row(pragma, [], |r| r.get(0)).unwrap()
+        };
+        let before = pages(&store, "PRAGMA page_count");
+        while store
+            .write_now(&Write::PrunePayloads { before: 200 }, 300)
+            .unwrap()
+            > 0
+        {}
+        let freed = pages(&store, "PRAGMA freelist_count");
+        assert!(freed > RECLAIM_PAGES, "{freed} pages freed");
+        let mut batches = Vec::new();
+        loop {
+            let n = store.write_now(&Write::Reclaim, 300).unwrap();
+            if n == 0 {
+                break;
+            }
+            batches.push(n);
+        }
+        assert!(batches.len() >= 2, "{batches:?}");
+        assert!(batches.iter().all(|&n| n <= RECLAIM_PAGES as u64));
+        assert_eq!(batches.iter().sum::<u64>(), freed as u64);
+        assert_eq!(pages(&store, "PRAGMA freelist_count"), 0);
+        // Pointer-map pages at the end go with the pages given back.
+        let after = pages(&store, "PRAGMA page_count");
+        assert!(
+            after <= before - freed,
+            "{before} pages, {freed} freed, {after} after"
+        );
+    }
 
     #[test]
     fn migrating_twice_changes_nothing_and_a_newer_schema_is_refused() {
