@@ -339,11 +339,14 @@ fn a_rate_spaces_a_kinds_attempts() {
     }
     let delivered = app.wait_delivered(6, WAIT);
     let span = delivered[5].at - delivered[0].at;
-    // One every 200 ms: five gaps (less what the network's jitter may take off the first).
-    assert!(span >= Duration::from_millis(900), "{span:?}");
+    // One every 200 ms: five gaps, 1 s. The token is taken before the attempt reads its
+    // payload (on PostgreSQL also renewing its lease), so a slow read of one row moves its
+    // arrival, not the next row's turn: allow for that on a loaded machine. Without a rate
+    // the six arrive within a few milliseconds.
+    assert!(span >= Duration::from_millis(700), "{span:?}");
     for pair in delivered.windows(2) {
         let gap = pair[1].at - pair[0].at;
-        assert!(gap >= Duration::from_millis(100), "{gap:?}");
+        assert!(gap >= Duration::from_millis(50), "{gap:?}");
     }
     // The other kind has no rate.
     other.wait_delivered(6, WAIT);
