@@ -201,8 +201,11 @@ impl Claims {
         let Some(saved) = row else {
             return Ok(Restored::None);
         };
+        // Each in a subquery of its own: SQLite reads one end of the table for a lone min() or
+        // max(), and the whole table for both in one SELECT (1.5 s for 5 M claims, cold).
         let (min_id, max_id): (i64, i64) = conn.query_row(
-            "SELECT coalesce(min(id), 0), coalesce(max(id), 0) FROM webhook_events",
+            "SELECT coalesce((SELECT min(id) FROM webhook_events), 0),
+                    coalesce((SELECT max(id) FROM webhook_events), 0)",
             [],
             |r| Ok((r.get(0)?, r.get(1)?)),
         )?;
@@ -351,8 +354,10 @@ impl Claims {
             return Ok(());
         }
         // At least the claims there are (ids only grow), without a second pass over them.
+        // Two subqueries: each reads one end of the table (both in one SELECT read all of it).
         let n: i64 = conn.query_row(
-            "SELECT coalesce(max(id) - min(id) + 1, 0) FROM webhook_events",
+            "SELECT coalesce((SELECT max(id) FROM webhook_events)
+                             - (SELECT min(id) FROM webhook_events) + 1, 0)",
             [],
             |r| r.get(0),
         )?;
