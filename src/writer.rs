@@ -283,6 +283,7 @@ fn run(
             fail(job, &StoreError::ShuttingDown);
         }
     }
+    store.close();
     log::debug!("writer: queue closed, exiting");
 }
 

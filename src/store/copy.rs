@@ -5,6 +5,8 @@
 //! (`webhook_events`, so events received before the move stay duplicates after it), the outbox
 //! (pending and dead rows are delivered and retried from the new database) and the
 //! stripe-billing tables. The app's own tables (`[schema] migrations`) are the app's to move.
+//! Not copied: `hookledger_claims_filter`, the SQLite writer's filter of keys saved at a clean
+//! stop (PostgreSQL claims without one).
 //!
 //! The source is read in one read transaction (a consistent snapshot, also next to a running
 //! `serve`, which should be stopped first so that nothing arrives after the snapshot); the

@@ -132,6 +132,11 @@ pub(crate) trait Store: Send + 'static {
     /// migrated database: whether it returns rows, or why it cannot run.
     fn check_statement(&mut self, sql: &str, parameters: usize) -> Result<bool, String>;
 
+    /// At a clean stop, after the last batch: keeps what makes the next start quicker (the
+    /// SQLite writer's filter of the ledger's keys). Not called when the writer panics or the
+    /// process is killed; a failure is logged, and the next start does without.
+    fn close(&mut self) {}
+
     /// Runs `write` in one short transaction of its own (a CLI command next to a running
     /// `serve`: the database serialises it with the server's writer). Returns a count: rows
     /// changed or deleted.

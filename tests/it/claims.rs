@@ -1,6 +1,7 @@
-//! The claim as the ledger grows: a claim other code wrote is a duplicate when resent, and a
-//! ledger made by the release before claims by day is converted in place, also when the
-//! conversion is killed midway.
+//! The claim as the ledger grows: a claim other code wrote is a duplicate when resent, a
+//! restart (after a clean stop, which saves the SQLite writer's filter of keys, or after a
+//! kill, which does not) keeps every claim a duplicate, and a ledger made by the release
+//! before claims by day is converted in place, also when the conversion is killed midway.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -35,6 +36,88 @@ fn a_claim_another_connection_wrote_while_serving_is_a_duplicate() {
     assert_eq!(ledger_count(&db), 3);
     // Only the two invoices the server processed were credited.
     assert_eq!(credits(&db, "acct_1"), 200);
+}
+
+/// A clean stop (SIGTERM) saves the SQLite writer's filter of keys, the next start loads it
+/// and deletes the row while it serves; a `kill -9` saves nothing and the next start builds
+/// the filter from the ledger. Either way every claim made before is a duplicate when resent
+/// (on PostgreSQL, which has no filter, the same restarts keep the same answers).
+#[test]
+fn claims_stay_duplicates_after_a_clean_stop_and_after_a_kill() {
+    let sqlite = store() == Store::Sqlite;
+    let saved = |db: &Db| db.one::<i64>("SELECT count(*) FROM hookledger_claims_filter", &[]);
+    let dir = test_dir();
+    let ids: Vec<String> = (0..20).map(|i| format!("evt_restart_{i}")).collect();
+    let mut server = Server::start_in(dir.path(), &[]);
+    for id in &ids {
+        assert_outcome(&server.send(&paid(id)), id, "processed");
+    }
+    let db = server.db();
+    if sqlite {
+        assert_eq!(saved(&db), 0, "nothing saved while serving");
+    }
+    assert_eq!(server.terminate(), Some(0));
+    if sqlite {
+        assert_eq!(saved(&db), 1, "saved at the clean stop");
+        assert!(logged(&server, "ledger: filter of 20 claim(s) saved"));
+        // A claim another program makes while the server is stopped: past the saved `seen`.
+        db.execute(
+            "INSERT INTO webhook_events (source, event_id, event_type, created, received_at)
+             VALUES ('stripe', 'evt_while_stopped', 'invoice.paid', 1, $1)",
+            &[&(now() - 86_400)],
+        );
+    }
+    drop(db);
+
+    let mut server = Server::start_in(dir.path(), &[]);
+    let db = server.db();
+    if sqlite {
+        assert_eq!(saved(&db), 0, "taken by the start that loaded it");
+        assert!(logged(
+            &server,
+            "ledger: filter of 20 claim(s) loaded, 1 added since its save"
+        ));
+    }
+    for id in &ids {
+        assert_outcome(&server.send(&paid(id)), id, "duplicate");
+    }
+    if sqlite {
+        assert_outcome(
+            &server.send(&paid("evt_while_stopped")),
+            "evt_while_stopped",
+            "duplicate",
+        );
+    }
+    assert_outcome(&server.send(&paid("evt_second")), "evt_second", "processed");
+    server.kill();
+    if sqlite {
+        assert_eq!(saved(&db), 0, "a kill saves nothing");
+    }
+    drop(db);
+
+    let server = Server::start_in(dir.path(), &[]);
+    if sqlite {
+        assert!(logged(&server, "claim(s) built in"));
+        assert!(!server.log().contains("claim(s) loaded"));
+    }
+    for id in ids.iter().map(String::as_str).chain(["evt_second"]) {
+        assert_outcome(&server.send(&paid(id)), id, "duplicate");
+    }
+    let db = server.db();
+    assert_eq!(ledger_count(&db), 21 + i64::from(sqlite));
+    // Only the 21 events the servers processed were credited.
+    assert_eq!(credits(&db, "acct_1"), 2100);
+}
+
+/// Whether the server logs `text` within a few seconds (its log is read on another thread).
+fn logged(server: &Server, text: &str) -> bool {
+    let found = wait_for(Duration::from_secs(10), || {
+        server.log().contains(text).then_some(())
+    });
+    if found.is_none() {
+        eprintln!("not logged: {text}\n{}", server.log());
+    }
+    found.is_some()
 }
 
 /// The schema of the release before claims by day (version 10): schema.sql and the

@@ -9,7 +9,12 @@
 pub(crate) const BITS_PER_KEY: u64 = 20;
 
 /// Probes a key: `BITS_PER_KEY · ln 2`, rounded, the number that makes false positives rarest.
-const HASHES: u64 = 14;
+pub(crate) const HASHES: u64 = 14;
+
+/// How keys become bits ([`key_hash`], then [`bits`]): saved with a filter, so that a filter
+/// saved by a release that hashed otherwise is never read as this one's. Change it with
+/// either function.
+pub(crate) const FORMAT: i64 = 1;
 
 /// The 64-bit hash of a claim's key (FNV-1a over both strings, a separator between them,
 /// then SplitMix64's finaliser to spread FNV's low bits): the same in every run.
@@ -84,6 +89,42 @@ impl Bloom {
     pub(crate) fn bytes(&self) -> usize {
         self.words.len() * 8
     }
+
+    /// Keys added, and keys it was sized for: saved with its bits.
+    pub(crate) fn counts(&self) -> (u64, u64) {
+        (self.keys, self.capacity)
+    }
+
+    /// Its bits, as saved: each word little-endian, in order.
+    pub(crate) fn to_bytes(&self) -> Vec<u8> {
+        self.words.iter().flat_map(|w| w.to_le_bytes()).collect()
+    }
+
+    /// A filter saved by [`Bloom::to_bytes`], with its counts; why not, when `bytes` is not
+    /// the size a filter of `capacity` has here (cut short, or sized by other constants).
+    pub(crate) fn from_saved(bytes: &[u8], keys: u64, capacity: u64) -> Result<Bloom, String> {
+        let words = capacity
+            .checked_mul(BITS_PER_KEY)
+            .filter(|_| capacity >= 1024)
+            .map(|bits| bits.div_ceil(64))
+            .ok_or_else(|| format!("a capacity of {capacity} keys"))?;
+        if bytes.len() as u64 != words * 8 {
+            return Err(format!(
+                "{} byte(s) of bits for a capacity of {capacity} keys ({} expected)",
+                bytes.len(),
+                words * 8
+            ));
+        }
+        let words = bytes
+            .chunks_exact(8)
+            .map(|w| u64::from_le_bytes(w.try_into().expect("8 bytes")))
+            .collect();
+        Ok(Bloom {
+            words,
+            keys,
+            capacity,
+        })
+    }
 }
 
 #[cfg(test)]
@@ -119,6 +160,23 @@ mod tests {
         // (one hash too few, or bits landing in one word, gives hundreds or thousands).
         assert!(false_positives <= 150, "{false_positives} in {tries}");
         assert_eq!(bloom.bytes() as u64, n * BITS_PER_KEY / 8);
+    }
+
+    #[test]
+    fn a_saved_filter_reads_back_whole_and_a_cut_one_does_not() {
+        let mut bloom = Bloom::with_capacity(5_000);
+        for i in 0..5_000 {
+            bloom.insert(key_hash("s", &format!("e{i}")));
+        }
+        let bytes = bloom.to_bytes();
+        let (keys, capacity) = bloom.counts();
+        let back = Bloom::from_saved(&bytes, keys, capacity).unwrap();
+        assert_eq!(back.words, bloom.words);
+        assert_eq!(back.counts(), (5_000, 5_000));
+        assert!(Bloom::from_saved(&bytes[..bytes.len() - 8], keys, capacity).is_err());
+        assert!(Bloom::from_saved(&bytes, keys, capacity + 64).is_err());
+        assert!(Bloom::from_saved(&[], 0, 0).is_err());
+        assert!(Bloom::from_saved(&bytes, keys, u64::MAX).is_err());
     }
 
     #[test]

@@ -23,13 +23,34 @@
 //!
 //! A key rewritten in place by another program (`UPDATE … SET event_id`) is not seen; the
 //! ledger is hookledger's, and handlers may not change it.
+//!
+//! ## A restart without reading every claim
+//! Building the filter reads every key (about 20 s for 20 M claims, before `serve` listens).
+//! So at a clean stop ([`Claims::save`]) the writer saves it, with `seen`, in
+//! `hookledger_claims_filter`; the next start ([`Claims::open`]) loads it, deletes the row in
+//! the same transaction, and adds the claims with `id > seen` (made after the save, by
+//! anyone). Why that is the same filter a build would give: ids are AUTOINCREMENT, never
+//! reused, so every claim with `id <= seen` existed at the save and is in the saved filter;
+//! every later one has a higher id and is read; a claim deleted since is a false positive
+//! (one seek), never a false negative.
+//!
+//! The gap: a program that inserts a claim with an explicit `id <= seen`, or rewrites a key in
+//! place, between the stop and the start (as while serving: see above). What is cheap to
+//! check is checked, and the filter built again instead: a lowest id below the one saved, a
+//! highest id below `seen` (claims removed from the top, or a ledger replaced), a schema
+//! migrated since, parameters or a size other than this release's filter has, and more
+//! claims added since than it has room for (a bulk import while stopped: built once, at the
+//! size the ledger now needs).
+//!
+//! Deleting the row at the load means a filter is loaded once: after a crash (no clean stop,
+//! no new row) the next start builds it from the ledger, as before there was a saved one.
 
 use std::collections::BTreeSet;
 use std::time::Instant;
 
-use rusqlite::Connection;
+use rusqlite::{Connection, OptionalExtension};
 
-use super::bloom::{key_hash, Bloom};
+use super::bloom::{key_hash, Bloom, FORMAT, HASHES};
 use crate::event::Event;
 use crate::payload::Stored;
 use crate::sql::StoreError;
@@ -39,6 +60,29 @@ use crate::store::ledger::{day_of, SQLITE_CLAIMED_ON, SQLITE_DAYS};
 /// million) before it fills up and is built again, larger.
 fn capacity_for(n: u64) -> u64 {
     n + (n / 2).max(1 << 20)
+}
+
+/// A filter saved at a clean stop, as read back (`hookledger_claims_filter`).
+struct Saved {
+    seen: i64,
+    min_id: i64,
+    schema_version: i64,
+    format: i64,
+    hashes: i64,
+    size_bits: i64,
+    capacity: i64,
+    keys: i64,
+    bits: Vec<u8>,
+}
+
+/// What [`Claims::restore`] found.
+enum Restored {
+    /// No saved filter (a first start, or the last one did not stop cleanly).
+    None,
+    /// One that cannot be used, and why: deleted, and built again.
+    Unfit(String),
+    /// Loaded: the keys it held, and the claims added since its save.
+    Loaded { saved: i64, added: u64 },
 }
 
 /// What the writer knows of the ledger's keys, between its transactions.
@@ -57,6 +101,9 @@ pub(crate) struct Claims {
     pending: Option<i64>,
     /// A claim was made in the open transaction.
     claimed: bool,
+    /// The filter was loaded from a save at the open, not built.
+    #[cfg(test)]
+    restored: bool,
 }
 
 impl Claims {
@@ -70,9 +117,211 @@ impl Claims {
             data_version: 0,
             pending: None,
             claimed: false,
+            #[cfg(test)]
+            restored: false,
         };
+        if filter && claims.restore(conn) {
+            #[cfg(test)]
+            {
+                claims.restored = true;
+            }
+            return Ok(claims);
+        }
         claims.load(conn, filter)?;
         Ok(claims)
+    }
+
+    /// Loads the filter saved at the last clean stop (and deletes it, in the same
+    /// transaction), then adds the claims made since: whether it did. A filter that does not
+    /// fit is deleted, and the caller builds one.
+    fn restore(&mut self, conn: &Connection) -> bool {
+        let started = Instant::now();
+        if !conn.is_autocommit() {
+            return false;
+        }
+        let restored = conn.execute_batch("BEGIN IMMEDIATE").and_then(|()| {
+            let restored = self.restore_in(conn);
+            if restored.is_ok() {
+                conn.execute_batch("COMMIT")?;
+            }
+            restored
+        });
+        let restored = match restored {
+            Ok(restored) => restored,
+            Err(e) => {
+                if !conn.is_autocommit() {
+                    let _ = conn.execute_batch("ROLLBACK");
+                }
+                self.filter = None;
+                log::warn!("ledger: cannot load the saved filter ({e}); building it");
+                return false;
+            }
+        };
+        match restored {
+            Restored::None => false,
+            Restored::Unfit(why) => {
+                log::info!("ledger: the saved filter does not fit ({why}); building it");
+                false
+            }
+            Restored::Loaded { saved, added } => {
+                log::info!(
+                    "ledger: filter of {saved} claim(s) loaded, {added} added since its save, \
+                     in {:.1} s ({} MiB)",
+                    started.elapsed().as_secs_f64(),
+                    self.filter.as_ref().map_or(0, Bloom::bytes) >> 20
+                );
+                true
+            }
+        }
+    }
+
+    /// [`Claims::restore`], in its write transaction.
+    fn restore_in(&mut self, conn: &Connection) -> rusqlite::Result<Restored> {
+        let row = conn
+            .query_row(
+                "DELETE FROM hookledger_claims_filter
+                 RETURNING seen, min_id, schema_version, format, hashes, size_bits, capacity,
+                           keys, bits",
+                [],
+                |r| {
+                    Ok(Saved {
+                        seen: r.get(0)?,
+                        min_id: r.get(1)?,
+                        schema_version: r.get(2)?,
+                        format: r.get(3)?,
+                        hashes: r.get(4)?,
+                        size_bits: r.get(5)?,
+                        capacity: r.get(6)?,
+                        keys: r.get(7)?,
+                        bits: r.get(8)?,
+                    })
+                },
+            )
+            .optional()?;
+        let Some(saved) = row else {
+            return Ok(Restored::None);
+        };
+        // Each in a subquery of its own: SQLite reads one end of the table for a lone min() or
+        // max(), and the whole table for both in one SELECT (1.5 s for 5 M claims, cold).
+        let (min_id, max_id): (i64, i64) = conn.query_row(
+            "SELECT coalesce((SELECT min(id) FROM webhook_events), 0),
+                    coalesce((SELECT max(id) FROM webhook_events), 0)",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )?;
+        let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+        let unfit = if saved.format != FORMAT || saved.hashes != HASHES as i64 {
+            Some(format!(
+                "saved with hash format {} and {} probe(s) a key, this release uses {FORMAT} \
+                 and {HASHES}",
+                saved.format, saved.hashes
+            ))
+        } else if saved.schema_version != version {
+            Some(format!(
+                "saved at schema version {}, now {version}",
+                saved.schema_version
+            ))
+        } else if max_id < saved.seen {
+            Some(format!(
+                "it covers ids up to {}, the ledger's highest is {max_id}",
+                saved.seen
+            ))
+        } else if min_id != 0 && min_id < saved.min_id {
+            Some(format!(
+                "a claim with id {min_id}, below the lowest at its save ({})",
+                saved.min_id
+            ))
+        } else if saved.keys < 0 || saved.capacity < 0 {
+            Some("negative counts".to_string())
+        } else if max_id - saved.seen > saved.capacity - saved.keys {
+            // Filled past its size by the catch-up (a bulk import while stopped), it would be
+            // built again at the first batch anyway: once, now, at the size the ledger needs.
+            Some(format!(
+                "up to {} claim(s) added since its save, room for {}",
+                max_id - saved.seen,
+                saved.capacity - saved.keys
+            ))
+        } else {
+            match Bloom::from_saved(&saved.bits, saved.keys as u64, saved.capacity as u64) {
+                Ok(bloom) if bloom.bytes() as i64 * 8 == saved.size_bits => {
+                    self.filter = Some(bloom);
+                    None
+                }
+                Ok(_) => Some(format!("a size of {} bits", saved.size_bits)),
+                Err(why) => Some(why),
+            }
+        };
+        if let Some(why) = unfit {
+            return Ok(Restored::Unfit(why));
+        }
+        self.data_version = data_version(conn)?;
+        self.seen = saved.seen;
+        self.read_days(conn)?;
+        let added = self.catch_up(conn)?;
+        Ok(Restored::Loaded {
+            saved: saved.keys,
+            added,
+        })
+    }
+
+    /// At a clean stop, after the last transaction: saves the filter and `seen` (replacing
+    /// any saved before), in one transaction, for the next start to load. Nothing without a
+    /// filter, or with one that is full (the next start builds a larger one).
+    pub(crate) fn save(&mut self, conn: &Connection, now: i64) -> rusqlite::Result<()> {
+        if self.filter.as_ref().is_none_or(Bloom::is_full) || !conn.is_autocommit() {
+            return Ok(());
+        }
+        let started = Instant::now();
+        conn.execute_batch("BEGIN IMMEDIATE")?;
+        let saved = self
+            .save_in(conn, now)
+            .and_then(|saved| conn.execute_batch("COMMIT").map(|()| saved));
+        if saved.is_err() && !conn.is_autocommit() {
+            let _ = conn.execute_batch("ROLLBACK");
+        }
+        let (keys, bytes) = saved?;
+        log::info!(
+            "ledger: filter of {keys} claim(s) saved for the next start in {:.1} s ({} MiB)",
+            started.elapsed().as_secs_f64(),
+            bytes >> 20
+        );
+        Ok(())
+    }
+
+    /// [`Claims::save`], in its write transaction: the keys and bytes saved.
+    fn save_in(&mut self, conn: &Connection, now: i64) -> rusqlite::Result<(u64, usize)> {
+        // What other connections committed since the last batch would be read at the load
+        // anyway (past `seen`); reading it now keeps the next start short. The filter is not
+        // full (checked): this only catches up.
+        self.begin(conn)?;
+        let Some(filter) = &self.filter else {
+            return Ok((0, 0));
+        };
+        let (keys, capacity) = filter.counts();
+        let bits = filter.to_bytes();
+        let min_id: i64 =
+            conn.query_row("SELECT coalesce(min(id), 0) FROM webhook_events", [], |r| {
+                r.get(0)
+            })?;
+        conn.execute(
+            "INSERT OR REPLACE INTO hookledger_claims_filter
+                 (id, seen, min_id, schema_version, format, hashes, size_bits, capacity, keys,
+                  bits, saved_at)
+             VALUES (1, ?1, ?2, (SELECT user_version FROM pragma_user_version), ?3, ?4, ?5,
+                     ?6, ?7, ?8, ?9)",
+            rusqlite::params![
+                self.seen,
+                min_id,
+                FORMAT,
+                HASHES as i64,
+                bits.len() as i64 * 8,
+                capacity as i64,
+                keys as i64,
+                &bits,
+                now
+            ],
+        )?;
+        Ok((keys, bits.len()))
     }
 
     /// Reads the ledger again from the start, with a filter if it had one: after writes to it
@@ -105,8 +354,10 @@ impl Claims {
             return Ok(());
         }
         // At least the claims there are (ids only grow), without a second pass over them.
+        // Two subqueries: each reads one end of the table (both in one SELECT read all of it).
         let n: i64 = conn.query_row(
-            "SELECT coalesce(max(id) - min(id) + 1, 0) FROM webhook_events",
+            "SELECT coalesce((SELECT max(id) FROM webhook_events)
+                             - (SELECT min(id) FROM webhook_events) + 1, 0)",
             [],
             |r| r.get(0),
         )?;
@@ -152,10 +403,18 @@ impl Claims {
         }
         self.data_version = version;
         self.read_days(conn)?;
+        self.catch_up(conn)?;
+        Ok(())
+    }
+
+    /// Adds the claims past `seen` (ids are never reused: the ones made since it was read):
+    /// how many.
+    fn catch_up(&mut self, conn: &Connection) -> rusqlite::Result<u64> {
         let mut added = conn.prepare_cached(
             "SELECT id, source, event_id FROM webhook_events WHERE id > ?1 ORDER BY id",
         )?;
         let mut rows = added.query([self.seen])?;
+        let mut n = 0;
         while let Some(row) = rows.next()? {
             self.seen = self.seen.max(row.get(0)?);
             if let Some(filter) = &mut self.filter {
@@ -164,8 +423,9 @@ impl Claims {
                     row.get_ref(2)?.as_str()?,
                 ));
             }
+            n += 1;
         }
-        Ok(())
+        Ok(n)
     }
 
     /// Claims `event`, received at `now`, in the open transaction: true if it is new.
@@ -273,6 +533,7 @@ mod tests {
     use crate::config::DEFAULT_BUSY_TIMEOUT;
     use crate::event::Event;
     use crate::handler::Submission;
+    use crate::store::sqlite::bloom::key_hash;
     use crate::store::sqlite::SqliteStore;
     use crate::store::{Done, Outcome, Store, Work};
 
@@ -376,5 +637,133 @@ mod tests {
             .query_row("SELECT count(*) FROM webhook_events", [], |r| r.get(0))
             .unwrap();
         assert_eq!(claims, 2);
+    }
+
+    /// Whether the writer's store at `path` has a saved filter waiting.
+    fn saved_rows(path: &Path) -> i64 {
+        rusqlite::Connection::open(path)
+            .unwrap()
+            .query_row("SELECT count(*) FROM hookledger_claims_filter", [], |r| {
+                r.get(0)
+            })
+            .unwrap()
+    }
+
+    /// Whether the store's own filter (not the seek behind it) holds `id`.
+    fn in_filter(store: &SqliteStore, id: &str) -> bool {
+        let filter = store.claims.filter.as_ref().expect("the writer's filter");
+        filter.may_contain(key_hash("src", id))
+    }
+
+    /// The writer's store on `path` after a clean stop with claims `evt_0` … `evt_29` from
+    /// another program and `evt_mine` of its own: the filter saved.
+    fn stopped_cleanly(path: &Path) {
+        prefilled(path);
+        let mut store = SqliteStore::open(path, DEFAULT_BUSY_TIMEOUT).unwrap();
+        assert!(!store.claims.restored, "nothing saved yet: built");
+        assert_eq!(claim(&mut store, "evt_mine", LATER), Outcome::Processed);
+        store.close();
+        drop(store);
+        assert_eq!(saved_rows(path), 1);
+    }
+
+    /// Saved at a clean stop, loaded at the next open (and deleted in the same transaction):
+    /// every key in it, a claim another program made after the save added, `seen` where the
+    /// ledger is; a second open without a clean stop builds the filter again.
+    #[test]
+    fn a_filter_saved_at_a_clean_stop_is_loaded_once_with_the_claims_made_since() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("h.db");
+        stopped_cleanly(&path);
+        let other = rusqlite::Connection::open(&path).unwrap();
+        other
+            .execute(
+                "INSERT INTO webhook_events (source, event_id, event_type, received_at)
+                 VALUES ('src', 'evt_after_save', 't', ?1)",
+                [LATER - 2 * 86_400],
+            )
+            .unwrap();
+        let max_id: i64 = other
+            .query_row("SELECT max(id) FROM webhook_events", [], |r| r.get(0))
+            .unwrap();
+
+        let mut store = SqliteStore::open(&path, DEFAULT_BUSY_TIMEOUT).unwrap();
+        assert!(store.claims.restored, "loaded, not built");
+        assert_eq!(saved_rows(&path), 0, "deleted by the load");
+        assert_eq!(store.claims.seen, max_id);
+        assert_eq!(store.claims.days.len(), 32);
+        for day in 0..30 {
+            assert!(in_filter(&store, &format!("evt_{day}")));
+        }
+        assert!(in_filter(&store, "evt_mine"));
+        assert!(in_filter(&store, "evt_after_save"));
+        assert!(!in_filter(&store, "evt_never"));
+        for id in ["evt_0", "evt_29", "evt_mine", "evt_after_save"] {
+            assert_eq!(claim(&mut store, id, LATER), Outcome::Duplicate);
+        }
+        assert_eq!(claim(&mut store, "evt_new", LATER), Outcome::Processed);
+        drop(store); // no clean stop: nothing saved
+
+        let store = SqliteStore::open(&path, DEFAULT_BUSY_TIMEOUT).unwrap();
+        assert!(!store.claims.restored, "built again");
+        assert!(in_filter(&store, "evt_new"));
+        assert!(in_filter(&store, "evt_after_save"));
+    }
+
+    /// A saved filter that does not fit is deleted and the filter built from the ledger: bits
+    /// cut short, other parameters, a claim inserted below the lowest id saved, the top of the
+    /// ledger gone, a schema migrated since, more claims added since than it has room for.
+    #[test]
+    fn a_saved_filter_that_does_not_fit_is_built_again() {
+        let breaks = [
+            "UPDATE hookledger_claims_filter SET bits = substr(bits, 1, 100)",
+            "UPDATE hookledger_claims_filter SET bits = x''",
+            "UPDATE hookledger_claims_filter SET hashes = hashes + 1",
+            "UPDATE hookledger_claims_filter SET format = format + 1",
+            "UPDATE hookledger_claims_filter SET size_bits = size_bits + 64",
+            "UPDATE hookledger_claims_filter SET capacity = capacity * 2",
+            "UPDATE hookledger_claims_filter SET capacity = -1",
+            "UPDATE hookledger_claims_filter SET schema_version = schema_version - 1",
+            "DELETE FROM webhook_events WHERE event_id = 'evt_mine'",
+            "UPDATE webhook_events SET id = -5 WHERE event_id = 'evt_3'",
+            "UPDATE hookledger_claims_filter SET keys = capacity;
+             INSERT INTO webhook_events (source, event_id, event_type, received_at)
+             VALUES ('src', 'evt_one_too_many', 't', 1)",
+        ];
+        for sql in breaks {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("h.db");
+            stopped_cleanly(&path);
+            rusqlite::Connection::open(&path)
+                .unwrap()
+                .execute_batch(sql)
+                .unwrap();
+            let mut store = SqliteStore::open(&path, DEFAULT_BUSY_TIMEOUT).unwrap();
+            assert!(!store.claims.restored, "{sql}: built");
+            assert_eq!(saved_rows(&path), 0, "{sql}: deleted");
+            assert!(in_filter(&store, "evt_3"), "{sql}");
+            assert_eq!(claim(&mut store, "evt_3", LATER), Outcome::Duplicate);
+        }
+    }
+
+    /// A store without a filter (a CLI command's) saves nothing, and leaves a saved filter
+    /// where it is for the server's next start.
+    #[test]
+    fn a_store_without_a_filter_neither_saves_nor_takes_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("h.db");
+        prefilled(&path);
+        let mut cli = SqliteStore::open_existing(&path).unwrap();
+        cli.close();
+        drop(cli);
+        assert_eq!(saved_rows(&path), 0);
+        let mut store = SqliteStore::open(&path, DEFAULT_BUSY_TIMEOUT).unwrap();
+        store.close();
+        drop(store);
+        let mut cli = SqliteStore::open_existing(&path).unwrap();
+        assert_eq!(claim(&mut cli, "evt_4", LATER), Outcome::Duplicate);
+        cli.close();
+        drop(cli);
+        assert_eq!(saved_rows(&path), 1);
     }
 }

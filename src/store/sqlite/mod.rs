@@ -60,6 +60,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0011_claims_by_day.sql"),
     include_str!("migrations/0012_payload_codec.sql"),
     include_str!("migrations/0013_outbox_pending_indexes.sql"),
+    include_str!("migrations/0014_claims_filter.sql"),
 ];
 
 /// SQLite's virtual machine steps between two looks at a running handler's deadline: a few
@@ -321,6 +322,14 @@ impl Store for SqliteStore {
 
     fn limit_handlers(&mut self, limit: Duration) {
         self.handler_limit = limit;
+    }
+
+    /// Saves the claim filter for the next start (`claims.rs`); the last WAL checkpoint runs
+    /// after it, when the store is dropped.
+    fn close(&mut self) {
+        if let Err(e) = self.claims.save(&self.conn, crate::time::unix_now()) {
+            log::warn!("ledger: saving the filter for the next start failed: {e}");
+        }
     }
 
     fn check_statement(&mut self, sql: &str, parameters: usize) -> Result<bool, String> {
