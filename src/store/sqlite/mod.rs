@@ -213,6 +213,17 @@ impl SqliteStore {
         self.conn.pragma_update(None, "synchronous", mode)
     }
 
+    /// After a batch of `durability` (its transaction ended: committed or rolled back), every
+    /// other write on this connection is synced again. A failure is logged, not returned:
+    /// the batch's outcome stands, and the next batch sets its own level first.
+    fn restore_durability(&self, durability: Durability) {
+        if durability == Durability::Later {
+            if let Err(e) = self.set_durability(Durability::Now) {
+                log::warn!("writer: cannot set synchronous = FULL again after a prune batch: {e}");
+            }
+        }
+    }
+
     /// The transaction as a handler sees it.
     #[cfg(test)]
     pub(crate) fn tx(&self) -> Tx<'_> {
@@ -263,7 +274,10 @@ impl Store for SqliteStore {
         loop {
             self.over_time = None;
             self.set_durability(durability)?;
-            self.conn.execute_batch("BEGIN IMMEDIATE")?;
+            if let Err(e) = self.conn.execute_batch("BEGIN IMMEDIATE") {
+                self.restore_durability(durability);
+                return Err(e.into());
+            }
             let result = self
                 .claims
                 .begin(&self.conn)
@@ -273,10 +287,8 @@ impl Store for SqliteStore {
                     self.claims.before_commit(&self.conn)?;
                     Ok(self.conn.execute_batch("COMMIT").map(|()| done)?)
                 });
-            if durability == Durability::Later {
-                self.set_durability(Durability::Now)?;
-            }
             let Err(e) = result else {
+                self.restore_durability(durability);
                 self.claims.committed();
                 if work
                     .iter()
@@ -291,7 +303,9 @@ impl Store for SqliteStore {
                 }
                 return result;
             };
+            // Out of the transaction first: SQLite changes `synchronous` only outside one.
             self.rollback();
+            self.restore_durability(durability);
             // Each run fails one more event, which runs no handler again: this ends.
             match self.over_time.take() {
                 Some((source, id)) if pipeline::fail_event(&mut work, (&source, &id), &e) => {
@@ -770,6 +784,35 @@ mod tests {
             .query_row("PRAGMA synchronous", [], |r| r.get(0))
             .unwrap();
         assert_eq!(synchronous, 2, "FULL again after the prune's batch");
+    }
+
+    /// A prune's batch that fails (here: another connection holds the write lock) leaves the
+    /// connection out of any transaction and synced again, so the next batch runs (found by a
+    /// review: the level was set back inside the failed transaction, which SQLite refuses, and
+    /// the `?` skipped the rollback).
+    #[test]
+    fn a_failed_batch_of_retention_writes_leaves_the_writer_synced_and_out_of_a_transaction() {
+        use crate::store::seam::Write;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("busy.db");
+        let mut store = SqliteStore::open_for_cli(&path, Duration::from_millis(50)).unwrap();
+        let other = Connection::open(&path).unwrap();
+        other.execute_batch("BEGIN IMMEDIATE").unwrap();
+        let failed = store.write_now(&Write::PruneEvents { before: 1 }, 10);
+        assert!(matches!(failed, Err(StoreError::Busy(_))), "{failed:?}");
+        let synchronous: i64 = store
+            .conn
+            .query_row("PRAGMA synchronous", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(synchronous, 2, "FULL again after the failed batch");
+        assert!(store.conn.is_autocommit());
+        other.execute_batch("ROLLBACK").unwrap();
+        assert_eq!(
+            store
+                .write_now(&Write::PruneEvents { before: 1 }, 10)
+                .unwrap(),
+            0
+        );
     }
 
     /// The pages a prune frees go back to the file system in batches of at most
