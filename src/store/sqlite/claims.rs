@@ -233,12 +233,12 @@ impl Claims {
             ))
         } else if saved.keys < 0 || saved.capacity < 0 {
             Some("negative counts".to_string())
-        } else if max_id - saved.seen > saved.capacity - saved.keys {
+        } else if max_id.saturating_sub(saved.seen) > saved.capacity - saved.keys {
             // Filled past its size by the catch-up (a bulk import while stopped), it would be
             // built again at the first batch anyway: once, now, at the size the ledger needs.
             Some(format!(
                 "up to {} claim(s) added since its save, room for {}",
-                max_id - saved.seen,
+                max_id.saturating_sub(saved.seen),
                 saved.capacity - saved.keys
             ))
         } else {
@@ -353,15 +353,7 @@ impl Claims {
             self.filter = None;
             return Ok(());
         }
-        // At least the claims there are (ids only grow), without a second pass over them.
-        // Two subqueries: each reads one end of the table (both in one SELECT read all of it).
-        let n: i64 = conn.query_row(
-            "SELECT coalesce((SELECT max(id) FROM webhook_events)
-                             - (SELECT min(id) FROM webhook_events) + 1, 0)",
-            [],
-            |r| r.get(0),
-        )?;
-        let mut bloom = Bloom::with_capacity(capacity_for(n as u64));
+        let mut bloom = Bloom::with_capacity(capacity_for(claims_at_most(conn)?));
         let mut keys = conn.prepare("SELECT source, event_id FROM webhook_events")?;
         let mut rows = keys.query([])?;
         let mut claims = 0u64;
@@ -514,6 +506,32 @@ impl Claims {
     pub(crate) fn has_filter(&self) -> bool {
         self.filter.is_some()
     }
+}
+
+/// Above this many ids between the lowest and the highest, [`claims_at_most`] counts.
+const COUNT_ABOVE: u64 = 1 << 22;
+
+/// At least the claims there are, to size a filter: the span of their ids (ids only grow,
+/// and retention deletes the oldest), without a pass over them. A span over 4 M is counted
+/// (one pass): a claim written by other code with an id far above the rest would otherwise
+/// size a filter of gigabytes.
+fn claims_at_most(conn: &Connection) -> rusqlite::Result<u64> {
+    // Two subqueries: each reads one end of the table (both in one SELECT read all of it).
+    let (low, high): (Option<i64>, Option<i64>) = conn.query_row(
+        "SELECT (SELECT min(id) FROM webhook_events), (SELECT max(id) FROM webhook_events)",
+        [],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )?;
+    let (Some(low), Some(high)) = (low, high) else {
+        return Ok(0);
+    };
+    // In i128: ids may be negative when written by other code.
+    let span = u64::try_from(i128::from(high) - i128::from(low) + 1).unwrap_or(u64::MAX);
+    if span <= COUNT_ABOVE {
+        return Ok(span);
+    }
+    let count: i64 = conn.query_row("SELECT count(*) FROM webhook_events", [], |r| r.get(0))?;
+    Ok(span.min(count as u64))
 }
 
 fn data_version(conn: &Connection) -> rusqlite::Result<i64> {
@@ -726,6 +744,7 @@ mod tests {
             "UPDATE hookledger_claims_filter SET schema_version = schema_version - 1",
             "DELETE FROM webhook_events WHERE event_id = 'evt_mine'",
             "UPDATE webhook_events SET id = -5 WHERE event_id = 'evt_3'",
+            "UPDATE webhook_events SET id = 4611686018427387904 WHERE event_id = 'evt_3'",
             "UPDATE hookledger_claims_filter SET keys = capacity;
              INSERT INTO webhook_events (source, event_id, event_type, received_at)
              VALUES ('src', 'evt_one_too_many', 't', 1)",
@@ -744,6 +763,31 @@ mod tests {
             assert!(in_filter(&store, "evt_3"), "{sql}");
             assert_eq!(claim(&mut store, "evt_3", LATER), Outcome::Duplicate);
         }
+    }
+
+    /// Claims written by other code with ids far apart (2^62 and -2^62: a span past what an
+    /// i64 holds) size the filter by their number, not by the span of their ids.
+    #[test]
+    fn ids_far_apart_size_the_filter_by_the_claims_there_are() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("h.db");
+        prefilled(&path);
+        rusqlite::Connection::open(&path)
+            .unwrap()
+            .execute_batch(
+                "INSERT INTO webhook_events (id, source, event_id, event_type, received_at)
+                 VALUES (4611686018427387904, 'src', 'evt_high', 't', 1728000000),
+                        (-4611686018427387904, 'src', 'evt_low', 't', 1728000000)",
+            )
+            .unwrap();
+        let mut store = SqliteStore::open(&path, DEFAULT_BUSY_TIMEOUT).unwrap();
+        let filter = store.claims.filter.as_ref().unwrap();
+        assert_eq!(filter.counts(), (32, super::capacity_for(32)));
+        assert!(filter.bytes() < 8 << 20, "{} bytes", filter.bytes());
+        for id in ["evt_high", "evt_low", "evt_12"] {
+            assert_eq!(claim(&mut store, id, LATER), Outcome::Duplicate, "{id}");
+        }
+        assert_eq!(claim(&mut store, "evt_new", LATER), Outcome::Processed);
     }
 
     /// A store without a filter (a CLI command's) saves nothing, and leaves a saved filter
