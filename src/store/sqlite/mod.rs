@@ -57,7 +57,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0008_outbox_superseded.sql"),
     include_str!("migrations/0009_refusals.sql"),
     include_str!("migrations/0010_alert_incidents.sql"),
-    include_str!("migrations/0011_claims_by_day.sql"),
+    include_str!("migrations/0011_claims_by_block.sql"),
     include_str!("migrations/0012_payload_codec.sql"),
     include_str!("migrations/0013_outbox_pending_indexes.sql"),
     include_str!("migrations/0014_claims_filter.sql"),
