@@ -126,7 +126,7 @@ fn claims_once(stores: &mut Stores) {
 }
 
 /// A resend on a later day, and one after the clock went back a few days, is a duplicate: the
-/// key is one claim whatever day it was received (SQLite's key index is by day).
+/// key is one claim whatever day it was received.
 fn a_resend_on_another_day_is_a_duplicate(stores: &mut Stores) {
     let last_second = 20_000 * 86_400 + 86_399;
     let claim = |stores: &mut Stores, id: &str, now: i64| {

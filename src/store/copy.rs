@@ -35,7 +35,7 @@ const TABLES: &[(&str, &[&str], &[&str])] = &[
             "payload_codec",
             "payload_dict",
         ],
-        // SQLite's ledger has no index on (source, event_id) alone (its key is by day first):
+        // SQLite's ledger has no index on (source, event_id) alone (its key is by block of ids first):
         // the copy pages in the order claims arrived.
         &["rowid"],
     ),

@@ -9,33 +9,22 @@ use crate::store::ledger;
 
 /// The stored payload of event `key` of `source`, as the body it was: `Ok(None)` when there
 /// is no such event, or its payload was cleared. The one place an event's payload is found by
-/// its key (the outbox worker's forward rows, `events show`, the console, replay's check).
-/// `near`: when the event was most likely received (a forward row is queued in its event's
-/// transaction, so its `created_at`): on SQLite that day is sought first, one seek, before
-/// every day the ledger holds ([`ledger::by_key`]).
+/// its key (the outbox worker's forward rows). On SQLite the newest block of the key index is
+/// sought first ([`ledger::sqlite_newest_first`]): a forward row is mostly delivered soon
+/// after its event was claimed.
 pub(crate) fn event_payload(
     conn: &dyn Session,
     source: &str,
     key: &str,
-    near: Option<i64>,
 ) -> anyhow::Result<Option<Vec<u8>>> {
     const COLUMNS: &str = "payload, payload_codec, payload_dict";
-    if let (Dialect::Sqlite, Some(at)) = (conn.dialect(), near) {
-        let rows = conn.query(
-            &format!(
-                "SELECT {COLUMNS} FROM webhook_events INDEXED BY webhook_events_key
-                 WHERE received_at / 86400 = $1 AND source = $2 AND event_id = $3"
-            ),
-            &[&ledger::day_of(at), &source, &key],
-        )?;
-        if let Some(row) = rows.first() {
-            return read(conn, row, 0);
-        }
-    }
-    let rows = conn.query(
-        &ledger::by_key(conn.dialect(), COLUMNS, "$1", "$2"),
-        &[&source, &key],
-    )?;
+    let rows = match conn.dialect() {
+        Dialect::Sqlite => ledger::sqlite_newest_first(conn, COLUMNS, source, key)?,
+        Dialect::Postgres => conn.query(
+            &ledger::by_key(conn.dialect(), COLUMNS, "$1", "$2"),
+            &[&source, &key],
+        )?,
+    };
     match rows.first() {
         Some(row) => read(conn, row, 0),
         None => Ok(None),
@@ -49,8 +38,6 @@ pub(crate) struct OutboxPayload {
     pub(crate) refers: bool,
     pub(crate) source: String,
     pub(crate) key: String,
-    /// The row's `created_at`: when its event was most likely received.
-    pub(crate) created_at: i64,
 }
 
 impl OutboxPayload {
@@ -60,7 +47,7 @@ impl OutboxPayload {
         if !self.refers {
             return Ok(self.payload);
         }
-        event_payload(conn, &self.source, &self.key, Some(self.created_at))?.ok_or_else(|| {
+        event_payload(conn, &self.source, &self.key)?.ok_or_else(|| {
             Unreadable(format!(
                 "event {} of source {} has no payload in the ledger",
                 self.key, self.source

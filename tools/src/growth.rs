@@ -9,7 +9,9 @@
 //! then one connection inserts in bulk): the ids are generated in key order, so the key index
 //! is written once, page after page, as after a VACUUM (a ledger grown by random inserts has
 //! pages about 70 % full, so it is somewhat larger than this one). The claims are between 400
-//! and 1 days old and have no payload (retention cleared it), as most of a ledger's rows.
+//! and 1 days old and have no payload (retention cleared it), as most of a ledger's rows; with
+//! `--received now` all of them were received at the moment of the fill, as a tool filling a
+//! ledger may write them.
 //!
 //! Every SQLite run starts cold: the database file's pages are dropped from the page cache
 //! first (`dd iflag=nocache count=0`), so a run reads from the disk what it needs.
@@ -22,6 +24,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context};
 use clap::Args;
 use hookledger::Secret;
+use rusqlite::OptionalExtension;
 
 use crate::bench::{describe, with_database, Server, SECRET};
 use crate::loadgen::{self, Ids, LedgerCheck, Report, Workload};
@@ -51,6 +54,10 @@ pub struct GrowthArgs {
     /// Share of requests that resend an earlier event of the same run.
     #[arg(long, default_value_t = 0.2)]
     resend: f64,
+    /// When the pre-filled claims were received: `spread` from 400 days to 1 day ago, or all
+    /// `now` (as a tool filling a ledger may write them: today's claims, all of them).
+    #[arg(long, value_enum, default_value = "spread")]
+    received: Received,
     /// Run the server in a memory control group of this size (e.g. 512M, 2G): heap and the page
     /// cache it reads. Needs root and a cgroup file system (v2 or v1's memory controller).
     #[arg(long, value_parser = parse_size)]
@@ -68,6 +75,13 @@ pub struct GrowthArgs {
     /// Measure PostgreSQL instead: a URL of a database where CREATE DATABASE may run.
     #[arg(long)]
     postgres: Option<String>,
+}
+
+/// When the pre-filled claims were received.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Received {
+    Spread,
+    Now,
 }
 
 /// `512M`, `2G`, `1048576`: bytes.
@@ -132,10 +146,11 @@ pub fn run(args: GrowthArgs) -> anyhow::Result<bool> {
     let mut exact = true;
     for &ids in &args.ids {
         let started = std::time::Instant::now();
-        let filled = store.prefill(&exe, ids, args.claims)?;
+        let filled = store.prefill(&exe, ids, args.claims, args.received)?;
         println!(
-            "{ids:?} ids: pre-filled {} claims in {:.0} s ({})",
+            "{ids:?} ids: pre-filled {} claims received {:?} in {:.0} s ({})",
             args.claims,
+            args.received,
             started.elapsed().as_secs_f64(),
             filled.describe()
         );
@@ -448,17 +463,49 @@ impl Target {
                     path,
                     rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
                 )?;
-                // The claims of the run were received on its days: one seek a day of the key
-                // index, by day since migration 11 (on an older ledger the primary key's).
-                let days: Vec<String> = (since / 86_400
-                    ..=hookledger::internals::unix_now() / 86_400)
-                    .map(|d| d.to_string())
-                    .collect();
-                let mut stmt = conn.prepare(&format!(
+                // The claims of the run are in the key index's newest blocks (of ids) since
+                // migration 11: one seek a block; on an older ledger the primary key's.
+                let key: Option<String> = conn
+                    .query_row(
+                        "SELECT sql FROM sqlite_master WHERE name = 'webhook_events_key'",
+                        [],
+                        |r| r.get(0),
+                    )
+                    .optional()?;
+                let sql = if key.is_some_and(|k| k.contains("id >> 20")) {
+                    let (low, high): (Option<i64>, Option<i64>) = conn.query_row(
+                        "SELECT (SELECT min(id) FROM webhook_events WHERE received_at >= ?1) >> 20,
+                                (SELECT max(id) FROM webhook_events) >> 20",
+                        [since],
+                        |r| Ok((r.get(0)?, r.get(1)?)),
+                    )?;
+                    let blocks: Vec<String> = match (low, high) {
+                        (Some(low), Some(high)) => (low..=high).map(|b| b.to_string()).collect(),
+                        _ => Vec::new(),
+                    };
+                    format!(
+                        "SELECT count(*) FROM webhook_events INDEXED BY webhook_events_key
+                         WHERE id >> 20 IN ({}) AND source = 'stripe' AND event_id = ?1",
+                        blocks.join(", ")
+                    )
+                } else if key.is_some_and(|k| k.contains("received_at / 86400")) {
+                    // Clustered by day (this release's development builds): the run's days.
+                    let days: Vec<String> = (since / 86_400
+                        ..=hookledger::internals::unix_now() / 86_400)
+                        .map(|d| d.to_string())
+                        .collect();
+                    format!(
+                        "SELECT count(*) FROM webhook_events INDEXED BY webhook_events_key
+                         WHERE received_at / 86400 IN ({}) AND source = 'stripe'
+                           AND event_id = ?1",
+                        days.join(", ")
+                    )
+                } else {
                     "SELECT count(*) FROM webhook_events
-                     WHERE received_at / 86400 IN ({}) AND source = 'stripe' AND event_id = ?1",
-                    days.join(", ")
-                ))?;
+                     WHERE source = 'stripe' AND event_id = ?1"
+                        .to_string()
+                };
+                let mut stmt = conn.prepare(&sql)?;
                 let mut found = 0usize;
                 for id in &acknowledged {
                     found += stmt.query_row([id], |r| r.get::<_, i64>(0))? as usize;
@@ -492,14 +539,23 @@ impl Target {
 trait Ledgers {
     fn name(&self) -> &'static str;
     /// A ledger of `claims` claims with ids of shape `ids`, migrated by `exe`.
-    fn prefill(&self, exe: &Path, ids: Ids, claims: u64) -> anyhow::Result<Target>;
+    fn prefill(
+        &self,
+        exe: &Path,
+        ids: Ids,
+        claims: u64,
+        received: Received,
+    ) -> anyhow::Result<Target>;
     /// A fresh empty ledger (created by the server when it starts).
     fn empty(&self, exe: &Path, round: usize) -> anyhow::Result<Target>;
     fn discard(&self, target: &Target) -> anyhow::Result<()>;
 }
 
-/// The claims' ages: from 400 days to 1 day ago, in generation order.
-fn received_at(i: u64, claims: u64, now: i64) -> i64 {
+/// The claims' ages: from 400 days to 1 day ago, in generation order; or all now.
+fn received_at(i: u64, claims: u64, now: i64, received: Received) -> i64 {
+    if received == Received::Now {
+        return now;
+    }
     let span = 399 * 86_400;
     now - 400 * 86_400 + (i as i128 * span as i128 / claims.max(1) as i128) as i64
 }
@@ -527,9 +583,19 @@ impl Ledgers for SqliteLedgers {
         "SQLite"
     }
 
-    fn prefill(&self, exe: &Path, ids: Ids, claims: u64) -> anyhow::Result<Target> {
+    fn prefill(
+        &self,
+        exe: &Path,
+        ids: Ids,
+        claims: u64,
+        received: Received,
+    ) -> anyhow::Result<Target> {
         let ids_name = format!("{ids:?}").to_lowercase();
-        let path = self.dir.join(format!("ledger-{ids_name}-{claims}.db"));
+        let name = match received {
+            Received::Spread => format!("ledger-{ids_name}-{claims}.db"),
+            Received::Now => format!("ledger-{ids_name}-{claims}-now.db"),
+        };
+        let path = self.dir.join(name);
         if self.keep && path.exists() {
             return Ok(Target::Sqlite(path));
         }
@@ -551,7 +617,7 @@ impl Ledgers for SqliteLedgers {
                      VALUES ('stripe', ?1, 'invoice.paid', ?2, ?2)",
                 )?;
                 for j in i..(i + CHUNK).min(claims) {
-                    let at = received_at(j, claims, now);
+                    let at = received_at(j, claims, now, received);
                     insert.execute(rusqlite::params![prefill_id(ids, j, claims, &mut rng), at])?;
                 }
             }
@@ -622,7 +688,13 @@ impl Ledgers for PgLedgers {
         "PostgreSQL"
     }
 
-    fn prefill(&self, exe: &Path, ids: Ids, claims: u64) -> anyhow::Result<Target> {
+    fn prefill(
+        &self,
+        exe: &Path,
+        ids: Ids,
+        claims: u64,
+        received: Received,
+    ) -> anyhow::Result<Target> {
         let name = format!("hl_growth_{}", format!("{ids:?}").to_lowercase());
         let target = self.fresh(&name)?;
         let Target::Postgres { url, .. } = &target else {
@@ -644,8 +716,14 @@ impl Ledgers for PgLedgers {
                  SELECT id, {start} + (row_number() OVER (ORDER BY id)) * {span} / {claims} AS at
                  FROM (SELECT {id} AS id FROM generate_series(1, {claims}) g) ids
              ) rows ORDER BY id",
-            start = now - 400 * 86_400,
-            span = 399 * 86_400,
+            start = match received {
+                Received::Spread => now - 400 * 86_400,
+                Received::Now => now,
+            },
+            span = match received {
+                Received::Spread => 399 * 86_400,
+                Received::Now => 0,
+            },
         ))?;
         // On its own: VACUUM cannot run in the multi-statement string's transaction.
         client.batch_execute("VACUUM ANALYZE webhook_events")?;

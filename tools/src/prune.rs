@@ -255,7 +255,7 @@ fn serve_and_load(
 }
 
 /// Acknowledged events missing from the ledger: the source's ids read once (a lookup by id
-/// alone is no index on SQLite since the key is clustered by day).
+/// alone is no index on SQLite since the key is clustered by blocks of ids).
 fn lost(conn: &rusqlite::Connection, report: &Report) -> anyhow::Result<usize> {
     let mut stmt = conn.prepare("SELECT event_id FROM webhook_events WHERE source = 'stripe'")?;
     let in_ledger: std::collections::HashSet<String> = stmt

@@ -132,7 +132,7 @@ impl OutboxReader for PgOutbox {
             c.query_opt(
                 "UPDATE outbox SET leased_until = $4, leased_by = pg_backend_pid()
                  WHERE id = $1 AND status = 'pending' AND queued = $2 AND leased_by = $3
-                 RETURNING payload, payload_ref, source, key, created_at",
+                 RETURNING payload, payload_ref, source, key",
                 &[&row.id, &row.queued, &lease.by, &renewed],
             )
         })?;
@@ -142,7 +142,6 @@ impl OutboxReader for PgOutbox {
             refers: found.get::<_, Option<i16>>(1) == Some(1),
             source: found.get(2),
             key: found.get(3),
-            created_at: found.get(4),
         };
         if !own.refers {
             return Ok(Some(own.payload));

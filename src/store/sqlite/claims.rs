@@ -1,12 +1,15 @@
 //! The claim on SQLite: whether an event is new, at a cost that does not depend on where its
 //! id falls in the key order.
 //!
-//! `webhook_events_key` is unique on `(received_at / 86400, source, event_id)`: a claim
-//! inserts into today's part of the index, the hot pages, whatever its id. An in-memory
+//! `webhook_events_key` is unique on `(id >> 20, source, event_id)`: a block of 1,048,576
+//! claims in arrival order, so a claim inserts into the newest block's part of the index, the
+//! hot pages, whatever its event id and however the ledger was filled (by day, it was today's
+//! part: a ledger filled by other code with one received time for all made that all of it).
+//! An in-memory
 //! [`Bloom`] filter of every key in the ledger answers "certainly new" for almost every new
 //! event: then the claim is one `INSERT … ON CONFLICT DO NOTHING`. Only on "maybe" (a resend,
-//! or one false positive in ~10,000) does the claim seek the index once for each day the
-//! ledger holds, today's first, then newest first, before it inserts. It all runs in the
+//! or one false positive in ~10,000) does the claim seek the index once for each block the
+//! ledger holds, newest first, before it inserts. It all runs in the
 //! writer's `BEGIN IMMEDIATE` transaction, which no other connection can write in: the seek
 //! and the insert see the same ledger.
 //!
@@ -16,10 +19,10 @@
 //! - Claims other connections add (the CLI, a `sqlite3` shell, another program filling the
 //!   ledger) change `PRAGMA data_version`, read at the start of each of the writer's
 //!   transactions: then the claims past the highest `id` the filter has seen are added (ids
-//!   are AUTOINCREMENT: never reused), and the days are read again (an `UPDATE` may have moved
-//!   a claim to another day).
+//!   are AUTOINCREMENT: never reused), and the blocks are read again (a claim may have been
+//!   written with an id of a block of its own).
 //! - A store without a filter (a CLI command's, or one that is still building) seeks every
-//!   day on every claim: slower, as exact.
+//!   block on every claim: slower, as exact.
 //!
 //! A key rewritten in place by another program (`UPDATE … SET event_id`) is not seen; the
 //! ledger is hookledger's, and handlers may not change it.
@@ -54,7 +57,7 @@ use super::bloom::{key_hash, Bloom, FORMAT, HASHES};
 use crate::event::Event;
 use crate::payload::Stored;
 use crate::sql::StoreError;
-use crate::store::ledger::{day_of, SQLITE_CLAIMED_ON, SQLITE_DAYS};
+use crate::store::ledger::{block_of, SQLITE_BLOCKS, SQLITE_CLAIMED_IN};
 
 /// Room for new claims in a filter built for a ledger of `n`: half again as many (at least a
 /// million) before it fills up and is built again, larger.
@@ -87,11 +90,11 @@ enum Restored {
 
 /// What the writer knows of the ledger's keys, between its transactions.
 pub(crate) struct Claims {
-    /// Every key in the ledger (and a few no longer there); `None`: seek every day.
+    /// Every key in the ledger (and a few no longer there); `None`: seek every block.
     filter: Option<Bloom>,
-    /// The days the ledger holds claims of (and perhaps a few it no longer does).
-    days: BTreeSet<i64>,
-    /// The highest `id` the filter and the days cover.
+    /// The blocks the ledger holds claims of (and perhaps a few it no longer does).
+    blocks: BTreeSet<i64>,
+    /// The highest `id` the filter and the blocks cover.
     seen: i64,
     /// `PRAGMA data_version` when this connection last caught up: a new value means another
     /// connection committed.
@@ -107,12 +110,12 @@ pub(crate) struct Claims {
 }
 
 impl Claims {
-    /// Reads the days, and with `filter`, every key of the ledger into a new filter (the
+    /// Reads the blocks, and with `filter`, every key of the ledger into a new filter (the
     /// writer's store; a CLI command's does without).
     pub(crate) fn open(conn: &Connection, filter: bool) -> rusqlite::Result<Claims> {
         let mut claims = Claims {
             filter: None,
-            days: BTreeSet::new(),
+            blocks: BTreeSet::new(),
             seen: 0,
             data_version: 0,
             pending: None,
@@ -256,7 +259,7 @@ impl Claims {
         }
         self.data_version = data_version(conn)?;
         self.seen = saved.seen;
-        self.read_days(conn)?;
+        self.read_blocks(conn)?;
         let added = self.catch_up(conn)?;
         Ok(Restored::Loaded {
             saved: saved.keys,
@@ -348,7 +351,7 @@ impl Claims {
         let started = Instant::now();
         self.data_version = data_version(conn)?;
         self.seen = max_id(conn)?;
-        self.read_days(conn)?;
+        self.read_blocks(conn)?;
         if !filter {
             self.filter = None;
             return Ok(());
@@ -373,9 +376,9 @@ impl Claims {
         Ok(())
     }
 
-    fn read_days(&mut self, conn: &Connection) -> rusqlite::Result<()> {
-        let mut days = conn.prepare_cached(SQLITE_DAYS)?;
-        self.days = days
+    fn read_blocks(&mut self, conn: &Connection) -> rusqlite::Result<()> {
+        let mut blocks = conn.prepare_cached(SQLITE_BLOCKS)?;
+        self.blocks = blocks
             .query_map([], |r| r.get::<_, i64>(0))?
             .collect::<rusqlite::Result<_>>()?;
         Ok(())
@@ -394,7 +397,7 @@ impl Claims {
             return Ok(());
         }
         self.data_version = version;
-        self.read_days(conn)?;
+        self.read_blocks(conn)?;
         self.catch_up(conn)?;
         Ok(())
     }
@@ -429,22 +432,20 @@ impl Claims {
         now: i64,
     ) -> Result<bool, StoreError> {
         let hash = key_hash(&event.source, &event.id);
-        let today = day_of(now);
-        // "Maybe": one seek a day, today first, then newest first (a resend comes soon after
-        // its first copy, mostly). Seeking before inserting, not inserting then deleting: a
+        // "Maybe": one seek a block, newest first (a resend comes soon after its first copy,
+        // mostly). Seeking before inserting, not inserting then deleting: a
         // duplicate writes nothing (an ignored insert would still advance the AUTOINCREMENT
         // counter). No other connection can write between the seek and the insert: this is
         // the writer's `BEGIN IMMEDIATE` transaction.
         if self.filter.as_ref().is_none_or(|f| f.may_contain(hash)) {
-            let mut seek = conn.prepare_cached(SQLITE_CLAIMED_ON)?;
-            let others = self.days.iter().rev().copied().filter(|&d| d != today);
-            for day in std::iter::once(today).chain(others) {
-                if seek.exists(rusqlite::params![day, &*event.source, &event.id])? {
+            let mut seek = conn.prepare_cached(SQLITE_CLAIMED_IN)?;
+            for &block in self.blocks.iter().rev() {
+                if seek.exists(rusqlite::params![block, &*event.source, &event.id])? {
                     return Ok(false);
                 }
             }
         }
-        // Within a day the key decides, also if the filter and the days were ever wrong.
+        // Within a block the key decides, also if the filter and the blocks were ever wrong.
         let inserted = conn
             .prepare_cached(
                 "INSERT INTO webhook_events
@@ -470,7 +471,7 @@ impl Claims {
         if let Some(filter) = &mut self.filter {
             filter.insert(hash);
         }
-        self.days.insert(today);
+        self.blocks.insert(block_of(conn.last_insert_rowid()));
         Ok(true)
     }
 
@@ -489,15 +490,13 @@ impl Claims {
         }
     }
 
-    /// After retention deleted claims: forgets the days older than the oldest claim left.
+    /// After retention deleted claims: forgets the blocks below the oldest claim left.
     pub(crate) fn pruned(&mut self, conn: &Connection) -> rusqlite::Result<()> {
         let oldest: Option<i64> =
-            conn.query_row("SELECT min(received_at) FROM webhook_events", [], |r| {
-                r.get(0)
-            })?;
+            conn.query_row("SELECT min(id) FROM webhook_events", [], |r| r.get(0))?;
         match oldest {
-            Some(at) => self.days = self.days.split_off(&day_of(at)),
-            None => self.days.clear(),
+            Some(id) => self.blocks = self.blocks.split_off(&block_of(id)),
+            None => self.blocks.clear(),
         }
         Ok(())
     }
@@ -574,15 +573,20 @@ mod tests {
         }
     }
 
-    /// Claims written by other code before the store opened, one a day over 30 days.
+    /// Claims written by other code before the store opened, one a block over 30 blocks (and
+    /// one a day over 30 days).
     fn prefilled(path: &Path) {
         drop(SqliteStore::open(path, DEFAULT_BUSY_TIMEOUT).unwrap());
         let conn = rusqlite::Connection::open(path).unwrap();
         for day in 0..30 {
             conn.execute(
-                "INSERT INTO webhook_events (source, event_id, event_type, created, received_at)
-                 VALUES ('src', ?1, 't', 1, ?2)",
-                rusqlite::params![format!("evt_{day}"), 20_000 * 86_400 + day * 86_400],
+                "INSERT INTO webhook_events (id, source, event_id, event_type, created, received_at)
+                 VALUES (?1, 'src', ?2, 't', 1, ?3)",
+                rusqlite::params![
+                    (day << 20) + 7,
+                    format!("evt_{day}"),
+                    20_000 * 86_400 + day * 86_400
+                ],
             )
             .unwrap();
         }
@@ -597,7 +601,7 @@ mod tests {
         prefilled(&path);
         let mut store = SqliteStore::open(&path, DEFAULT_BUSY_TIMEOUT).unwrap();
         assert!(store.claims.has_filter());
-        assert_eq!(store.claims.days.len(), 30);
+        assert_eq!(store.claims.blocks.len(), 30);
         for day in [0, 17, 29] {
             assert_eq!(
                 claim(&mut store, &format!("evt_{day}"), LATER),
@@ -609,12 +613,12 @@ mod tests {
             claim(&mut store, "evt_30", LATER + 86_400),
             Outcome::Duplicate
         );
-        assert_eq!(store.claims.days.len(), 31);
+        assert_eq!(store.claims.blocks.len(), 30, "in the newest block");
     }
 
-    /// A CLI command's store has no filter: it seeks every day, and is as exact.
+    /// A CLI command's store has no filter: it seeks every block, and is as exact.
     #[test]
-    fn a_store_without_a_filter_seeks_every_day() {
+    fn a_store_without_a_filter_seeks_every_block() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("h.db");
         prefilled(&path);
@@ -628,7 +632,7 @@ mod tests {
         );
     }
 
-    /// Another connection's claims, and a claim it moved to another day, are seen at the
+    /// Another connection's claims, and a claim it moved to another block, are seen at the
     /// writer's next transaction; a claim rolled back does not leave the filter behind on ids.
     #[test]
     fn the_filter_catches_up_on_what_other_connections_commit() {
@@ -641,9 +645,8 @@ mod tests {
             .execute_batch(&format!(
                 "INSERT INTO webhook_events (source, event_id, event_type, received_at)
                  VALUES ('src', 'evt_theirs', 't', {old});
-                 UPDATE webhook_events SET received_at = {older} WHERE event_id = 'evt_mine';",
+                 UPDATE webhook_events SET id = 40 << 20 WHERE event_id = 'evt_mine';",
                 old = LATER - 5 * 86_400,
-                older = LATER - 9 * 86_400,
             ))
             .unwrap();
         assert_eq!(claim(&mut store, "evt_theirs", LATER), Outcome::Duplicate);
@@ -709,7 +712,7 @@ mod tests {
         assert!(store.claims.restored, "loaded, not built");
         assert_eq!(saved_rows(&path), 0, "deleted by the load");
         assert_eq!(store.claims.seen, max_id);
-        assert_eq!(store.claims.days.len(), 32);
+        assert_eq!(store.claims.blocks.len(), 30);
         for day in 0..30 {
             assert!(in_filter(&store, &format!("evt_{day}")));
         }

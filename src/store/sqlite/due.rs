@@ -70,7 +70,7 @@ fn text(r: &rusqlite::Row<'_>, i: usize) -> rusqlite::Result<Option<String>> {
 pub(crate) fn payload(conn: &Connection, id: i64, queued: i64) -> anyhow::Result<Option<Vec<u8>>> {
     let row = conn
         .prepare_cached(
-            "SELECT CAST(payload AS BLOB), payload_ref, source, key, created_at
+            "SELECT CAST(payload AS BLOB), payload_ref, source, key
              FROM outbox WHERE id = ?1 AND status = 'pending' AND queued = ?2",
         )?
         .query_row(params![id, queued], |r| {
@@ -80,7 +80,6 @@ pub(crate) fn payload(conn: &Connection, id: i64, queued: i64) -> anyhow::Result
                 // As the worker reads them (an effect may have written a blob).
                 source: text(r, 2)?.unwrap_or_default(),
                 key: text(r, 3)?.unwrap_or_default(),
-                created_at: r.get(4)?,
             })
         })
         .optional()?;

@@ -13,7 +13,7 @@
 //!   later ones are in `migrations/`.
 //! - The SQL of the outbox, retention and the listings is shared with PostgreSQL (in
 //!   `store/`); which outbox rows are due is here (`due.rs`), and so is the claim: the ledger's
-//!   key is unique by day, with an in-memory filter of every key before it (`claims.rs`,
+//!   key is unique by block of ids, with an in-memory filter of every key before it (`claims.rs`,
 //!   `bloom.rs`). The WAL is copied back by [`checkpoint`], off the commit path.
 
 mod bloom;
@@ -1314,7 +1314,7 @@ mod console_plans {
     }
 
     /// The plans of `plans` never read the whole ledger, and each that looks a claim up by its
-    /// key seeks `webhook_events_key` by day, source and id.
+    /// key seeks `webhook_events_key` by block, source and id.
     fn assert_by_key(plans: &[(String, Vec<String>)]) {
         let key = "INDEX webhook_events_key (<expr>=? AND source=? AND event_id=?)";
         for (sql, plan) in plans {
@@ -1333,17 +1333,18 @@ mod console_plans {
     }
 
     /// Every read of a claim by `(source, event_id)` (the console, `hookledger events show`,
-    /// replay, reconcile's check, the claim path's seek) costs one seek a day, whatever the
-    /// ledger holds; retention picks rows by age and deletes them by id.
+    /// replay, reconcile's check, the claim path's seek, a forward row's payload) costs one
+    /// seek a block, whatever the ledger holds; retention picks rows by age and deletes them
+    /// by id.
     #[test]
-    fn every_read_by_key_seeks_the_key_index_once_a_day_and_never_scans_the_ledger() {
+    fn every_read_by_key_seeks_the_key_index_once_a_block_and_never_scans_the_ledger() {
         let mut conn = Connection::open_in_memory().unwrap();
         migrate(&mut conn).unwrap();
         conn.execute_batch(
-            "INSERT INTO webhook_events (source, event_id, event_type, received_at, payload)
-             VALUES ('stripe', 'evt_1', 't', 100000, x'7b7d'),
-                    ('gitlab', 'evt_1', 't', 300000, x'7b7d'),
-                    ('stripe', 'evt_2', 't', 900000, x'7b7d');",
+            "INSERT INTO webhook_events (id, source, event_id, event_type, received_at, payload)
+             VALUES (1, 'stripe', 'evt_1', 't', 100000, x'7b7d'),
+                    (3 << 20, 'gitlab', 'evt_1', 't', 300000, x'7b7d'),
+                    (9 << 20, 'stripe', 'evt_2', 't', 900000, x'7b7d');",
         )
         .unwrap();
         let mut found = Vec::new();
@@ -1355,21 +1356,22 @@ mod console_plans {
             found.push(outbox::replay(s, "stripe", "evt_1", 5).unwrap());
             let none = ledger::by_key(Dialect::Sqlite, "1", "$1", "$2");
             found.push(s.query(&none, &[&"stripe", &"x"]).unwrap().is_empty());
-            let day = ledger::day_of(900000);
             found.push(
                 s.query(
-                    &ledger::SQLITE_CLAIMED_ON.replace('?', "$"),
-                    &[&day, &"stripe", &"evt_2"],
+                    &ledger::SQLITE_CLAIMED_IN.replace('?', "$"),
+                    &[&ledger::block_of(9 << 20), &"stripe", &"evt_2"],
                 )
                 .unwrap()
                 .len()
                     == 1,
             );
+            let payload = crate::store::payload::event_payload(s, "stripe", "evt_1");
+            found.push(payload.unwrap().as_deref() == Some(&b"{}"[..]));
             crate::store::retention::delete_events_batch(s, 200000).unwrap();
             crate::store::retention::clear_payloads_batch(s, 400000).unwrap();
         });
-        assert_eq!(found, [true; 7], "each read found what is there");
-        assert_eq!(plans.len(), 10);
+        assert_eq!(found, [true; 8], "each read found what is there");
+        assert_eq!(plans.len(), 16, "{plans:#?}");
         assert_by_key(&plans);
         let retention = &plans[plans.len() - 2..];
         for (sql, plan) in retention {

@@ -1,14 +1,16 @@
--- Migration 11: the ledger's key index is clustered by day, so the pages a claim touches are
--- the recent ones, whatever its event id. With the key `(source, event_id)` a random id (a
--- GitHub delivery UUID, a Svix message id) landed on a random page of an index that outgrows
--- memory: every claim read a cold page.
+-- Migration 11: the ledger's key index is clustered by blocks of ids, so the pages a claim
+-- touches are the newest block's, whatever its event id. With the key `(source, event_id)` a
+-- random id (a GitHub delivery UUID, a Svix message id) landed on a random page of an index
+-- that outgrows memory: every claim read a cold page. A block is 2^20 ids (1,048,576 claims
+-- in arrival order): by ids, not by the day received, so that a ledger filled by other code
+-- with one received time for every claim still has a small newest block.
 --
 -- The table is ordered by `id` (the order claims arrived: the old rowids are kept). A claim is
--- unique within its day by `webhook_events_key`; across days the claim path (the writer's
--- in-memory filter, then one seek a day: `store/sqlite/claims.rs`) decides, and every reader
--- by key seeks the same index once a day (`store/ledger.rs`, `by_key`). AUTOINCREMENT: ids are
--- never reused, so the writer catches up on claims other connections add by reading the ids
--- past the last it saw.
+-- unique within its block by `webhook_events_key`; across blocks the claim path (the writer's
+-- in-memory filter, then one seek a block: `store/sqlite/claims.rs`) decides, and every
+-- reader by key seeks the same index once a block (`store/ledger.rs`, `by_key`).
+-- AUTOINCREMENT: ids are never reused, so the writer catches up on claims other connections
+-- add by reading the ids past the last it saw.
 --
 -- SQLite cannot drop a primary key: the table is rebuilt, in this migration's transaction (a
 -- kill midway rolls all of it back; the next start runs it again from the start).
@@ -31,8 +33,9 @@ DROP TABLE webhook_events;
 PRAGMA legacy_alter_table = ON;
 ALTER TABLE webhook_events_v11 RENAME TO webhook_events;
 PRAGMA legacy_alter_table = OFF;
--- The claim's key, by day: a day's claims are together, today's are the hot pages.
-CREATE UNIQUE INDEX webhook_events_key ON webhook_events (received_at / 86400, source, event_id);
+-- The claim's key, by block: a block's claims are together, the newest block's are the hot
+-- pages. `id >> 20` here, in `store/ledger.rs` (`BLOCK_BITS`) and wherever a key is sought.
+CREATE UNIQUE INDEX webhook_events_key ON webhook_events (id >> 20, source, event_id);
 -- What migrations 1, 3 and 9 made, again (dropped with the old table).
 CREATE INDEX webhook_events_received_at ON webhook_events (received_at);
 CREATE INDEX webhook_events_payload_age ON webhook_events (received_at) WHERE payload IS NOT NULL;
