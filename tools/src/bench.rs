@@ -792,20 +792,23 @@ impl Server {
         (self.status_field("VmRSS"), self.status_field("Threads"))
     }
 
-    /// SIGTERM and wait, so the database is closed cleanly before it is checked.
-    pub(crate) fn stop(&mut self) -> anyhow::Result<()> {
+    /// SIGTERM and wait, so the database is closed cleanly before it is checked: how long the
+    /// server took. A large ledger in a memory limit may take a while (its last checkpoint,
+    /// the filter saved): five minutes before it is killed.
+    pub(crate) fn stop(&mut self) -> anyhow::Result<Duration> {
+        let started = Instant::now();
         Command::new("kill")
             .arg("-TERM")
             .arg(self.child.id().to_string())
             .status()?;
-        let deadline = Instant::now() + Duration::from_secs(30);
+        let deadline = started + Duration::from_secs(300);
         while self.child.try_wait()?.is_none() {
             if Instant::now() > deadline {
                 self.child.kill()?;
-                bail!("the server did not stop within 30 s");
+                bail!("the server did not stop within 300 s");
             }
             std::thread::sleep(Duration::from_millis(10));
         }
-        Ok(())
+        Ok(started.elapsed())
     }
 }
