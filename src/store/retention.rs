@@ -60,7 +60,7 @@ fn batch_clock() -> impl FnMut() -> bool {
 }
 
 /// How a batch names the ledger rows it picked: by the key on PostgreSQL, by `id` (the
-/// rowid) on SQLite, where `(source, event_id)` alone is no index (the key index is by day
+/// rowid) on SQLite, where `(source, event_id)` alone is no index (the key index is by block
 /// first) and the age index holds the rowid: no second lookup per row.
 fn ledger_row(tx: &dyn Session) -> (&'static str, &'static str) {
     match tx.dialect() {

@@ -805,6 +805,7 @@ impl Server {
         while self.child.try_wait()?.is_none() {
             if Instant::now() > deadline {
                 self.child.kill()?;
+                let _ = self.child.wait();
                 bail!("the server did not stop within 300 s");
             }
             std::thread::sleep(Duration::from_millis(10));

@@ -484,10 +484,12 @@ impl Target {
                     )
                     .optional()?;
                 let key = key.unwrap_or_default();
-                let sql = if key.contains("id >> 20") {
+                let sql = if key.contains("id >> 16") {
                     let (low, high): (Option<i64>, Option<i64>) = conn.query_row(
-                        "SELECT (SELECT min(id) FROM webhook_events WHERE received_at >= ?1) >> 20,
-                                (SELECT max(id) FROM webhook_events) >> 20",
+                        "SELECT (SELECT min(id) FROM webhook_events
+                                 INDEXED BY webhook_events_received_at
+                                 WHERE received_at >= ?1) >> 16,
+                                (SELECT max(id) FROM webhook_events) >> 16",
                         [since],
                         |r| Ok((r.get(0)?, r.get(1)?)),
                     )?;
@@ -497,7 +499,7 @@ impl Target {
                     };
                     format!(
                         "SELECT count(*) FROM webhook_events INDEXED BY webhook_events_key
-                         WHERE id >> 20 IN ({}) AND source = 'stripe' AND event_id = ?1",
+                         WHERE id >> 16 IN ({}) AND source = 'stripe' AND event_id = ?1",
                         blocks.join(", ")
                     )
                 } else {

@@ -2,7 +2,7 @@
 //!
 //! Sized for [`BITS_PER_KEY`] bits a key and [`HASHES`] probes: a false positive rate of
 //! about 1e-4 (0.6185^20 ≈ 6.7e-5 at the capacity it was sized for). A false positive costs
-//! the claim one index seek a day; a false negative would cost exactly-once, and there is none:
+//! the claim one index seek a block; a false negative would cost exactly-once, and there is none:
 //! every key added sets all of its bits, and nothing clears a bit.
 
 /// Bits a key: with [`HASHES`] probes, about one false positive in 10,000 lookups at capacity.

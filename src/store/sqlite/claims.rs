@@ -1,7 +1,7 @@
 //! The claim on SQLite: whether an event is new, at a cost that does not depend on where its
 //! id falls in the key order.
 //!
-//! `webhook_events_key` is unique on `(id >> 20, source, event_id)`: a block of 1,048,576
+//! `webhook_events_key` is unique on `(id >> 16, source, event_id)`: a block of 65,536
 //! claims in arrival order, so a claim inserts into the newest block's part of the index, the
 //! hot pages, whatever its event id and however the ledger was filled (by day, it was today's
 //! part: a ledger filled by other code with one received time for all made that all of it).
@@ -19,8 +19,7 @@
 //! - Claims other connections add (the CLI, a `sqlite3` shell, another program filling the
 //!   ledger) change `PRAGMA data_version`, read at the start of each of the writer's
 //!   transactions: then the claims past the highest `id` the filter has seen are added (ids
-//!   are AUTOINCREMENT: never reused), and the blocks are read again (a claim may have been
-//!   written with an id of a block of its own).
+//!   are AUTOINCREMENT: never reused), with their blocks (one a block of its own, say).
 //! - A store without a filter (a CLI command's, or one that is still building) seeks every
 //!   block on every claim: slower, as exact.
 //!
@@ -397,13 +396,12 @@ impl Claims {
             return Ok(());
         }
         self.data_version = version;
-        self.read_blocks(conn)?;
         self.catch_up(conn)?;
         Ok(())
     }
 
-    /// Adds the claims past `seen` (ids are never reused: the ones made since it was read):
-    /// how many.
+    /// Adds the claims past `seen` (ids are never reused: the ones made since it was read),
+    /// and their blocks: how many.
     fn catch_up(&mut self, conn: &Connection) -> rusqlite::Result<u64> {
         let mut added = conn.prepare_cached(
             "SELECT id, source, event_id FROM webhook_events WHERE id > ?1 ORDER BY id",
@@ -411,7 +409,9 @@ impl Claims {
         let mut rows = added.query([self.seen])?;
         let mut n = 0;
         while let Some(row) = rows.next()? {
-            self.seen = self.seen.max(row.get(0)?);
+            let id: i64 = row.get(0)?;
+            self.seen = self.seen.max(id);
+            self.blocks.insert(block_of(id));
             if let Some(filter) = &mut self.filter {
                 filter.insert(key_hash(
                     row.get_ref(1)?.as_str()?,

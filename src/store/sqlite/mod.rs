@@ -295,7 +295,7 @@ impl Store for SqliteStore {
                     .any(|w| matches!(w, Work::Write(w) if w.is_prune()))
                 {
                     if let Err(e) = self.claims.pruned(&self.conn) {
-                        log::warn!("retention: reading the ledger's days failed: {e}");
+                        log::warn!("retention: reading the ledger's blocks failed: {e}");
                     }
                 }
                 if let Some(checkpoints) = &self.checkpoints {
@@ -519,7 +519,7 @@ impl pipeline::Batch for SqliteStore {
         Ok(())
     }
 
-    /// The claim by day (`claims.rs`).
+    /// The claim by block of ids (`claims.rs`).
     fn claim(&mut self, event: &Event, stored: &Stored, now: i64) -> Result<bool, StoreError> {
         self.claims.claim(&self.conn, event, stored, now)
     }

@@ -1,9 +1,11 @@
 -- Migration 11: the ledger's key index is clustered by blocks of ids, so the pages a claim
 -- touches are the newest block's, whatever its event id. With the key `(source, event_id)` a
 -- random id (a GitHub delivery UUID, a Svix message id) landed on a random page of an index
--- that outgrows memory: every claim read a cold page. A block is 2^20 ids (1,048,576 claims
--- in arrival order): by ids, not by the day received, so that a ledger filled by other code
--- with one received time for every claim still has a small newest block.
+-- that outgrows memory: every claim read a cold page. A block is 2^16 ids (65,536 claims in
+-- arrival order, about 4 MB of this index): by ids, not by the day received, so that a
+-- ledger filled by other code with one received time for every claim still has a small
+-- newest block; and small, so that a prune (oldest ids first) deletes within a few pages at
+-- a time, as the claims of a day did.
 --
 -- The table is ordered by `id` (the order claims arrived: the old rowids are kept). A claim is
 -- unique within its block by `webhook_events_key`; across blocks the claim path (the writer's
@@ -34,8 +36,8 @@ PRAGMA legacy_alter_table = ON;
 ALTER TABLE webhook_events_v11 RENAME TO webhook_events;
 PRAGMA legacy_alter_table = OFF;
 -- The claim's key, by block: a block's claims are together, the newest block's are the hot
--- pages. `id >> 20` here, in `store/ledger.rs` (`BLOCK_BITS`) and wherever a key is sought.
-CREATE UNIQUE INDEX webhook_events_key ON webhook_events (id >> 20, source, event_id);
+-- pages. `id >> 16` here, in `store/ledger.rs` (`BLOCK_BITS`) and wherever a key is sought.
+CREATE UNIQUE INDEX webhook_events_key ON webhook_events (id >> 16, source, event_id);
 -- What migrations 1, 3 and 9 made, again (dropped with the old table).
 CREATE INDEX webhook_events_received_at ON webhook_events (received_at);
 CREATE INDEX webhook_events_payload_age ON webhook_events (received_at) WHERE payload IS NOT NULL;
