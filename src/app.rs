@@ -221,6 +221,7 @@ impl Hookledger {
             guard,
         } = store::open(&config.database, &config.storage, access.store())?;
         writer.limit_handlers(config.writer.effect_timeout);
+        let wal_behind = writer.wal_behind();
         let sources = with_handlers(&config, &mut *writer, sources, handlers)?;
         let names: Vec<Arc<str>> = sources.keys().cloned().collect();
         crate::training::load(&reader, &names, &dictionaries)
@@ -261,6 +262,7 @@ impl Hookledger {
                 handle.clone(),
                 config.retention.clone(),
                 reader.clone(),
+                wal_behind,
             )?));
             workers.push(Box::new(crate::training::Trainer::spawn(
                 handle.clone(),

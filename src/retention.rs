@@ -136,13 +136,24 @@ const QUEUE_POLL: Duration = Duration::from_millis(1);
 /// empty, a prune still goes on (a batch per this, beside the requests).
 const QUEUE_WAIT: Duration = Duration::from_millis(200);
 
+/// How often a prune looks again whether the checkpoints have caught up.
+const WAL_POLL: Duration = Duration::from_millis(10);
+
+/// The longest a batch waits for the checkpoints to catch up: a reader that holds them back
+/// (a backup) does not stop a prune.
+const WAL_WAIT: Duration = Duration::from_secs(2);
+
 /// The background job's [`Pace`]: after each batch it rests ([`REST_FACTOR`] times the
 /// batch), then sends the next one only when no job waits in the writer's queue (at most
 /// [`QUEUE_WAIT`]), so a batch runs while the writer is idle instead of ahead of requests or
-/// beside them in their transaction. `stop` ends the prune early.
+/// beside them in their transaction; and, on SQLite, only once the checkpoints have caught
+/// up with what it wrote (at most [`WAL_WAIT`]), so that the WAL starts over instead of
+/// filling up to the writer's own checkpoint, which requests would wait behind. `stop` ends the prune early.
 pub(crate) struct YieldToWriter<'a> {
     /// Jobs waiting in the writer's queue.
     pub(crate) queued: &'a dyn Fn() -> i64,
+    /// The write-ahead log has grown past a quarter of its bound.
+    pub(crate) wal_behind: &'a dyn Fn() -> bool,
     /// Waits up to the given time; `true` when the job must stop (the server is stopping).
     pub(crate) sleep: &'a mut dyn FnMut(Duration) -> bool,
 }
@@ -156,6 +167,13 @@ impl Pace for YieldToWriter<'_> {
     fn between(&mut self, took: Duration) -> bool {
         if (self.sleep)(rest_after(took)) {
             return false;
+        }
+        let mut waited = Duration::ZERO;
+        while (self.wal_behind)() && waited < WAL_WAIT {
+            if (self.sleep)(WAL_POLL) {
+                return false;
+            }
+            waited += WAL_POLL;
         }
         let mut waited = Duration::ZERO;
         while (self.queued)() > 0 && waited < QUEUE_WAIT {
@@ -256,11 +274,13 @@ pub(crate) struct Retention {
 }
 
 impl Retention {
-    /// Prunes once at start, then every [`INTERVAL`]; `reader` is read for the newest claim.
+    /// Prunes once at start, then every [`INTERVAL`]; `reader` is read for the newest claim;
+    /// `wal_behind`, the store's checkpoints falling behind ([`crate::store::Store::wal_behind`]).
     pub(crate) fn spawn(
         writer: WriterHandle,
         retention: RetentionConfig,
         reader: Reader,
+        wal_behind: Option<crate::store::WalBehind>,
     ) -> anyhow::Result<Retention> {
         let (stop, stopped) = mpsc::sync_channel::<()>(0);
         let thread = std::thread::Builder::new()
@@ -271,8 +291,14 @@ impl Retention {
                 let mut sleep = |rest: Duration| {
                     !matches!(stopped.recv_timeout(rest), Err(RecvTimeoutError::Timeout))
                 };
+                let behind = || {
+                    wal_behind
+                        .as_ref()
+                        .is_some_and(|b| b.load(std::sync::atomic::Ordering::Relaxed))
+                };
                 let mut pace = YieldToWriter {
                     queued: &|| writer.queued(),
+                    wal_behind: &behind,
                     sleep: &mut sleep,
                 };
                 let result = reader
@@ -570,6 +596,7 @@ mod tests {
             };
             let mut pace = YieldToWriter {
                 queued: &queued,
+                wal_behind: &|| false,
                 sleep: &mut sleep,
             };
             let go_on = pace.between(took);
@@ -601,6 +628,41 @@ mod tests {
             run(vec![1, 1, 1], Some(3), ms(2)),
             (false, vec![ms(2) * REST_FACTOR, QUEUE_POLL, QUEUE_POLL])
         );
+    }
+
+    /// While the checkpoints are behind, the pace waits for them (looking every
+    /// [`WAL_POLL`], at most [`WAL_WAIT`]) before it waits for the queue.
+    #[test]
+    fn the_writers_pace_waits_for_the_checkpoints_to_catch_up() {
+        let run = |behind: Vec<bool>, stop_at: Option<usize>| {
+            let behind = std::cell::RefCell::new(behind.into_iter());
+            let wal_behind = || behind.borrow_mut().next().unwrap_or(false);
+            let mut slept = Vec::new();
+            let mut sleep = |d: Duration| {
+                slept.push(d);
+                Some(slept.len()) == stop_at
+            };
+            let mut pace = YieldToWriter {
+                queued: &|| 0,
+                wal_behind: &wal_behind,
+                sleep: &mut sleep,
+            };
+            let go_on = pace.between(Duration::from_millis(2));
+            (go_on, slept)
+        };
+        let rest = Duration::from_millis(2) * REST_FACTOR;
+        assert_eq!(
+            run(vec![true, true, false], None),
+            (true, vec![rest, WAL_POLL, WAL_POLL])
+        );
+        // Checkpoints held back for good (a long reader): the batch goes after WAL_WAIT.
+        let (go_on, slept) = run(vec![true; 10_000], None);
+        assert!(go_on);
+        assert_eq!(
+            slept.len() as u32,
+            1 + WAL_WAIT.as_millis() as u32 / WAL_POLL.as_millis() as u32
+        );
+        assert_eq!(run(vec![true; 5], Some(2)), (false, vec![rest, WAL_POLL]));
     }
 
     #[test]

@@ -39,7 +39,7 @@ pub(crate) mod sqlite;
 use std::path::{Path, PathBuf};
 
 pub use seam::Outcome;
-pub(crate) use seam::{Done, OutboxReader, ServeGuard, Store, Work, Write};
+pub(crate) use seam::{Done, OutboxReader, ServeGuard, Store, WalBehind, Work, Write};
 
 use crate::config::{Database, StorageConfig};
 use crate::sql::Session;

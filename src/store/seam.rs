@@ -111,6 +111,10 @@ impl Done {
     }
 }
 
+/// Set while the write-ahead log has grown past a quarter of its bound, the checkpoints
+/// behind the writes ([`Store::wal_behind`]).
+pub(crate) type WalBehind = std::sync::Arc<std::sync::atomic::AtomicBool>;
+
 /// The writer's view of a database. A store owns its transactions: [`Store::run_batch`] begins,
 /// runs the jobs through the pipeline and commits (or rolls back); nobody else does.
 pub(crate) trait Store: Send + 'static {
@@ -136,6 +140,13 @@ pub(crate) trait Store: Send + 'static {
     /// SQLite writer's filter of the ledger's keys). Not called when the writer panics or the
     /// process is killed; a failure is logged, and the next start does without.
     fn close(&mut self) {}
+
+    /// Whether the write-ahead log has grown past a quarter of its bound, for a background
+    /// job to wait on before it writes more (SQLite's checkpointer; `None` on a store without
+    /// one).
+    fn wal_behind(&self) -> Option<WalBehind> {
+        None
+    }
 
     /// Runs `write` in one short transaction of its own (a CLI command next to a running
     /// `serve`: the database serialises it with the server's writer). Returns a count: rows

@@ -50,6 +50,9 @@ pub(crate) struct Checkpointer {
     _stop: SyncSender<()>,
     /// Set by the thread when the WAL file is past its bound; taken by the writer.
     over: Arc<AtomicBool>,
+    /// Set by the thread while the WAL holds over a quarter of its bound: the writes since it
+    /// last started over are more than the checkpoints keep up with.
+    behind: Arc<AtomicBool>,
     /// The writer's busy timeout, put back after its checkpoint.
     busy_timeout: Duration,
     /// The writer's next TRUNCATE attempt is not before this (set when one failed).
@@ -99,6 +102,11 @@ impl Checkpointer {
         let (stop, stopped) = mpsc::sync_channel::<()>(0);
         let over = Arc::new(AtomicBool::new(false));
         let raise = over.clone();
+        let behind = Arc::new(AtomicBool::new(false));
+        let backlog = behind.clone();
+        // A quarter of the bound, in frames (the headers are small beside a page).
+        let page_size: i64 = writer.query_row("PRAGMA page_size", [], |r| r.get(0))?;
+        let quarter = wal_limit / 4 / page_size.max(512) as u64;
         let thread = std::thread::Builder::new()
             .name("hookledger-checkpoint".into())
             .spawn(move || {
@@ -123,6 +131,9 @@ impl Checkpointer {
                         continue;
                     };
                     let done = checkpoint(&conn, mode);
+                    if let Ok(Some(frames)) = &done {
+                        backlog.store(*frames > quarter, Ordering::Relaxed);
+                    }
                     if !last && mode == "TRUNCATE" {
                         if let Err(e) = done {
                             log::debug!("WAL checkpoint (TRUNCATE) left to the writer: {e}");
@@ -140,10 +151,19 @@ impl Checkpointer {
         Ok(Checkpointer {
             _stop: stop,
             over,
+            behind,
             busy_timeout,
             next_try: std::sync::Mutex::new(Instant::now()),
             thread: Some(thread),
         })
+    }
+
+    /// Set while the WAL holds over a quarter of its bound (read at each of the thread's
+    /// checkpoints, every 500 ms): a prune waits on it, so that it writes no faster than the
+    /// checkpoints copy back and the WAL starts over, and requests do not wait behind the
+    /// writer's own checkpoint of a full WAL.
+    pub(crate) fn behind(&self) -> crate::store::WalBehind {
+        self.behind.clone()
     }
 
     /// On the writer's connection, between two batches: when the WAL file has grown past its
@@ -174,17 +194,19 @@ impl Checkpointer {
     }
 }
 
-/// Runs one checkpoint in `mode`; a TRUNCATE one that could not finish (a reader or the
-/// writer still busy past the busy timeout) is an error, and the next round tries again.
-fn checkpoint(conn: &Connection, mode: &str) -> rusqlite::Result<()> {
-    let busy: i64 = conn.query_row(&format!("PRAGMA wal_checkpoint({mode})"), [], |row| {
-        row.get(0)
-    })?;
+/// Runs one checkpoint in `mode`: the frames the WAL held (`None` when SQLite does not say).
+/// A TRUNCATE one that could not finish (a reader or the writer still
+/// busy past the busy timeout) is an error, and the next round tries again.
+fn checkpoint(conn: &Connection, mode: &str) -> rusqlite::Result<Option<u64>> {
+    let (busy, log): (i64, i64) =
+        conn.query_row(&format!("PRAGMA wal_checkpoint({mode})"), [], |row| {
+            Ok((row.get(0)?, row.get(1)?))
+        })?;
     if busy != 0 && mode != "PASSIVE" {
         return Err(rusqlite::Error::SqliteFailure(
             rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_BUSY),
             Some("the writer or a reader stayed busy".into()),
         ));
     }
-    Ok(())
+    Ok((log >= 0).then_some(log as u64))
 }

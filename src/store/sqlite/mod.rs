@@ -340,6 +340,10 @@ impl Store for SqliteStore {
 
     /// Saves the claim filter for the next start (`claims.rs`); the last WAL checkpoint runs
     /// after it, when the store is dropped.
+    fn wal_behind(&self) -> Option<crate::store::WalBehind> {
+        self.checkpoints.as_ref().map(Checkpointer::behind)
+    }
+
     fn close(&mut self) {
         if let Err(e) = self.claims.save(&self.conn, crate::time::unix_now()) {
             log::warn!("ledger: saving the filter for the next start failed: {e}");
