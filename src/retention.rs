@@ -148,7 +148,8 @@ const WAL_WAIT: Duration = Duration::from_secs(2);
 /// [`QUEUE_WAIT`]), so a batch runs while the writer is idle instead of ahead of requests or
 /// beside them in their transaction; and, on SQLite, only once the checkpoints have caught
 /// up with what it wrote (at most [`WAL_WAIT`]), so that the WAL starts over instead of
-/// filling up to the writer's own checkpoint, which requests would wait behind. `stop` ends the prune early.
+/// filling up to the writer's own checkpoint, which requests would wait behind. `stop` ends
+/// the prune early.
 pub(crate) struct YieldToWriter<'a> {
     /// Jobs waiting in the writer's queue.
     pub(crate) queued: &'a dyn Fn() -> i64,

@@ -173,10 +173,10 @@ mod tests {
         for id in [
             0,
             1,
-            (1 << 20) - 1,
-            1 << 20,
+            (1 << BLOCK_BITS) - 1,
+            1 << BLOCK_BITS,
             -1,
-            -(1 << 20) - 1,
+            -(1 << BLOCK_BITS) - 1,
             i64::MAX,
             i64::MIN,
         ] {

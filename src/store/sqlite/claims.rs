@@ -5,11 +5,10 @@
 //! claims in arrival order, so a claim inserts into the newest block's part of the index, the
 //! hot pages, whatever its event id and however the ledger was filled (by day, it was today's
 //! part: a ledger filled by other code with one received time for all made that all of it).
-//! An in-memory
-//! [`Bloom`] filter of every key in the ledger answers "certainly new" for almost every new
-//! event: then the claim is one `INSERT … ON CONFLICT DO NOTHING`. Only on "maybe" (a resend,
-//! or one false positive in ~10,000) does the claim seek the index once for each block the
-//! ledger holds, newest first, before it inserts. It all runs in the
+//! An in-memory [`Bloom`] filter of every key in the ledger answers "certainly new" for
+//! almost every new event: then the claim is one `INSERT … ON CONFLICT DO NOTHING`. Only on
+//! "maybe" (a resend, or one false positive in ~10,000) does the claim seek the index once
+//! for each block the ledger holds, newest first, before it inserts. It all runs in the
 //! writer's `BEGIN IMMEDIATE` transaction, which no other connection can write in: the seek
 //! and the insert see the same ledger.
 //!
