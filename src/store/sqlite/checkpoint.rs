@@ -195,8 +195,8 @@ impl Checkpointer {
 }
 
 /// Runs one checkpoint in `mode`: the frames the WAL held (`None` when SQLite does not say).
-/// A TRUNCATE one that could not finish (a reader or the writer still
-/// busy past the busy timeout) is an error, and the next round tries again.
+/// A TRUNCATE one that could not finish (a reader or the writer still busy past the busy
+/// timeout) is an error, and the next round tries again.
 fn checkpoint(conn: &Connection, mode: &str) -> rusqlite::Result<Option<u64>> {
     let (busy, log): (i64, i64) =
         conn.query_row(&format!("PRAGMA wal_checkpoint({mode})"), [], |row| {
