@@ -299,7 +299,7 @@ impl Store for SqliteStore {
                     }
                 }
                 if let Some(checkpoints) = &self.checkpoints {
-                    checkpoints.truncate_if_over(&self.conn);
+                    checkpoints.between_batches(&self.conn);
                 }
                 return result;
             };
