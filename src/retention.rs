@@ -10,7 +10,7 @@
 //!
 //! # Pacing
 //! A prune of a million rows must not be felt by the requests served meanwhile. Each step is
-//! many short batches, each a job of the writer, sized by time (a few milliseconds,
+//! many short batches, each a job of the writer, sized by time (half a millisecond,
 //! `store::retention`); between two batches the background job rests four times as long as
 //! the batch took and then waits for the writer's queue to be empty ([`YieldToWriter`]), so a
 //! batch runs when no request waits, and a request that arrives during one waits for that
