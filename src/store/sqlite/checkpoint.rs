@@ -191,9 +191,10 @@ impl Checkpointer {
     }
 
     /// On the writer's connection, between two batches: truncates the WAL when it has grown
-    /// past its bound ([`Checkpointer::truncate_if_over`]), or else, when the thread's last
-    /// checkpoint left frames behind, copies those back (PASSIVE: it waits for nobody), so
-    /// that the next transaction starts the WAL over. A failure (another checkpoint running,
+    /// past its bound ([`Checkpointer::truncate_if_over`]), or else, after each of the
+    /// thread's checkpoints of a WAL that was not empty, copies back the frames it may have
+    /// left behind (PASSIVE: it waits for nobody; nothing to copy costs nothing), so that the
+    /// next transaction starts the WAL over. A failure (another checkpoint running,
     /// often) is logged at debug level: the thread's next round raises the flag again.
     pub(crate) fn between_batches(&self, writer: &Connection) {
         if self.truncate_if_over(writer) || !self.finish.swap(false, Ordering::Relaxed) {
