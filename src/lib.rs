@@ -5,7 +5,7 @@
 //! path: source → body → verify → envelope → handlers prepare → writer → reply) → `source/`
 //! (verify and read) → `writer.rs` (queue, group commit) → `store/` (the transaction: claim →
 //! handlers → outbox row, `store/pipeline.rs`) → back in `http/error.rs` (the one table from
-//! an error to its status). After commit: `delivery.rs` and `retention.rs`.
+//! an error to its status). After commit: `delivery/` and `retention.rs`.
 //!
 //! The map, one layer per line, from the bottom: a module imports only modules on lines above
 //! its own (leaves import nothing of the crate).
@@ -27,9 +27,9 @@
 //! 9. `metrics.rs`: what `/metrics` and `/status` count.
 //! 10. `writer.rs`: the single writer thread, its queue and the replies after COMMIT (no SQL,
 //!     no provider, no transaction).
-//! 11. `command.rs`: the outbox target that runs a `[[delivery]]` `command` (argv, payload on
+//! 11. `delivery/command.rs`: the outbox target that runs a `[[delivery]]` `command` (argv, payload on
 //!     stdin, its process group killed past its timeout).
-//! 12. `delivery.rs`: the outbox worker and its POST target.
+//! 12. `delivery/mod.rs`: the outbox worker and its POST target.
 //! 13. `alerts.rs`: `[[alert]]`, one message per incident (rows going dead, a source
 //!     refused too often, an old backlog) and one when it clears, through the outbox.
 //!     `retention.rs`: pruning what the provider can no longer resend. `training.rs`: each
@@ -52,6 +52,7 @@
 mod alerts;
 mod app;
 mod cli;
+#[path = "delivery/command.rs"]
 mod command;
 mod config;
 mod delivery;
