@@ -30,7 +30,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::config::{AlertConfig, Config, ForwardConfig};
+use crate::config::{AlertConfig, Config, LaneSettings, PostTarget};
 use crate::delivery::{answer, Post, Targets};
 use crate::metrics::Metrics;
 use crate::outbox::{Attempt, Failure, FollowUp, Observer, PendingRow, Target};
@@ -81,7 +81,13 @@ pub(crate) fn add_targets(config: &Config, targets: &mut Targets) -> anyhow::Res
         let kind = kind_of(&alert.name_at(i + 1));
         let target: Box<dyn Target> = match (alert.format.as_str(), &alert.secret) {
             ("standard", Some(secret)) => Box::new(Post::new(
-                &ForwardConfig::new(alert.url.clone(), secret.clone()).with_timeout(alert.timeout),
+                &PostTarget {
+                    url: alert.url.clone(),
+                    secret: secret.clone(),
+                    schedule: crate::config::default_schedule(),
+                    timeout: alert.timeout,
+                    lane: LaneSettings::default(),
+                },
                 None,
             )?),
             _ => Box::new(Slack {

@@ -29,7 +29,7 @@ use crate::config::{
 use crate::delivery;
 use crate::error::Error;
 use crate::handler::sql::{SqlEffect, SqlEffects};
-use crate::handler::Handler;
+use crate::handler::{Handler, Schema};
 use crate::http::body::BodyBudget;
 use crate::http::ingest::Ingest;
 use crate::http::server;
@@ -115,6 +115,13 @@ impl Builder {
     /// the source's built-in handlers and before its SQL effects.
     pub fn handler(mut self, source: &str, handler: impl Handler) -> Self {
         self.handlers.push((source.to_string(), Arc::new(handler)));
+        self
+    }
+
+    /// Applies the app's own migrations in `folder` (`*.sql`, once each, in name order) when
+    /// it opens: its tables, in the same database as the ledger.
+    pub fn migrations(mut self, folder: impl Into<std::path::PathBuf>) -> Self {
+        self.config.schema.migrations = Some(folder.into());
         self
     }
 
@@ -226,7 +233,8 @@ impl Hookledger {
         let names: Vec<Arc<str>> = sources.keys().cloned().collect();
         crate::training::load(&reader, &names, &dictionaries)
             .context("cannot read the payload dictionaries")?;
-        let metrics = Arc::new(Metrics::new(sources.keys(), spans_dropped));
+        let metrics =
+            Arc::new(Metrics::new(sources.keys(), spans_dropped).with_wal(writer.wal_watch()));
         let serving = access == Access::Serve;
         let (waker, woken) = delivery::Worker::channel();
         let on_commit = waker.clone();
@@ -430,14 +438,46 @@ fn builtin_handler(
     stripe::handler(name, config, source).unwrap_or_else(|| Err(anyhow::anyhow!("unknown handler")))
 }
 
+/// The own tables of the built-in handler `name` (and the migrations that make them), if it
+/// has any.
+fn builtin_schema(name: &str) -> Option<&'static Schema> {
+    stripe::schema(name)
+}
+
+/// The schema of every built-in handler that has one: what `migrate-to` asks for.
+#[cfg(feature = "postgres")]
+pub(crate) fn builtin_schemas() -> Vec<&'static Schema> {
+    stripe::schemas().to_vec()
+}
+
+/// The schemas of the built-in handlers `config`'s sources name, each once, in config order.
+fn schemas_in_use(config: &Config) -> Vec<&'static Schema> {
+    let mut schemas: Vec<&'static Schema> = Vec::new();
+    for name in config.sources.iter().flat_map(|s| &s.handlers) {
+        if let Some(schema) = builtin_schema(name) {
+            if !schemas.iter().any(|s| s.handler == schema.handler) {
+                schemas.push(schema);
+            }
+        }
+    }
+    schemas
+}
+
 /// `sources` with the rest of their handlers, in the order they run: the app's Rust handlers,
-/// then its SQL effects (after its migrations, each statement checked against `store`).
+/// then its SQL effects (after the built-in handlers' tables and the app's migrations, each
+/// statement checked against `store`).
 fn with_handlers(
     config: &Config,
     store: &mut dyn Store,
     mut sources: HashMap<Arc<str>, Source>,
     handlers: Vec<(String, Arc<dyn Handler>)>,
 ) -> anyhow::Result<HashMap<Arc<str>, Arc<Source>>> {
+    // The built-in handlers' own tables first (only those a source names: a database whose
+    // sources never name stripe-billing gets none of its tables, and one that names it later
+    // gets them at that start); the app's migrations and effects may use them.
+    for schema in schemas_in_use(config) {
+        store.migrate_handler(schema)?;
+    }
     if let Some(folder) = &config.schema.migrations {
         store.migrate_app(folder)?;
     }

@@ -25,6 +25,7 @@ use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::Registry;
 
 use crate::store::listings::OutboxSummary;
+use crate::store::WalWatch;
 
 /// Events kept per source for `/status`.
 const RECENT: usize = 10;
@@ -224,6 +225,9 @@ pub(crate) struct Metrics {
     types: HashMap<Arc<str>, Mutex<HashSet<String>>>,
     /// The label of requests for a source that does not exist.
     unknown_source: Arc<str>,
+    /// SQLite's write-ahead log as its checkpointer sees it ([`Metrics::with_wal`]), with the
+    /// series that show it.
+    wal: Option<(Arc<WalWatch>, Gauge, Counter)>,
     /// One scrape at a time sets the outbox gauges and encodes.
     scrape: Mutex<()>,
     /// The families that may have no series yet (their labels come from requests or rows),
@@ -381,9 +385,38 @@ impl Metrics {
                 .map(|s| ((*s).clone(), Mutex::default()))
                 .collect(),
             unknown_source,
+            wal: None,
             scrape: Mutex::new(()),
             described,
         }
+    }
+
+    /// With the SQLite write-ahead log's series, read from `watch` at scrape time:
+    /// `hookledger_wal_bytes` and `hookledger_wal_over_limit_total`.
+    pub(crate) fn with_wal(mut self, watch: Option<Arc<WalWatch>>) -> Metrics {
+        let Some(watch) = watch else {
+            return self;
+        };
+        let (bytes, over) = (Gauge::default(), Counter::default());
+        self.registry.register(
+            "wal_bytes",
+            "SQLite: the write-ahead log file's size at the checkpointer's last look (every \
+             100 ms)",
+            bytes.clone(),
+        );
+        self.registry.register(
+            "wal_over_limit",
+            "SQLite: times the write-ahead log file stayed past storage.wal_limit_mb for over \
+             2 s (a reader holding an old snapshot, mostly; logged with its cause)",
+            over.clone(),
+        );
+        self.wal = Some((watch, bytes, over));
+        self
+    }
+
+    /// The SQLite write-ahead log's watch, when the store has one.
+    pub(crate) fn wal(&self) -> Option<&WalWatch> {
+        self.wal.as_ref().map(|(watch, _, _)| &**watch)
     }
 
     /// The writer's metrics, to hand to it.
@@ -567,6 +600,12 @@ impl Metrics {
         }
         let age = outbox.oldest_pending.map_or(0, |at| (now - at).max(0));
         self.outbox_oldest_pending.set(age);
+        if let Some((watch, bytes, over)) = &self.wal {
+            use std::sync::atomic::Ordering::Relaxed;
+            bytes.set(i64::try_from(watch.bytes.load(Relaxed)).unwrap_or(i64::MAX));
+            let total = watch.over_total.load(Relaxed);
+            over.inc_by(total.saturating_sub(over.get()));
+        }
         let mut text = String::new();
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut text, &self.registry);

@@ -85,6 +85,9 @@ fn claim_key<'w>(work: &'w Work<'_>) -> Option<(&'w str, &'w str)> {
 }
 
 /// What the queue carries: jobs, and the request to stop after those already queued.
+// A job is nearly every message: boxing it would cost an allocation per event to save room
+// in the one `Close`.
+#[allow(clippy::large_enum_variant)]
 enum Message {
     Job(Job),
     Close,
@@ -208,8 +211,9 @@ impl Writer {
     }
 }
 
-/// Starts the writer on `store`. `on_commit` runs after every commit that processed an event
-/// (it wakes the outbox worker).
+/// Starts the writer on `store`. `on_commit` runs after every commit that may have made an
+/// outbox row due: an event processed, or a write that revived, replayed, recovered or released
+/// rows, or queued an alert's message (it wakes the outbox worker).
 pub(crate) fn spawn(
     store: Box<dyn Store>,
     config: WriterConfig,
@@ -304,9 +308,9 @@ fn fail(job: Job, err: &StoreError) {
     }
 }
 
-/// Runs one batch in one transaction of the store and answers every job. Returns whether an
-/// event was processed (so the outbox may have new rows), or the error if the database was
-/// busy.
+/// Runs one batch in one transaction of the store and answers every job. Returns whether the
+/// commit may have made an outbox row due (an event processed, a [`Write::makes_due`] that
+/// changed rows), or the error if the database was busy.
 fn run_batch(store: &mut dyn Store, batch: &mut Vec<Job>) -> Result<bool, StoreError> {
     let started = Instant::now();
     let mut busy = None;
@@ -341,6 +345,10 @@ fn run_batch(store: &mut dyn Store, batch: &mut Vec<Job>) -> Result<bool, StoreE
         .iter()
         .map(|w| matches!(w, Work::Event(_)))
         .collect::<Vec<_>>();
+    let due_writes = work
+        .iter()
+        .map(|w| matches!(w, Work::Write(w) if w.makes_due()))
+        .collect::<Vec<_>>();
     let results = match store.run_batch(work, unix_now()) {
         Ok(done) => done,
         Err(e) => {
@@ -367,9 +375,10 @@ fn run_batch(store: &mut dyn Store, batch: &mut Vec<Job>) -> Result<bool, StoreE
         batch.len(),
         started.elapsed().as_micros()
     );
-    let processed = results
-        .iter()
-        .any(|d| matches!(d, Done::Event(Ok(Outcome::Processed))));
+    let made_due = results.iter().zip(&due_writes).any(|(done, &due_write)| {
+        matches!(done, Done::Event(Ok(Outcome::Processed)))
+            || (due_write && matches!(done, Done::Write(Ok(1..))))
+    });
     // Back in each job's place: the events of an array in their order.
     let mut answers: Vec<Vec<Option<Done>>> = sizes
         .iter()
@@ -400,36 +409,25 @@ fn run_batch(store: &mut dyn Store, batch: &mut Vec<Job>) -> Result<bool, StoreE
             _ => unreachable!("results are built in job order"),
         }
     }
-    busy.map_or(Ok(processed), Err)
+    busy.map_or(Ok(made_due), Err)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::Event;
-    use crate::handler::{Handler, Prepared};
-    use crate::sql::Tx;
+    use crate::store::contract::submission;
     use crate::store::sqlite::SqliteStore;
-    use std::sync::Arc;
 
-    /// Records each event in `seen`; a trigger on `seen` can make it fail.
-    struct Record;
-
-    impl Handler for Record {
-        fn name(&self) -> &str {
-            "record"
-        }
-        fn handle(&self, tx: &Tx<'_>, event: &Event, _: Prepared) -> Result<(), StoreError> {
-            tx.execute("INSERT INTO seen (event_id) VALUES ($1)", &[&event.id])?;
-            Ok(())
-        }
-    }
-
+    /// A store whose app table `seen` refuses `evt_bad` (a trigger).
     fn store() -> SqliteStore {
         let store = SqliteStore::open_in_memory().unwrap();
         store
             .connection()
-            .execute_batch("CREATE TABLE seen (event_id TEXT NOT NULL)")
+            .execute_batch(
+                "CREATE TABLE seen (event_id TEXT NOT NULL);
+                 CREATE TRIGGER fail BEFORE INSERT ON seen
+                 WHEN new.event_id = 'evt_bad' BEGIN SELECT RAISE(ABORT, 'injected'); END;",
+            )
             .unwrap();
         store
     }
@@ -438,27 +436,11 @@ mod tests {
         let (reply, rx) = oneshot::channel();
         (
             Job::Event {
-                submission: Some(submission(id)),
+                submission: Some(submission(id, true)),
                 reply,
             },
             rx,
         )
-    }
-
-    fn submission(id: &str) -> Submission {
-        let event = Event {
-            source: "test".into(),
-            id: id.into(),
-            kind: "thing.happened".into(),
-            created: Some(1),
-            body: bytes::Bytes::from(format!(r#"{{"id":"{id}"}}"#)),
-        };
-        Submission {
-            event,
-            handlers: vec![(Arc::new(Record) as Arc<dyn Handler>, Prepared::none())],
-            forward: true,
-            stored: None,
-        }
     }
 
     fn count(store: &SqliteStore, sql: &str) -> i64 {
@@ -468,13 +450,6 @@ mod tests {
     #[test]
     fn a_failing_event_rolls_back_only_itself() {
         let mut store = store();
-        store
-            .connection()
-            .execute_batch(
-                "CREATE TRIGGER fail BEFORE INSERT ON seen
-                 WHEN new.event_id = 'evt_bad' BEGIN SELECT RAISE(ABORT, 'injected'); END;",
-            )
-            .unwrap();
         let (jobs, replies): (Vec<_>, Vec<_>) = ["evt_1", "evt_bad", "evt_2", "evt_1"]
             .into_iter()
             .map(event_job)
@@ -509,13 +484,6 @@ mod tests {
     #[test]
     fn the_events_of_an_array_run_in_one_batch_each_alone_and_answer_in_their_order() {
         let mut store = store();
-        store
-            .connection()
-            .execute_batch(
-                "CREATE TRIGGER fail BEFORE INSERT ON seen
-                 WHEN new.event_id = 'evt_bad' BEGIN SELECT RAISE(ABORT, 'injected'); END;",
-            )
-            .unwrap();
         let (claimed, claimed_rx) = event_job("evt_b");
         assert_eq!(run_batch(&mut store, &mut vec![claimed]), Ok(true));
         assert_eq!(claimed_rx.blocking_recv().unwrap(), Ok(Outcome::Processed));
@@ -524,7 +492,7 @@ mod tests {
         let array = Job::Events {
             submissions: ["evt_c", "evt_bad", "evt_b", "evt_a"]
                 .into_iter()
-                .map(submission)
+                .map(|id| submission(id, true))
                 .collect(),
             reply,
         };
@@ -548,7 +516,7 @@ mod tests {
         // An array whose transaction fails gets the error for each of its events.
         let (reply, rx) = oneshot::channel();
         let array = Job::Events {
-            submissions: vec![submission("evt_d")],
+            submissions: vec![submission("evt_d", true)],
             reply,
         };
         fail(array, &StoreError::QueueFull);
@@ -594,5 +562,51 @@ mod tests {
         let (again, again_rx) = event_job("evt_1");
         assert_eq!(run_batch(&mut store, &mut vec![again]), Ok(true));
         assert_eq!(again_rx.blocking_recv().unwrap(), Ok(Outcome::Processed));
+    }
+
+    #[test]
+    fn a_commit_that_revives_or_replays_rows_wakes_the_worker_and_one_that_changes_none_does_not() {
+        let mut store = store();
+        let (claimed, _rx) = event_job("evt_1");
+        assert_eq!(run_batch(&mut store, &mut vec![claimed]), Ok(true));
+        let write = |write: Write| {
+            let (reply, rx) = oneshot::channel();
+            (Job::Write { write, reply }, rx)
+        };
+        let (revive, rx) = write(Write::Revive { id: None });
+        assert_eq!(
+            run_batch(&mut store, &mut vec![revive]),
+            Ok(false),
+            "no dead row: nothing became due"
+        );
+        assert_eq!(rx.blocking_recv().unwrap(), Ok(0));
+        store
+            .connection()
+            .execute_batch("UPDATE outbox SET status = 'dead'")
+            .unwrap();
+        let (revive, rx) = write(Write::Revive { id: None });
+        assert_eq!(run_batch(&mut store, &mut vec![revive]), Ok(true));
+        assert_eq!(rx.blocking_recv().unwrap(), Ok(1));
+        store
+            .connection()
+            .execute_batch("UPDATE outbox SET status = 'dead'")
+            .unwrap();
+        let (kind, rx) = write(Write::ReviveKind {
+            kind: crate::outbox::FORWARD.into(),
+        });
+        assert_eq!(run_batch(&mut store, &mut vec![kind]), Ok(true));
+        assert_eq!(rx.blocking_recv().unwrap(), Ok(1));
+        let (replay, rx) = write(Write::Replay {
+            source: "src".into(),
+            event_id: "evt_1".into(),
+        });
+        assert_eq!(run_batch(&mut store, &mut vec![replay]), Ok(true));
+        assert_eq!(rx.blocking_recv().unwrap(), Ok(1));
+        let (heartbeat, _) = write(Write::Heartbeat { at: 1 });
+        assert_eq!(
+            run_batch(&mut store, &mut vec![heartbeat]),
+            Ok(false),
+            "a heartbeat makes nothing due"
+        );
     }
 }

@@ -97,6 +97,17 @@ pub enum Command {
         #[command(flatten)]
         db: DbArg,
     },
+    /// SQLite: check the ledger as the claim path relies on it (an fsck): no (source, event
+    /// id) twice, every stored payload decodes, outbox rows refer to events, the saved filter
+    /// of keys is whole, and claims hookledger cannot read (keys that are not UTF-8 text).
+    /// Read-only, beside `serve` or not; exits 1 on any problem, with what it found.
+    Check {
+        /// JSON for scripts.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        db: DbArg,
+    },
     /// Recover events Stripe has and the ledger lacks (webhooks missed for good) from Stripe's
     /// API, through the same claim and effects as a webhook; print found, applied, already
     /// present and failed. It may run while `serve` runs on the same database.
@@ -110,7 +121,7 @@ pub enum Command {
         #[command(flatten)]
         db: DbArg,
     },
-    /// Print a new random forwarding secret (whsec_<base64>).
+    /// Print a new random forwarding secret (`whsec_<base64>`).
     GenSecret,
     /// List the providers' presets (`preset = "NAME"` on a source): what each verifies, how a
     /// replay is stopped, and where the provider documents it.
@@ -225,7 +236,7 @@ pub enum EventsCommand {
 
 pub fn run(cli: Cli) -> anyhow::Result<Exit> {
     match cli.command {
-        Command::Serve(args) => serve::run(*args),
+        Command::Serve(args) => serve::run(*args, cli.log_format),
         Command::Send(args) => send::run(args),
         Command::Demo => crate::cli::demo::run().map(|()| Exit::Ok),
         Command::Outbox(command) => outbox(command),
@@ -252,6 +263,7 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
             )
         }
         Command::Vacuum { db } => vacuum(&db),
+        Command::Check { json, db } => check(&db, json),
         Command::Reconcile(args) => reconcile::run(args),
         Command::MigrateTo { target, db } => migrate_to(&db.config()?.database, &target),
         Command::GenSecret => gen_secret(),
@@ -265,8 +277,14 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
     }
 }
 
+#[cfg(not(feature = "postgres"))]
+fn migrate_to(_from: &Database, to: &Database) -> anyhow::Result<Exit> {
+    anyhow::bail!("{to} is {}", crate::config::WITHOUT_POSTGRES)
+}
+
+#[cfg(feature = "postgres")]
 fn migrate_to(from: &Database, to: &Database) -> anyhow::Result<Exit> {
-    let copied = store::copy::copy(from, to)?;
+    let copied = store::copy::copy(from, to, &crate::app::builtin_schemas())?;
     for (table, rows) in &copied {
         println!("{table}: {rows} row(s)");
     }
@@ -333,6 +351,26 @@ fn vacuum(db: &DbArg) -> anyhow::Result<Exit> {
         }
     );
     Ok(Exit::Ok)
+}
+
+fn check(db: &DbArg, json: bool) -> anyhow::Result<Exit> {
+    let database = db.config()?.database;
+    let Database::Sqlite(path) = &database else {
+        anyhow::bail!(
+            "check is for SQLite: PostgreSQL's primary key on (source, event_id) holds across \
+             the whole ledger, and it keeps no saved filter"
+        );
+    };
+    let report = store::sqlite::check::check(path)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", store::sqlite::check::render(path, &report));
+    }
+    Ok(match report.is_clean() {
+        true => Exit::Ok,
+        false => Exit::Failed,
+    })
 }
 
 /// The preset catalog as a table.

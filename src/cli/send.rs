@@ -132,23 +132,17 @@ pub(crate) fn signed_as_source(
             names.join(", ")
         );
     };
-    let header_type = match source.scheme {
-        SchemeName::Github => Some("X-GitHub-Event"),
-        SchemeName::Shopify => Some("X-Shopify-Topic"),
-        SchemeName::Hmac | SchemeName::Token | SchemeName::Basic => match &source.kind {
-            Some(Locator::Header(name)) => Some(name.as_str()),
-            _ => None,
-        },
-        SchemeName::Stripe | SchemeName::Standard | SchemeName::Ecdsa => None,
-        SchemeName::Mailgun => None,
-        SchemeName::Twilio => None,
+    let header_type = match (&source.kind, source.scheme) {
+        (Some(Locator::Header(name)), _) => Some(name.as_str()),
+        (_, SchemeName::Github) => Some("X-GitHub-Event"),
+        (_, SchemeName::Shopify) => Some("X-Shopify-Topic"),
+        _ => None,
     };
     let kind = match (&args.kind, header_type) {
         (Some(kind), _) => kind.clone(),
-        (None, Some(header)) => bail!(
-            "--type is needed: scheme {} sends the event type in the {header} header",
-            source.scheme.as_str()
-        ),
+        (None, Some(header)) => {
+            bail!("--type is needed: source `{name}` reads the event type from the {header} header")
+        }
         (None, None) => String::new(),
     };
     // `--secret` replaces the source's own secrets; STRIPE_WEBHOOK_SECRET (which also fills
@@ -164,7 +158,8 @@ pub(crate) fn signed_as_source(
         None if args.new_id => random_id()?,
         None => stable_id(&body),
     };
-    let scheme = Source::from_config(&source, false, usize::MAX, Default::default())?.scheme;
+    let built = Source::from_config(&source, false, usize::MAX, Default::default())?;
+    let scheme = &built.scheme;
     if let Some(why) = scheme.cannot_sign() {
         bail!("source `{name}`: {why}");
     }
@@ -180,7 +175,8 @@ pub(crate) fn signed_as_source(
         ),
         None => body,
     };
-    let headers = scheme.sign(&body, timestamp, &id, &kind);
+    let mut headers = scheme.sign(&body, timestamp, &id, &kind);
+    headers.extend(built.override_headers(&id, &kind));
     Ok((url, headers, body))
 }
 

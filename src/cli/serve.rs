@@ -94,6 +94,10 @@ pub struct ServeArgs {
     /// them; another instance takes rows whose lease lapsed (e.g. 30s, 5m). [default: 5m]
     #[arg(long, value_parser = config::parse_duration)]
     outbox_lease: Option<Duration>,
+    /// The payload bytes the outbox worker holds at once across all kinds; attempts wait for
+    /// room. [default: 67108864 (64 MiB)]
+    #[arg(long)]
+    outbox_payload_budget: Option<usize>,
     /// Forward every processed event to this URL (the app), signed with Standard Webhooks.
     #[arg(long)]
     forward_to: Option<String>,
@@ -222,6 +226,11 @@ impl ServeArgs {
                 self.outbox_lease.is_some(),
             ),
             (
+                "storage.outbox_payload_budget".into(),
+                "--outbox-payload-budget",
+                self.outbox_payload_budget.is_some(),
+            ),
+            (
                 "writer.batch_max".into(),
                 "--batch-max",
                 self.batch_max.is_some(),
@@ -310,6 +319,10 @@ impl ServeArgs {
             self.busy_timeout_ms.map(Duration::from_millis),
         );
         set(&mut config.storage.outbox_lease, self.outbox_lease);
+        set(
+            &mut config.storage.outbox_payload_budget,
+            self.outbox_payload_budget,
+        );
         set(&mut config.writer.batch_max, self.batch_max);
         set(&mut config.writer.queue_depth, self.queue_depth);
         if let Some(credits) = self.credits_per_invoice {
@@ -402,30 +415,17 @@ impl ServeArgs {
                  HOOKLEDGER_FORWARD_SECRET (make one with: hookledger gen-secret)"
             ),
         };
+        // The flags over the file's `[forward]`: its lane keys stay as the file has them.
+        let file = from_file.unwrap_or_else(|| ForwardConfig::new(url.clone(), secret.clone()));
         config.forward = Some(ForwardConfig {
             url,
             secret,
-            schedule: match (self.forward_schedule.is_empty(), &from_file) {
-                (false, _) => self.forward_schedule,
-                (true, Some(file)) => file.schedule.clone(),
-                (true, None) => crate::outbox::default_schedule(),
+            schedule: match self.forward_schedule.is_empty() {
+                false => self.forward_schedule,
+                true => file.schedule.clone(),
             },
-            timeout: self.forward_timeout.unwrap_or(
-                from_file
-                    .as_ref()
-                    .map_or(config::DEFAULT_FORWARD_TIMEOUT, |f| f.timeout),
-            ),
-            concurrency: from_file
-                .as_ref()
-                .map_or(config::DEFAULT_CONCURRENCY, |f| f.concurrency),
-            breaker_failures: from_file
-                .as_ref()
-                .map_or(config::DEFAULT_BREAKER_FAILURES, |f| f.breaker_failures),
-            breaker_cooldown: from_file
-                .as_ref()
-                .map_or(config::DEFAULT_BREAKER_COOLDOWN, |f| f.breaker_cooldown),
-            rate: from_file.as_ref().and_then(|f| f.rate.clone()),
-            coalesce: from_file.as_ref().is_some_and(|f| f.coalesce),
+            timeout: self.forward_timeout.unwrap_or(file.timeout),
+            ..file
         });
         Ok(config)
     }
@@ -511,7 +511,7 @@ fn admin_listen(value: &str) -> Result<AdminListen, String> {
 }
 
 /// Runs `serve`: the flags over the defaults, then open, listen and serve until a signal.
-pub(super) fn run(args: ServeArgs) -> anyhow::Result<Exit> {
+pub(super) fn run(args: ServeArgs, log_format: super::LogFormat) -> anyhow::Result<Exit> {
     let (config, flags) = args.config()?;
     if config.sources.is_empty() {
         bail!(
@@ -571,12 +571,19 @@ pub(super) fn run(args: ServeArgs) -> anyhow::Result<Exit> {
             None => None,
         };
         log::info!("database {}", config.database);
-        // Machine-readable lines for scripts and tests that start us on port 0.
-        println!("hookledger listening on {addr}");
+        // Machine-readable lines for scripts and tests that start us on port 0 (JSON with
+        // `--log-format json`, so that every line we print is).
+        let json = log_format == super::LogFormat::Json;
+        let print = |key: &str, at: SocketAddr| match json {
+            true => println!("{}", serde_json::json!({ key: at.to_string() })),
+            false if key == "listen" => println!("hookledger listening on {at}"),
+            false => println!("hookledger {key} on {at}"),
+        };
+        print("listen", addr);
         if let Some(admin) = admin {
             let at = admin.local_addr()?;
             log::info!("admin on http://{at}/ (healthz, readyz, metrics, status)");
-            println!("hookledger admin on {at}");
+            print("admin", at);
             let http = config.http.clone();
             tokio::spawn(async move {
                 crate::http::server::serve_admin(admin, hookledger_admin, &http).await;

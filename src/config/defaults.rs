@@ -30,6 +30,21 @@ pub(crate) const DEFAULT_DB: &str = "./hookledger.db";
 /// amortised, and a bounded batch keeps the latency of its first job bounded.
 pub(crate) const DEFAULT_BATCH_MAX: usize = 256;
 
+/// Default payload bytes in flight across every delivery lane (`storage.outbox_payload_budget`):
+/// 33 pending 10 MiB forwards attempted side by side held 494 MB; 64 MiB is six 10 MiB payloads
+/// (two of GitHub's 25 MiB) at a time, and hundreds of ordinary ones.
+pub(crate) const DEFAULT_OUTBOX_PAYLOAD_BUDGET: usize = 64 << 20;
+
+/// Default most events in one batch body (`split`): HubSpot sends at most 100 per request,
+/// SendGrid caps its batches by size, not count (a few thousand small events). A body past it
+/// is refused (413) before anything is claimed; 100,000 elements held the writer 8.4 s.
+pub(crate) const DEFAULT_MAX_EVENTS: usize = 5_000;
+
+/// Events of one batch body written per writer job (each job its own transaction): other
+/// sources' jobs run between a big batch's chunks, so one request holds the writer for a
+/// chunk's time, not its whole array's.
+pub(crate) const BATCH_CHUNK: usize = 256;
+
 /// Default queue depth: about two full batches. A deeper queue only adds latency under
 /// overload; the provider retries a 503 anyway.
 pub(crate) const DEFAULT_QUEUE_DEPTH: usize = 512;

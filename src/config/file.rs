@@ -51,6 +51,12 @@ impl Config {
         if let Some(forward) = &mut self.forward {
             forward.secret = one_secret("forward.secret", &forward.secret, folder)?;
         }
+        for delivery in &mut self.deliveries {
+            if let Some(secret) = &mut delivery.secret {
+                let key = format!("delivery `{}`.secret", delivery.kind);
+                *secret = one_secret(&key, secret, folder)?;
+            }
+        }
         for (i, alert) in self.alerts.iter_mut().enumerate() {
             let key = alert.key(i + 1, "secret");
             if let Some(secret) = &mut alert.secret {
@@ -83,6 +89,27 @@ fn parse_error(text: &str, e: &toml::de::Error) -> ConfigError {
         key,
         format!("{place}{}", without_values(e.message().trim_end())),
     )
+}
+
+/// A source named `name` with `secrets`, its other keys those of the preset `preset` (its
+/// keys as a config file writes them, `keys`): what `preset = "…"` in a file gives.
+pub(crate) fn preset_source(
+    preset: &str,
+    keys: &str,
+    name: &str,
+    secrets: Vec<super::Secret>,
+) -> Result<super::SourceConfig, ConfigError> {
+    use serde::Deserialize;
+    let mut table: toml::Table =
+        toml::from_str(keys).expect("the catalog's presets are valid TOML");
+    table.insert("name".into(), name.into());
+    table.insert("preset".into(), preset.into());
+    // Secrets are set after: they never pass through TOML (a value in an error message).
+    table.insert("secrets".into(), toml::Value::Array(Vec::new()));
+    let mut source = super::SourceConfig::deserialize(toml::Value::Table(table))
+        .map_err(|e| ConfigError::new(super::source_key(name, "preset"), e.message().trim_end()))?;
+    source.secrets = secrets;
+    Ok(source)
 }
 
 /// `text` as a table with each source's `preset` filled in (the preset's keys under the
@@ -171,6 +198,19 @@ pub(super) fn without_values(message: &str) -> String {
     if message.starts_with("missing field `") || message.starts_with("duplicate field `") {
         return message.to_string();
     }
+    if let Some(rest) = message.strip_prefix("unknown field `") {
+        // A misspelt key is named (the user must find it), unless it could be a pasted secret.
+        let end = rest
+            .rfind("`, expected ")
+            .or_else(|| rest.rfind('`'))
+            .unwrap_or(rest.len());
+        let (key, expected) = (&rest[..end], rest[end..].trim_start_matches('`'));
+        return if looks_like_a_key(key) {
+            format!("unknown field `{key}`{expected}")
+        } else {
+            format!("unknown field (not shown: it looks like a secret){expected}")
+        };
+    }
     let (told, expected) = message.split_at(message.rfind(", expected ").unwrap_or(message.len()));
     let quote = |c: char| c == '"' || c == '`';
     let Some(first) = told.find(quote) else {
@@ -185,13 +225,53 @@ pub(super) fn without_values(message: &str) -> String {
     format!("{}{mark}…{mark}{after}{expected}", &told[..first])
 }
 
+/// Whether `key`, a key a config file holds that the schema does not know, reads as a key
+/// (a misspelling, to be named) rather than a value pasted in a key's place: short, of the
+/// characters keys are made of, no provider's secret prefix, no long run without a `_` or
+/// `-`, few digits, not mixed case with digits.
+fn looks_like_a_key(key: &str) -> bool {
+    const SECRET_PREFIXES: [&str; 12] = [
+        "whsec",
+        "sk_",
+        "rk_",
+        "pk_",
+        "sk-",
+        "ghp_",
+        "gho_",
+        "ghs_",
+        "github_pat",
+        "xox",
+        "shp",
+        "akia",
+    ];
+    let lower = key.to_ascii_lowercase();
+    let digits = key.chars().filter(char::is_ascii_digit).count();
+    let mixed =
+        key.chars().any(|c| c.is_ascii_uppercase()) && key.chars().any(|c| c.is_ascii_lowercase());
+    !key.is_empty()
+        && key.len() <= 32
+        && key
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+        && !SECRET_PREFIXES.iter().any(|p| lower.starts_with(p))
+        && key.split(['_', '-']).all(|word| word.len() <= 16)
+        && digits <= 3
+        && !(mixed && digits > 0)
+}
+
 /// The table that contains byte `offset` of `text`, as a key: ``source `gh` `` (a
 /// `[[source]]`, by its name), ``delivery `kind` ``, `effect 2` (by its place), `http` (a
 /// `[table]`), or empty (the top level).
 fn table_around(text: &str, offset: usize) -> String {
-    let before = &text[..offset.min(text.len())];
-    // The last header before `offset`: its name, whether it is `[[…]]`, where it starts and
-    // where its table's lines start.
+    // Through the end of `offset`'s line: an error in a flattened table's keys (a lane's)
+    // points at the table's header itself.
+    let offset = offset.min(text.len());
+    let end = text[offset..]
+        .find('\n')
+        .map_or(text.len(), |i| offset + i + 1);
+    let before = &text[..end];
+    // The last header up to `offset`'s line: its name, whether it is `[[…]]`, where it starts
+    // and where its table's lines start.
     let mut header = None;
     let mut at = 0;
     for line in before.split_inclusive('\n') {
@@ -295,7 +375,50 @@ hmac = { encoding = "base64" }
         let text = "[[source]]\nname = \"shop\"\npreset = \"acme\"\nsecret = [\"x\"]\n";
         let err = Config::parse(text, Path::new("."), PRESETS).unwrap_err();
         assert_eq!(err.key, "source `shop`");
-        assert!(err.message.contains("unknown field"), "{err}");
+        assert!(err.message.contains("unknown field `secret`"), "{err}");
+    }
+
+    #[test]
+    fn an_unknown_key_is_named_unless_it_looks_like_a_secret() {
+        let github = "[[source]]\nname = \"gh\"\nscheme = \"github\"\nsecrets = [\"x\"]\n";
+        let err = Config::from_toml(&format!("{github}secert = 1\n"), Path::new(".")).unwrap_err();
+        assert_eq!(err.key, "source `gh`");
+        assert!(
+            err.message
+                .contains("unknown field `secert`, expected one of"),
+            "{err}"
+        );
+        for key in [
+            "claim_days",
+            "max-body",
+            "breaker_failures",
+            "payload_days2",
+            "Secrets",
+        ] {
+            assert!(looks_like_a_key(key), "{key}");
+        }
+        for key in [
+            "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+            "sk_live_abc",
+            "ghp_abcdef",
+            "9f8a7b6c5d4e3f2a1b0c",
+            "qzxkvbwplmrtyhgfdsa",
+            "aB3dEfGh",
+            "has space",
+            "",
+        ] {
+            assert!(!looks_like_a_key(key), "{key}");
+            let text = format!("{github}\"{key}\" = 1\n");
+            let err = format!(
+                "{:#}",
+                Config::from_toml(&text, Path::new(".")).unwrap_err()
+            );
+            assert!(
+                err.contains("unknown field (not shown: it looks like a secret)"),
+                "{err}"
+            );
+            assert!(key.is_empty() || !err.contains(key), "{err}");
+        }
     }
 
     const TWO_SOURCES: &str = r#"
@@ -316,7 +439,7 @@ secret = ["oops"]
         assert_eq!(err.key, "source `gh`");
         assert!(
             err.message.starts_with(
-                "line 10, column 1: unknown field `…`, expected one of `name`, `scheme`, `secrets`"
+                "line 10, column 1: unknown field `secret`, expected one of `name`, `scheme`, `secrets`"
             ),
             "{err}"
         );
@@ -349,7 +472,7 @@ secret = ["oops"]
             "[[source]]\nname = \"gh\"\nscheme = \"github\"\nsecret = [\"gh_TOPSECRET_literal\"]\n";
         let err = format!("{:#}", Config::from_toml(text, Path::new(".")).unwrap_err());
         assert!(
-            err.contains("unknown field `…`") && err.contains("line 4"),
+            err.contains("unknown field `secret`") && err.contains("line 4"),
             "{err}"
         );
         assert!(!err.contains("TOPSECRET"), "{err}");
@@ -399,13 +522,13 @@ secret = ["oops"]
                 format!("{github}whsec_TOPSECRET = 1\n"),
                 "source `gh`",
                 4,
-                "unknown field `…`, expected one of `name`",
+                "unknown field (not shown: it looks like a secret), expected one of `name`",
             ),
             (
                 format!("{github}\"whsec` TOP\\\"SECRET\" = 1\n"),
                 "source `gh`",
                 4,
-                "unknown field `…`, expected one of `name`",
+                "unknown field (not shown: it looks like a secret), expected one of `name`",
             ),
             (
                 "[writer]\nbatch_max = 4242424242424242424242\n".to_string(),

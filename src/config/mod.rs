@@ -14,9 +14,11 @@ mod alert;
 mod database;
 mod days;
 mod defaults;
+mod delivery;
 mod effect;
 mod error;
 mod file;
+pub(crate) use file::preset_source;
 mod handler;
 mod rate;
 mod secret;
@@ -25,6 +27,8 @@ mod source;
 pub use alert::AlertConfig;
 pub(crate) use database::parse_postgres;
 pub use database::Database;
+#[cfg(not(feature = "postgres"))]
+pub(crate) use database::WITHOUT_POSTGRES;
 pub(crate) use days::{describe_days, parse_days, NEVER};
 pub use defaults::DEFAULT_TOLERANCE_SECS;
 pub(crate) use defaults::{
@@ -35,6 +39,9 @@ pub(crate) use defaults::{
     DEFAULT_MAX_CONNECTIONS, DEFAULT_OUTBOX_LEASE, DEFAULT_PAYLOAD_DAYS, DEFAULT_QUEUE_DEPTH,
     DEFAULT_READ_TIMEOUT, DEFAULT_WAL_LIMIT_MB, MIN_RETENTION_DAYS,
 };
+pub(crate) use defaults::{BATCH_CHUNK, DEFAULT_MAX_EVENTS, DEFAULT_OUTBOX_PAYLOAD_BUDGET};
+pub(crate) use delivery::{CommandTarget, LaneSettings, PostTarget};
+pub use delivery::{DeliveryConfig, ForwardConfig, LaneKeys};
 pub(crate) use effect::{bind_parameters, split_statements, BoundStatement};
 pub use effect::{EffectConfig, SchemaConfig};
 pub use error::ConfigError;
@@ -186,6 +193,10 @@ pub struct StorageConfig {
     /// writer copies the log back into the database file and truncates it, so the log stays
     /// near this size under any load (a prune, a burst) and is empty after `serve` stops.
     pub wal_limit_mb: usize,
+    /// The payload bytes the outbox worker holds at once across all kinds (each attempt holds
+    /// its row's payload until it ends): attempts wait for room. One payload larger than this
+    /// is attempted alone. Default: 64 MiB.
+    pub outbox_payload_budget: usize,
 }
 
 /// The writer's batches and queue.
@@ -203,465 +214,13 @@ pub struct WriterConfig {
     pub effect_timeout: Duration,
 }
 
-/// Where and how to forward processed events to the app.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-#[non_exhaustive]
-pub struct ForwardConfig {
-    pub url: String,
-    /// The Standard Webhooks signing secret (`whsec_<base64>`).
-    pub secret: Secret,
-    /// Delays between attempts; after the last one a row is dead.
-    #[serde(default = "default_schedule", with = "durations")]
-    pub schedule: Vec<Duration>,
-    #[serde(default = "default_forward_timeout", with = "duration")]
-    pub timeout: Duration,
-    /// Attempts of this kind in flight at once (each row attempted by one).
-    #[serde(default = "default_concurrency")]
-    pub concurrency: usize,
-    /// Consecutive failures (no answer, or an error status) that pause this kind.
-    #[serde(default = "default_breaker_failures")]
-    pub breaker_failures: u32,
-    /// How long a paused kind waits before one probe attempt.
-    #[serde(default = "default_breaker_cooldown", with = "duration")]
-    pub breaker_cooldown: Duration,
-    /// At most so many attempts of this kind: `"20/s"` or `"600/m"`; default: no limit.
-    #[serde(default)]
-    pub rate: Option<String>,
-    /// A newer queued row of this kind (same source, same `coalesce_key`) supersedes the older
-    /// queued ones not running: "deliver only the newest". Default: off.
-    #[serde(default)]
-    pub coalesce: bool,
-}
-
-/// Where outbox rows of one `kind`, queued by effects, are delivered: as `forward` rows are
-/// (signed, retried, dead-lettered), to their own URL, or to a local `command` (argv, never a
-/// shell) that reads the payload on stdin. A delivery has `url` or `command`, not both.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-#[non_exhaustive]
-pub struct DeliveryConfig {
-    pub kind: String,
-    /// The app's endpoint; empty when the delivery runs a `command`.
-    #[serde(default)]
-    pub url: String,
-    /// The program and its arguments, run without a shell: exit 0 is done, an exit in
-    /// `give_up_exit` is dead at once, any other is retried on `schedule`.
-    #[serde(default)]
-    pub command: Option<Vec<String>>,
-    /// The command's working directory; a relative `command[0]` is resolved against it.
-    #[serde(default)]
-    pub workdir: Option<PathBuf>,
-    /// Names of hookledger's environment variables passed to the command; it gets these, the
-    /// `HOOKLEDGER_*` ones of the row, and nothing else (not even `PATH`, unless named).
-    #[serde(default)]
-    pub env: Vec<String>,
-    /// Exit codes that mean "a retry would change nothing": the row is dead at once.
-    #[serde(default, deserialize_with = "one_or_many")]
-    pub give_up_exit: Vec<i32>,
-    /// The Standard Webhooks signing secret; default: the `[forward]` secret.
-    #[serde(default)]
-    pub secret: Option<Secret>,
-    #[serde(default, with = "option_durations")]
-    pub schedule: Option<Vec<Duration>>,
-    #[serde(default, with = "option_duration")]
-    pub timeout: Option<Duration>,
-    /// Attempts of this kind in flight at once; default: `[forward]`'s.
-    #[serde(default)]
-    pub concurrency: Option<usize>,
-    /// Default: `[forward]`'s.
-    #[serde(default)]
-    pub breaker_failures: Option<u32>,
-    /// Default: `[forward]`'s.
-    #[serde(default, with = "option_duration")]
-    pub breaker_cooldown: Option<Duration>,
-    /// Default: `[forward]`'s (a `command`'s: no limit).
-    #[serde(default)]
-    pub rate: Option<String>,
-    /// Only the newest queued row of a source (and `coalesce_key`) is delivered; the older
-    /// queued ones are kept as `superseded`. Default: `[forward]`'s (a `command`'s: off).
-    #[serde(default)]
-    pub coalesce: Option<bool>,
-}
-
-impl ForwardConfig {
-    /// Forwarding to the app at `url`, signed with `secret` (`whsec_<base64>`), on the
-    /// default schedule and timeout.
-    pub fn new(url: impl Into<String>, secret: Secret) -> ForwardConfig {
-        ForwardConfig {
-            url: url.into(),
-            secret,
-            schedule: default_schedule(),
-            timeout: DEFAULT_FORWARD_TIMEOUT,
-            concurrency: DEFAULT_CONCURRENCY,
-            breaker_failures: DEFAULT_BREAKER_FAILURES,
-            breaker_cooldown: DEFAULT_BREAKER_COOLDOWN,
-            rate: None,
-            coalesce: false,
-        }
-    }
-
-    /// With these delays between attempts; after the last one a row is dead.
-    pub fn with_schedule(mut self, schedule: Vec<Duration>) -> Self {
-        self.schedule = schedule;
-        self
-    }
-
-    /// With this timeout of one delivery request.
-    pub fn with_timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
-        self
-    }
-
-    /// With this many attempts in flight at once.
-    pub fn with_concurrency(mut self, concurrency: usize) -> Self {
-        self.concurrency = concurrency;
-        self
-    }
-
-    /// At most `rate` attempts (`"20/s"`, `"600/m"`).
-    pub fn with_rate(mut self, rate: impl Into<String>) -> Self {
-        self.rate = Some(rate.into());
-        self
-    }
-
-    /// Paused for `cooldown` after `failures` consecutive failures.
-    pub fn with_breaker(mut self, failures: u32, cooldown: Duration) -> Self {
-        self.breaker_failures = failures;
-        self.breaker_cooldown = cooldown;
-        self
-    }
-}
-
-impl DeliveryConfig {
-    /// Delivery of the outbox rows of `kind` to `url`; what is not set is `[forward]`'s.
-    pub fn new(kind: impl Into<String>, url: impl Into<String>) -> DeliveryConfig {
-        DeliveryConfig {
-            kind: kind.into(),
-            url: url.into(),
-            command: None,
-            workdir: None,
-            env: Vec::new(),
-            give_up_exit: Vec::new(),
-            secret: None,
-            schedule: None,
-            timeout: None,
-            concurrency: None,
-            breaker_failures: None,
-            breaker_cooldown: None,
-            rate: None,
-            coalesce: None,
-        }
-    }
-
-    /// Signed with `secret` rather than the `[forward]` one.
-    pub fn with_secret(mut self, secret: Secret) -> Self {
-        self.secret = Some(secret);
-        self
-    }
-
-    /// With these delays between attempts rather than `[forward]`'s.
-    pub fn with_schedule(mut self, schedule: Vec<Duration>) -> Self {
-        self.schedule = Some(schedule);
-        self
-    }
-
-    /// With this timeout of one request rather than `[forward]`'s.
-    pub fn with_timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = Some(timeout);
-        self
-    }
-
-    /// Delivery of the outbox rows of `kind` by running `command` (argv: the program, then
-    /// its arguments) with the payload on stdin.
-    pub fn command(kind: impl Into<String>, command: Vec<String>) -> DeliveryConfig {
-        DeliveryConfig {
-            command: Some(command),
-            ..DeliveryConfig::new(kind, "")
-        }
-    }
-
-    /// Run in `workdir` (a relative command is resolved against it).
-    pub fn with_workdir(mut self, workdir: impl Into<PathBuf>) -> Self {
-        self.workdir = Some(workdir.into());
-        self
-    }
-
-    /// Passing these variables of hookledger's environment to the command.
-    pub fn with_env(mut self, names: Vec<String>) -> Self {
-        self.env = names;
-        self
-    }
-
-    /// These exit codes make the row dead at once.
-    pub fn with_give_up_exit(mut self, codes: Vec<i32>) -> Self {
-        self.give_up_exit = codes;
-        self
-    }
-
-    /// The command to run, resolved and checked, when this delivery has a `command` (`None`:
-    /// it POSTs to `url`); errors name the delivery's keys.
-    pub(crate) fn command_target(&self) -> Result<Option<CommandTarget>, ConfigError> {
-        let at = format!("delivery `{}`", self.kind);
-        let key = |field: &str| format!("{at}.{field}");
-        let Some(argv) = &self.command else {
-            if self.url.is_empty() {
-                refuse!(key("url"), "missing: a delivery needs `url` or `command`");
-            }
-            for (set, field) in [
-                (self.workdir.is_some(), "workdir"),
-                (!self.env.is_empty(), "env"),
-                (!self.give_up_exit.is_empty(), "give_up_exit"),
-            ] {
-                if set {
-                    refuse!(key(field), "is only for a delivery with a `command`");
-                }
-            }
-            return Ok(None);
-        };
-        if !self.url.is_empty() {
-            refuse!(
-                key("command"),
-                "a delivery has `url` or `command`, not both"
-            );
-        }
-        if self.secret.is_some() {
-            refuse!(key("secret"), "signs POSTs; a `command` delivery has none");
-        }
-        let Some(program) = argv.first().filter(|p| !p.trim().is_empty()) else {
-            refuse!(key("command"), "is empty: it needs at least the program");
-        };
-        if let Some(dir) = &self.workdir {
-            if !dir.is_absolute() || !dir.is_dir() {
-                refuse!(key("workdir"), "must be an absolute path to a directory");
-            }
-        }
-        let program = PathBuf::from(program);
-        let program = if program.is_absolute() {
-            program
-        } else if program.components().count() > 1 || self.workdir.is_some() {
-            match &self.workdir {
-                Some(dir) => dir.join(program),
-                None => refuse!(
-                    key("command"),
-                    "`{}` is a relative path: it needs `workdir` to be resolved against",
-                    program.display()
-                ),
-            }
-        } else {
-            refuse!(
-                key("command"),
-                "`{}` is not an absolute path (no PATH lookup): give the full path, or set \
-                 `workdir` and a path relative to it",
-                program.display()
-            );
-        };
-        if !is_executable(&program) {
-            refuse!(
-                key("command"),
-                "`{}` does not exist or is not an executable file",
-                program.display()
-            );
-        }
-        for name in &self.env {
-            if name.is_empty() || name.contains('=') || name.starts_with("HOOKLEDGER_") {
-                refuse!(
-                    key("env"),
-                    "`{name}` is not a variable name to pass through (HOOKLEDGER_* are set by \
-                     hookledger)"
-                );
-            }
-        }
-        let timeout = self.timeout.unwrap_or(DEFAULT_COMMAND_TIMEOUT);
-        if timeout.is_zero() || timeout > MAX_COMMAND_TIMEOUT {
-            refuse!(key("timeout"), "must be more than 0 and at most 1 day");
-        }
-        let schedule = self.schedule.clone().unwrap_or_else(default_schedule);
-        if schedule.is_empty() {
-            refuse!(key("schedule"), "needs at least one delay");
-        }
-        if schedule.iter().any(|d| *d > MAX_FORWARD_DELAY) {
-            refuse!(
-                key("schedule"),
-                "a delay is longer than the most allowed, 30 days"
-            );
-        }
-        // A command's lane is its own: one run at a time unless said otherwise, nothing
-        // taken from `[forward]` (a POST's settings say nothing of a local program).
-        let lane = LaneSettings {
-            concurrency: self.concurrency.unwrap_or(DEFAULT_COMMAND_CONCURRENCY),
-            breaker_failures: self.breaker_failures.unwrap_or(DEFAULT_BREAKER_FAILURES),
-            breaker_cooldown: self.breaker_cooldown.unwrap_or(DEFAULT_BREAKER_COOLDOWN),
-            rate: self.rate.clone(),
-            coalesce: self.coalesce.unwrap_or(false),
-        };
-        lane.check(&at)?;
-        Ok(Some(CommandTarget {
-            program,
-            args: argv[1..].to_vec(),
-            workdir: self.workdir.clone(),
-            env: self.env.clone(),
-            give_up_exit: self.give_up_exit.clone(),
-            timeout,
-            schedule,
-            lane,
-        }))
-    }
-
-    /// With this many attempts in flight at once rather than `[forward]`'s.
-    pub fn with_concurrency(mut self, concurrency: usize) -> Self {
-        self.concurrency = Some(concurrency);
-        self
-    }
-
-    /// As a [`ForwardConfig`], the `[forward]` one filling what is not set; errors name the
-    /// delivery's keys.
-    pub(crate) fn target(
-        &self,
-        forward: Option<&ForwardConfig>,
-    ) -> Result<ForwardConfig, ConfigError> {
-        let at = format!("delivery `{}`", self.kind);
-        let secret = match (&self.secret, forward) {
-            (Some(secret), _) => secret.clone(),
-            (None, Some(forward)) => forward.secret.clone(),
-            (None, None) => refuse!(
-                format!("{at}.secret"),
-                "missing, and there is no [forward] secret to share"
-            ),
-        };
-        let target = ForwardConfig {
-            url: self.url.clone(),
-            secret,
-            schedule: match (&self.schedule, forward) {
-                (Some(schedule), _) => schedule.clone(),
-                (None, Some(forward)) => forward.schedule.clone(),
-                (None, None) => default_schedule(),
-            },
-            timeout: match (self.timeout, forward) {
-                (Some(timeout), _) => timeout,
-                (None, Some(forward)) => forward.timeout,
-                (None, None) => DEFAULT_FORWARD_TIMEOUT,
-            },
-            concurrency: match (self.concurrency, forward) {
-                (Some(concurrency), _) => concurrency,
-                (None, Some(forward)) => forward.concurrency,
-                (None, None) => DEFAULT_CONCURRENCY,
-            },
-            breaker_failures: match (self.breaker_failures, forward) {
-                (Some(failures), _) => failures,
-                (None, Some(forward)) => forward.breaker_failures,
-                (None, None) => DEFAULT_BREAKER_FAILURES,
-            },
-            breaker_cooldown: match (self.breaker_cooldown, forward) {
-                (Some(cooldown), _) => cooldown,
-                (None, Some(forward)) => forward.breaker_cooldown,
-                (None, None) => DEFAULT_BREAKER_COOLDOWN,
-            },
-            rate: self
-                .rate
-                .clone()
-                .or_else(|| forward.and_then(|f| f.rate.clone())),
-            coalesce: self
-                .coalesce
-                .unwrap_or_else(|| forward.is_some_and(|f| f.coalesce)),
-        };
-        target.check(&at)?;
-        Ok(target)
-    }
-}
-
-/// A `[[delivery]]` `command`, resolved and checked at start-up.
-#[derive(Debug, Clone)]
-pub(crate) struct CommandTarget {
-    /// An absolute path to an executable file.
-    pub(crate) program: PathBuf,
-    pub(crate) args: Vec<String>,
-    pub(crate) workdir: Option<PathBuf>,
-    /// Names of the variables passed through from hookledger's environment.
-    pub(crate) env: Vec<String>,
-    pub(crate) give_up_exit: Vec<i32>,
-    pub(crate) timeout: Duration,
-    pub(crate) schedule: Vec<Duration>,
-    pub(crate) lane: LaneSettings,
-}
-
-/// A kind's lane, as configured: attempts in flight, its breaker, its rate, coalescing.
-#[derive(Debug, Clone)]
-pub(crate) struct LaneSettings {
-    pub(crate) concurrency: usize,
-    pub(crate) breaker_failures: u32,
-    pub(crate) breaker_cooldown: Duration,
-    pub(crate) rate: Option<String>,
-    pub(crate) coalesce: bool,
-}
-
-impl LaneSettings {
-    /// Refuses what no lane can run with, naming `at`'s key.
-    fn check(&self, at: &str) -> Result<(), ConfigError> {
-        let key = |field: &str| format!("{at}.{field}");
-        if self.concurrency == 0 || self.concurrency > MAX_CONCURRENCY {
-            refuse!(
-                key("concurrency"),
-                "must be at least 1 and at most {MAX_CONCURRENCY} (attempts in flight at once)"
-            );
-        }
-        if self.breaker_failures == 0 {
-            refuse!(
-                key("breaker_failures"),
-                "must be at least 1 (consecutive failures that pause the kind)"
-            );
-        }
-        if self.breaker_cooldown.is_zero() || self.breaker_cooldown > MAX_FORWARD_TIMEOUT {
-            refuse!(
-                key("breaker_cooldown"),
-                "must be more than 0 and at most 1h"
-            );
-        }
-        if self
-            .rate
-            .as_deref()
-            .is_some_and(|r| Rate::parse(r).is_none())
-        {
-            refuse!(
-                key("rate"),
-                "must be attempts per second or per minute, as \"20/s\" or \"600/m\" \
-                 (at least 1)"
-            );
-        }
-        Ok(())
-    }
-}
-
-/// Whether `path` is a file someone may execute.
-fn is_executable(path: &std::path::Path) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-}
-
-/// Longest run of one delivery command.
-pub(crate) const MAX_COMMAND_TIMEOUT: Duration = Duration::from_secs(86_400);
-
-/// One value or a list of them (`give_up_exit = 3` or `[3, 4]`).
-fn one_or_many<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<i32>, D::Error> {
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum OneOrMany {
-        One(i32),
-        Many(Vec<i32>),
-    }
-    Ok(match OneOrMany::deserialize(d)? {
-        OneOrMany::One(n) => vec![n],
-        OneOrMany::Many(v) => v,
-    })
-}
-
 /// What the ledger remembers.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct RetentionConfig {
     /// Days the ledger remembers events: their claims, so a resend is still a duplicate (at
-    /// least [`MIN_RETENTION_DAYS`]). `"never"` in a file (`u64::MAX`): kept for ever.
+    /// least 3, the providers' retry window). `"never"` in a file (`u64::MAX`): kept for ever.
     #[serde(deserialize_with = "days::deserialize_days")]
     pub claim_days: u64,
     /// Days the ledger keeps events' payloads (at most `claim_days`); then the payload is
@@ -687,6 +246,7 @@ impl Default for StorageConfig {
             busy_timeout: DEFAULT_BUSY_TIMEOUT,
             outbox_lease: DEFAULT_OUTBOX_LEASE,
             wal_limit_mb: DEFAULT_WAL_LIMIT_MB,
+            outbox_payload_budget: DEFAULT_OUTBOX_PAYLOAD_BUDGET,
         }
     }
 }
@@ -708,22 +268,6 @@ impl Default for RetentionConfig {
             payload_days: DEFAULT_PAYLOAD_DAYS,
         }
     }
-}
-
-fn default_forward_timeout() -> Duration {
-    DEFAULT_FORWARD_TIMEOUT
-}
-
-fn default_concurrency() -> usize {
-    DEFAULT_CONCURRENCY
-}
-
-fn default_breaker_failures() -> u32 {
-    DEFAULT_BREAKER_FAILURES
-}
-
-fn default_breaker_cooldown() -> Duration {
-    DEFAULT_BREAKER_COOLDOWN
 }
 
 impl Default for Config {
@@ -852,6 +396,12 @@ impl Config {
         if lease < Duration::from_secs(1) || lease > Duration::from_secs(86_400) {
             refuse!("storage.outbox_lease", "must be between 1 s and 1 day");
         }
+        if self.storage.outbox_payload_budget == 0 {
+            refuse!(
+                "storage.outbox_payload_budget",
+                "must be at least 1 (bytes)"
+            );
+        }
         for (key, value) in [
             ("writer.batch_max", self.writer.batch_max),
             ("writer.queue_depth", self.writer.queue_depth),
@@ -877,7 +427,7 @@ impl Config {
             );
         }
         if let Some(forward) = &self.forward {
-            forward.check("forward")?;
+            forward.target()?;
         }
         for (i, delivery) in self.deliveries.iter().enumerate() {
             if delivery.kind.trim().is_empty()
@@ -897,7 +447,7 @@ impl Config {
                 );
             }
             if delivery.command_target()?.is_none() {
-                delivery.target(self.forward.as_ref())?;
+                delivery.post_target(self.forward.as_ref())?;
             }
         }
         for (i, alert) in self.alerts.iter().enumerate() {
@@ -915,59 +465,8 @@ impl Config {
     }
 }
 
-/// Longest delay between two delivery attempts: a longer one is a typo (`99999999999d`).
-pub(crate) const MAX_FORWARD_DELAY: Duration = Duration::from_secs(30 * 86_400);
-
 /// Longest time limit of one event's effects: every other event waits for them.
 pub(crate) const MAX_EFFECT_TIMEOUT: Duration = Duration::from_secs(60);
-
-/// Most attempts of one kind in flight at once: each holds a thread and a payload.
-pub(crate) const MAX_CONCURRENCY: usize = 256;
-
-/// Longest timeout of one delivery request.
-pub(crate) const MAX_FORWARD_TIMEOUT: Duration = Duration::from_secs(3600);
-
-impl ForwardConfig {
-    /// Its lane settings.
-    pub(crate) fn lane(&self) -> LaneSettings {
-        LaneSettings {
-            concurrency: self.concurrency,
-            breaker_failures: self.breaker_failures,
-            breaker_cooldown: self.breaker_cooldown,
-            rate: self.rate.clone(),
-            coalesce: self.coalesce,
-        }
-    }
-
-    /// Refuses a target that cannot be delivered to and settings that are typos, naming the
-    /// keys under `at` (`forward`, or a ``delivery `kind` ``). The secret is checked where the
-    /// signer decodes it.
-    fn check(&self, at: &str) -> Result<(), ConfigError> {
-        let key = |field: &str| format!("{at}.{field}");
-        // The URL itself is not repeated: it may hold credentials.
-        let url = url::Url::parse(&self.url)
-            .map_err(|e| ConfigError::new(key("url"), format!("not a URL ({e})")))?;
-        if !matches!(url.scheme(), "http" | "https") || !url.has_host() {
-            refuse!(
-                key("url"),
-                "must be an http:// or https:// URL with a host (the app's webhook endpoint)"
-            );
-        }
-        if self.schedule.is_empty() {
-            refuse!(key("schedule"), "needs at least one delay");
-        }
-        if self.schedule.iter().any(|d| *d > MAX_FORWARD_DELAY) {
-            refuse!(
-                key("schedule"),
-                "a delay is longer than the most allowed, 30 days"
-            );
-        }
-        if self.timeout.is_zero() || self.timeout > MAX_FORWARD_TIMEOUT {
-            refuse!(key("timeout"), "must be more than 0 and at most 1h");
-        }
-        self.lane().check(at)
-    }
-}
 
 /// A retention shorter than the providers' retry window would let a retry apply twice.
 /// An OTLP/HTTP endpoint: an `http` or `https` URL with a host.
@@ -1011,23 +510,30 @@ pub(crate) fn check_secret(secret: &str) -> Result<(), String> {
     }
     let chars = key.chars().count();
     if chars < MIN_SECRET_CHARS {
+        // Only Stripe's secrets (`whsec_`) have a prefix to count after and a known length.
+        let (after, real) = if key.len() < secret.len() {
+            (" after `whsec_`", " a real one has 32 or more, and")
+        } else {
+            ("", "")
+        };
         return Err(format!(
-            "it has {chars} characters after `whsec_`; a real one has 32 or more, and fewer than \
-             {MIN_SECRET_CHARS} is a placeholder that one captured request is enough to guess \
-             (copy the whole secret from the provider's dashboard)"
+            "it has {chars} characters{after};{real} fewer than {MIN_SECRET_CHARS} is a \
+             placeholder that one captured request is enough to guess (copy the whole secret \
+             from the provider's dashboard)"
         ));
     }
     Ok(())
 }
 
-/// The secrets of a secret file: one per line (or comma-separated), a UTF-8 byte order mark
-/// dropped, blank lines and `#` comment lines ignored.
+/// The secrets of a secret file: one per line, a UTF-8 byte order mark dropped, blank lines
+/// and `#` comment lines ignored. A line is one secret, commas and all: only a list written in
+/// the config or an environment variable is split at commas ([`parse_secret_list`]).
 pub(crate) fn parse_secret_file(text: &str) -> Vec<Secret> {
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     text.lines()
         .map(str::trim)
         .filter(|line| !line.is_empty() && !line.starts_with('#'))
-        .flat_map(parse_secret_list)
+        .map(Secret::new)
         .collect()
 }
 
@@ -1199,7 +705,16 @@ mod tests {
             .unwrap_err()
             .contains("nothing after"));
         assert!(check_secret("whsec_   ").is_err());
-        assert!(check_secret("a").unwrap_err().contains("1 characters"));
+        let short = check_secret("a").unwrap_err();
+        assert!(
+            short.starts_with("it has 1 characters; fewer than 10"),
+            "{short}"
+        );
+        let short = check_secret("whsec_abc").unwrap_err();
+        assert!(
+            short.starts_with("it has 3 characters after `whsec_`;"),
+            "{short}"
+        );
         assert!(check_secret("whsec_012345678").is_err());
         assert!(check_secret("whsec_0123456789").is_ok());
         assert!(check_secret("0123456789").is_ok());
@@ -1207,7 +722,7 @@ mod tests {
 
     #[test]
     fn secret_files_skip_comments_blank_lines_and_a_bom() {
-        let text = "\u{feff}whsec_first_secret_0123456789\r\n\n# rotated 2024\n  \n  # old one below\nwhsec_second_secret_012345678,whsec_third_secret_0123456789\n";
+        let text = "\u{feff}whsec_first_secret_0123456789\r\n\n# rotated 2024\n  \n  # old one below\nwhsec_second_secret_012345678\nkey,with,commas_0123456789\n";
         let secrets: Vec<String> = parse_secret_file(text)
             .iter()
             .map(|s| s.expose().to_string())
@@ -1217,7 +732,7 @@ mod tests {
             [
                 "whsec_first_secret_0123456789",
                 "whsec_second_secret_012345678",
-                "whsec_third_secret_0123456789"
+                "key,with,commas_0123456789"
             ]
         );
         assert_eq!(parse_secret_list("\u{feff}whsec_x")[0].expose(), "whsec_x");
@@ -1251,10 +766,8 @@ mod tests {
         let err = |d: DeliveryConfig| d.command_target().unwrap_err().key;
         assert_eq!(err(sh(&[])), "delivery `deploy`.command");
         assert_eq!(err(sh(&[""])), "delivery `deploy`.command");
-        assert_eq!(
-            err(sh(&["/no/such/deploy.sh"])),
-            "delivery `deploy`.command"
-        );
+        // A program that is not there starts (its attempts fail, naming it).
+        assert!(sh(&["/no/such/deploy.sh"]).command_target().is_ok());
         let plain = std::env::temp_dir().join(format!("hookledger-plain-{}", std::process::id()));
         std::fs::write(&plain, "not a program").unwrap();
         let plain_argv = [plain.to_str().unwrap()];
@@ -1301,24 +814,24 @@ mod tests {
         .with_schedule(vec![Duration::from_secs(7)])
         .with_timeout(Duration::from_secs(3));
         let delivery = DeliveryConfig::new("send_receipt", "http://127.0.0.1:1/receipts");
-        let target = delivery.target(Some(&forward)).unwrap();
+        let target = delivery.post_target(Some(&forward)).unwrap();
         assert_eq!(target.url, "http://127.0.0.1:1/receipts");
         assert_eq!(target.secret, forward.secret);
         assert_eq!(target.schedule, forward.schedule);
         assert_eq!(target.timeout, forward.timeout);
         let own = delivery.clone().with_timeout(Duration::from_secs(9));
         assert_eq!(
-            own.target(Some(&forward)).unwrap().timeout,
+            own.post_target(Some(&forward)).unwrap().timeout,
             Duration::from_secs(9)
         );
-        let err = delivery.target(None).unwrap_err();
+        let err = delivery.post_target(None).unwrap_err();
         assert_eq!(err.key, "delivery `send_receipt`.secret");
         assert!(err.message.starts_with("missing"), "{err}");
         let ftp = DeliveryConfig {
             url: "ftp://127.0.0.1/receipts".into(),
             ..delivery.clone()
         };
-        let err = ftp.target(Some(&forward)).unwrap_err();
+        let err = ftp.post_target(Some(&forward)).unwrap_err();
         assert_eq!(err.key, "delivery `send_receipt`.url", "{err}");
     }
 
@@ -1355,8 +868,81 @@ mod tests {
         let err = Config::from_toml("[http]\nport = 1\n", Path::new(".")).unwrap_err();
         assert!(
             err.to_string()
-                .contains("unknown field `…`, expected one of `max_body`"),
+                .contains("unknown field `port`, expected one of `max_body`"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn a_bad_lane_key_is_named_with_the_table_it_is_in() {
+        // The lane keys are a flattened table (one declaration for [forward] and every
+        // [[delivery]]), whose errors point at the table's header: the key is still named.
+        let delivery = |lane: &str| {
+            format!(
+                "[[delivery]]\nkind = \"a\"\nurl = \"http://a/\"\n\n\
+                 [[delivery]]\nkind = \"b\"\nurl = \"http://b/\"\n{lane}\n"
+            )
+        };
+        let forward =
+            "[forward]\nurl = \"http://a/\"\nsecret = \"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"\n\
+                       concurrency = \"x\"\n";
+        let cases = [
+            (forward.to_string(), "forward", "concurrency: invalid type"),
+            (
+                delivery("breaker_cooldown = \"soon\""),
+                "delivery `b`",
+                "breaker_cooldown is not a duration",
+            ),
+            (
+                delivery("coalesce = 1"),
+                "delivery `b`",
+                "coalesce: invalid type",
+            ),
+            (delivery("rate = 20"), "delivery `b`", "rate: invalid type"),
+            (
+                delivery("breaker_failures = -1"),
+                "delivery `b`",
+                "breaker_failures: invalid value",
+            ),
+            (
+                delivery("concurency = 3"),
+                "delivery `b`",
+                "unknown field `concurency`",
+            ),
+        ];
+        for (text, key, message) in cases {
+            let err = Config::from_toml(&text, Path::new("/")).unwrap_err();
+            assert_eq!(err.key, key, "{text}");
+            assert!(err.message.contains(message), "{text}: {err}");
+        }
+    }
+
+    #[test]
+    fn a_delivery_secret_is_read_from_env_file_or_credential_as_forward_s_is() {
+        let dir = std::env::temp_dir().join(format!("hookledger-dsecret-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let key = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+        std::fs::write(dir.join("receipts.key"), format!("{key}\n")).unwrap();
+        std::env::set_var("HOOKLEDGER_TEST_DELIVERY_SECRET", key);
+        let delivery = |secret: &str| {
+            format!(
+                "[[delivery]]\nkind = \"receipts\"\nurl = \"http://127.0.0.1:1/r\"\n\
+                 secret = \"{secret}\"\n"
+            )
+        };
+        for written in ["file:receipts.key", "env:HOOKLEDGER_TEST_DELIVERY_SECRET"] {
+            let config = Config::from_toml(&delivery(written), &dir).unwrap();
+            assert_eq!(
+                config.deliveries[0].secret.as_ref().unwrap().expose(),
+                key,
+                "{written}"
+            );
+        }
+        let err =
+            Config::from_toml(&delivery("env:HOOKLEDGER_TEST_UNSET_DELIVERY"), &dir).unwrap_err();
+        assert_eq!(err.key, "delivery `receipts`.secret", "{err}");
+        let err = Config::from_toml(&delivery("file:missing.key"), &dir).unwrap_err();
+        assert_eq!(err.key, "delivery `receipts`.secret", "{err}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

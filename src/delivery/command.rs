@@ -29,6 +29,7 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use super::orphans::{RunTag, RUN_VAR};
 use crate::config::CommandTarget;
 use crate::outbox::{Failure, FollowUp, PendingRow, Target};
 use crate::sql::{StoreError, Tx};
@@ -47,11 +48,13 @@ const DRAIN: Duration = Duration::from_secs(1);
 /// Runs the delivery's command for each row.
 pub(crate) struct Command {
     config: CommandTarget,
+    /// Names its runs, and finds those an earlier server left running.
+    tag: RunTag,
 }
 
 impl Command {
-    pub(crate) fn new(config: CommandTarget) -> Command {
-        Command { config }
+    pub(crate) fn new(config: CommandTarget, tag: RunTag) -> Command {
+        Command { config, tag }
     }
 
     /// The delivery's schedule (the worker retries on it).
@@ -78,6 +81,7 @@ impl Command {
             .env("HOOKLEDGER_KIND", &row.kind)
             .env("HOOKLEDGER_KEY", &row.key)
             .env("HOOKLEDGER_ATTEMPT", (row.attempts + 1).to_string())
+            .env(RUN_VAR, self.tag.value(row.id))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -106,6 +110,16 @@ impl Target for Command {
         row: &PendingRow,
         payload: &[u8],
     ) -> Result<Option<Arc<dyn FollowUp>>, Failure> {
+        // Removed since the start (or before it): said as such, retried on the schedule.
+        let program = &self.config.program;
+        if !program.exists() {
+            return Err(Failure::Transport(format!(
+                "the program `{}` does not exist",
+                program.display()
+            )));
+        }
+        // Never beside a run that an earlier server (killed during it) left running.
+        self.tag.wait_for_orphans(&row.kind, self.config.timeout);
         let run = run(self.process(row), payload, self.config.timeout)?;
         let output = text(&run.output);
         let failed = |error: String, give_up: bool| {

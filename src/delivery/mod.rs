@@ -49,8 +49,9 @@
 //! leases of the rows not attempted end with the worker's connection).
 //!
 //! # Memory
-//! The worker holds at most one payload per attempt in flight: at most `concurrency` per kind
-//! (the sum over the kinds in all). A poll reads the ids and metadata of at most `concurrency`
+//! The worker holds at most one payload per attempt in flight, and the payloads in flight
+//! across all kinds add up to at most `storage.outbox_payload_budget` (one payload larger
+//! than it goes alone): payloads are read one at a time against that budget (`budget.rs`). A poll reads the ids and metadata of at most `concurrency`
 //! due rows, no payload ([`PendingRow`]); the payload of a row is read by id when that row is
 //! attempted ([`OutboxReader::payload`]) and dropped when its attempt ends.
 
@@ -61,16 +62,23 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::config::{ForwardConfig, LaneSettings, Rate};
+use crate::config::{LaneSettings, PostTarget};
 use crate::metrics::Metrics;
-use crate::outbox::{
-    next_delay, Attempt, Failure, FollowUp, Observer, PendingRow, Target, FORWARD,
-};
-use crate::source::standard::{self, SigningKey};
-use crate::store::{OutboxReader, Write};
+use crate::outbox::{next_delay, Attempt, Failure, Observer, PendingRow, Target, FORWARD};
+use crate::store::{OutboxReader, Poll, Write};
 use crate::time::unix_now;
-use crate::trace::{self, Tracer};
+use crate::trace::Tracer;
 use crate::writer::WriterHandle;
+
+mod budget;
+mod command;
+mod lane;
+mod orphans;
+mod post;
+
+pub(crate) use lane::Lane;
+use lane::{Breaker, Bucket, Gate};
+pub(crate) use post::{answer, shown_url, Post};
 
 /// How often the poller renews the leases of the rows in flight (PostgreSQL): the lease is in
 /// whole seconds, at least one.
@@ -80,147 +88,15 @@ const RENEW_EVERY: Duration = Duration::from_secs(1);
 /// revived by the CLI from another process).
 const IDLE_POLL: Duration = Duration::from_secs(1);
 
-/// A kind's target, when the worker tries again, and how many attempts of the kind may be in
-/// flight at once.
-pub(crate) struct Lane {
-    target: Box<dyn Target>,
-    schedule: Vec<Duration>,
-    concurrency: usize,
-    /// How long stopping waits for this kind's running attempts.
-    timeout: Duration,
-    /// Consecutive failures that pause the kind, and for how long.
-    breaker: (u32, Duration),
-    /// At most so many attempts (none: no limit).
-    rate: Option<Rate>,
-    /// Whether a newer queued row supersedes the older queued ones of its source and
-    /// `coalesce_key` ([`Write::Coalesce`]).
-    coalesce: bool,
-}
-
-impl Lane {
-    /// With `n` attempts in flight at once (at least 1).
-    pub(crate) fn concurrency(&mut self, n: usize) -> &mut Lane {
-        self.concurrency = n.max(1);
-        self
-    }
-
-    /// Paused for `cooldown` after `failures` consecutive failures, then one probe.
-    pub(crate) fn breaker(&mut self, failures: u32, cooldown: Duration) -> &mut Lane {
-        self.breaker = (failures.max(1), cooldown);
-        self
-    }
-
-    /// At most `rate` attempts, evenly spaced.
-    pub(crate) fn rate(&mut self, rate: Option<Rate>) -> &mut Lane {
-        self.rate = rate;
-        self
-    }
-
-    /// Its concurrency, breaker, rate and coalescing as configured.
-    pub(crate) fn settings(&mut self, settings: &LaneSettings) -> &mut Lane {
-        self.concurrency(settings.concurrency)
-            .breaker(settings.breaker_failures, settings.breaker_cooldown)
-            .rate(settings.rate.as_deref().and_then(Rate::parse));
-        self.coalesce = settings.coalesce;
-        self
-    }
-
-    /// Stopping waits this long for a running attempt (the target's own timeout).
-    pub(crate) fn timeout(&mut self, timeout: Duration) -> &mut Lane {
-        self.timeout = timeout;
-        self
-    }
-}
-
-/// POSTs each row to a URL, signed with the Standard Webhooks headers: `forward` and each
-/// `[[delivery]]`.
-pub(crate) struct Post {
-    url: String,
-    key: SigningKey,
-    agent: ureq::Agent,
-    /// The agent's, named in a timeout's cause.
-    timeout: Duration,
-    /// When traces are on: a span per attempt, its context in the `traceparent` header.
-    tracer: Option<Arc<Tracer>>,
-}
-
-impl Post {
-    /// Decodes the signing secret; a bad one is refused here, at start-up.
-    pub(crate) fn new(config: &ForwardConfig, tracer: Option<Arc<Tracer>>) -> anyhow::Result<Post> {
-        let key = SigningKey::from_secret(config.secret.expose()).map_err(anyhow::Error::msg)?;
-        Ok(Post {
-            url: config.url.clone(),
-            key,
-            timeout: config.timeout,
-            agent: ureq::AgentBuilder::new()
-                .timeout(config.timeout)
-                .redirects(0)
-                .user_agent(concat!("hookledger/", env!("CARGO_PKG_VERSION")))
-                .build(),
-            tracer,
-        })
-    }
-}
-
-impl Target for Post {
-    fn attempt(
-        &self,
-        row: &PendingRow,
-        payload: &[u8],
-    ) -> Result<Option<Arc<dyn FollowUp>>, Failure> {
-        let Some(tracer) = &self.tracer else {
-            return post(
-                &self.agent,
-                self.timeout,
-                &self.url,
-                &self.key,
-                row,
-                payload,
-                None,
-            )
-            .map(|()| None);
-        };
-        // A child of the span of the request that committed the event, when remembered.
-        let parent = tracer.recall(&row.source, &row.key);
-        let span = tracer.begin("delivery", trace::CLIENT, parent);
-        let traceparent = span.context.traceparent();
-        let result = post(
-            &self.agent,
-            self.timeout,
-            &self.url,
-            &self.key,
-            row,
-            payload,
-            Some(&traceparent),
-        );
-        let mut attributes: Vec<(&'static str, trace::Value)> = vec![
-            ("hookledger.outbox.kind", row.kind.as_str().into()),
-            ("hookledger.outbox.row_id", row.id.into()),
-            ("hookledger.source", row.source.as_str().into()),
-            ("hookledger.event_id", row.key.as_str().into()),
-            ("hookledger.outbox.attempt", (row.attempts + 1).into()),
-        ];
-        let (result_label, status) = match &result {
-            Ok(()) => ("delivered", None),
-            Err(Failure::Gone(_)) => ("gone", Some(410)),
-            Err(Failure::Status(status, _, _)) => ("failed", Some(*status)),
-            Err(Failure::Refused(_) | Failure::Transport(_) | Failure::Ran { .. }) => {
-                ("failed", None)
-            }
-        };
-        attributes.push(("hookledger.outbox.result", result_label.into()));
-        if let Some(status) = status {
-            attributes.push(("http.response.status_code", i64::from(status).into()));
-        }
-        tracer.end(span, attributes, result.is_err());
-        result.map(|()| None)
-    }
-}
-
 /// The targets by outbox kind: `forward`, each `[[delivery]]`, and those the composition
 /// root adds (a provider wing's fetches).
 #[derive(Default)]
-pub(crate) struct Targets(Vec<(String, Lane)>, Option<Arc<dyn Observer>>);
+pub(crate) struct Targets(
+    Vec<(String, Lane)>,
+    Option<Arc<dyn Observer>>,
+    /// The payload bytes in flight across all lanes (default: the default budget).
+    Option<usize>,
+);
 
 impl Targets {
     /// The POST targets of `config`: `forward` and each `[[delivery]]`.
@@ -228,37 +104,50 @@ impl Targets {
         config: &crate::config::Config,
         tracer: Option<&Arc<Tracer>>,
     ) -> anyhow::Result<Targets> {
-        let mut targets = Targets::default();
+        let mut targets = Targets(Vec::new(), None, Some(config.storage.outbox_payload_budget));
         if let Some(forward) = &config.forward {
-            targets
-                .add(
-                    FORWARD,
-                    Box::new(Post::new(forward, tracer.cloned())?),
-                    forward.schedule.clone(),
-                )
-                .settings(&forward.lane())
-                .timeout(forward.timeout);
+            targets.add_post(FORWARD, &forward.target()?, tracer)?;
         }
         for delivery in &config.deliveries {
             if let Some(command) = delivery.command_target()? {
-                let (lane, timeout) = (command.lane.clone(), command.timeout);
-                let command = crate::command::Command::new(command);
+                if !command.program.exists() {
+                    log::warn!(
+                        "delivery `{}`: the program `{}` does not exist; its rows are attempted \
+                         and fail, naming it, until it is there again",
+                        delivery.kind,
+                        command.program.display()
+                    );
+                }
+                let (lane, timeout) = (command.lane, command.timeout);
+                let tag = orphans::RunTag::new(&database_identity(config), &delivery.kind);
+                let command = command::Command::new(command, tag);
                 let schedule = command.schedule();
                 targets
                     .add(&delivery.kind, Box::new(command), schedule)
-                    .settings(&lane)
+                    .settings(lane)
                     .timeout(timeout);
                 continue;
             }
-            let target = delivery.target(config.forward.as_ref())?;
-            let post = Post::new(&target, tracer.cloned())
-                .map_err(|e| anyhow::anyhow!("delivery `{}`: {e}", delivery.kind))?;
+            let target = delivery.post_target(config.forward.as_ref())?;
             targets
-                .add(&delivery.kind, Box::new(post), target.schedule.clone())
-                .settings(&target.lane())
-                .timeout(target.timeout);
+                .add_post(&delivery.kind, &target, tracer)
+                .map_err(|e| anyhow::anyhow!("delivery `{}`: {e}", delivery.kind))?;
         }
         Ok(targets)
+    }
+
+    /// A lane of signed POSTs to `target`.
+    fn add_post(
+        &mut self,
+        kind: &str,
+        target: &PostTarget,
+        tracer: Option<&Arc<Tracer>>,
+    ) -> anyhow::Result<()> {
+        let post = Post::new(target, tracer.cloned())?;
+        self.add(kind, Box::new(post), target.schedule.clone())
+            .settings(target.lane)
+            .timeout(target.timeout);
+        Ok(())
     }
 
     /// Delivers rows of `kind` through `target`, retried on `schedule`, one attempt at a time
@@ -274,14 +163,8 @@ impl Targets {
             Lane {
                 target,
                 schedule,
-                concurrency: 1,
                 timeout: crate::config::DEFAULT_FORWARD_TIMEOUT,
-                breaker: (
-                    crate::config::DEFAULT_BREAKER_FAILURES,
-                    crate::config::DEFAULT_BREAKER_COOLDOWN,
-                ),
-                rate: None,
-                coalesce: false,
+                settings: LaneSettings::default(),
             },
         ));
         &mut self.0.last_mut().expect("just pushed").1
@@ -295,6 +178,18 @@ impl Targets {
     /// Whether there is nothing to deliver (no worker is needed).
     pub(crate) fn is_empty(&self) -> bool {
         self.0.is_empty()
+    }
+}
+
+/// The database as the runs of its command kinds name it (`orphans`): a SQLite file by its
+/// canonical path, a PostgreSQL URL without its password.
+fn database_identity(config: &crate::config::Config) -> String {
+    match &config.database {
+        crate::config::Database::Sqlite(path) => std::fs::canonicalize(path)
+            .unwrap_or_else(|_| path.clone())
+            .display()
+            .to_string(),
+        postgres => postgres.to_string(),
     }
 }
 
@@ -358,10 +253,10 @@ impl Waker {
 }
 
 /// What the threads of one lane share.
-struct Shared<P> {
+struct Shared {
     kind: String,
     lane: Lane,
-    pool: Arc<P>,
+    pool: Arc<dyn OutboxReader>,
     writer: WriterHandle,
     metrics: Arc<Metrics>,
     stop: Arc<AtomicBool>,
@@ -379,65 +274,11 @@ struct Shared<P> {
     signal: Arc<Signal>,
     /// Told of each recorded attempt (the alerts).
     observer: Option<Arc<dyn Observer>>,
+    /// The payload bytes in flight across all lanes (one budget, shared by every lane).
+    budget: Arc<budget::Budget>,
 }
 
-/// A kind's circuit breaker.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Breaker {
-    /// Attempts go out.
-    Closed,
-    /// Paused after consecutive failures until then; then one probe.
-    Open(Instant),
-    /// The probe is in flight; nothing else goes out.
-    Probing,
-}
-
-/// A token bucket: a token every `spacing`, at most `capacity` saved up.
-#[derive(Debug)]
-struct Bucket {
-    spacing: Duration,
-    capacity: f64,
-    tokens: f64,
-    last: Option<Instant>,
-}
-
-impl Bucket {
-    /// Full at first.
-    fn new(spacing: Duration, capacity: f64) -> Bucket {
-        Bucket {
-            spacing,
-            capacity,
-            tokens: capacity,
-            last: None,
-        }
-    }
-
-    /// Takes a token at `now`, or says how long until there is one.
-    fn take(&mut self, now: Instant) -> Option<Duration> {
-        if let Some(last) = self.last {
-            let earned =
-                now.saturating_duration_since(last).as_secs_f64() / self.spacing.as_secs_f64();
-            self.tokens = (self.tokens + earned).min(self.capacity);
-        }
-        self.last = Some(now);
-        if self.tokens >= 1.0 {
-            self.tokens -= 1.0;
-            None
-        } else {
-            Some(self.spacing.mul_f64(1.0 - self.tokens))
-        }
-    }
-}
-
-/// What the poller may do now.
-enum Gate {
-    Go,
-    /// Hand out one row, the probe.
-    Probe,
-    Wait(Duration),
-}
-
-impl<P> Shared<P> {
+impl Shared {
     /// What the breaker lets the poller do, with `busy` attempts in flight.
     fn gate(&self, busy: usize) -> Gate {
         match self.breaker() {
@@ -480,13 +321,17 @@ impl<P> Shared<P> {
                 Health::Down => {
                     let failures = self.failures.fetch_add(1, Ordering::SeqCst) + 1;
                     let reopen = was == Breaker::Probing;
-                    if reopen || (was == Breaker::Closed && failures >= self.lane.breaker.0) {
-                        *breaker = Breaker::Open(Instant::now() + self.lane.breaker.1);
+                    if reopen
+                        || (was == Breaker::Closed
+                            && failures >= self.lane.settings.breaker_failures)
+                    {
+                        *breaker =
+                            Breaker::Open(Instant::now() + self.lane.settings.breaker_cooldown);
                         log::warn!(
                         "outbox: {} {} after {failures} failures in a row; no attempt for {:.0?}",
                         self.kind,
                         if reopen { "probe failed, paused again" } else { "paused" },
-                        self.lane.breaker.1
+                        self.lane.settings.breaker_cooldown
                     );
                         self.metrics.breaker(&self.kind, true);
                     }
@@ -548,7 +393,7 @@ impl Worker {
     /// Starts a lane per kind: a poller and `concurrency` attempt threads.
     pub(crate) fn spawn(
         config: Targets,
-        pool: impl OutboxReader,
+        pool: Box<dyn OutboxReader>,
         writer: WriterHandle,
         waker: Waker,
         woken: Waker,
@@ -556,7 +401,7 @@ impl Worker {
     ) -> anyhow::Result<Worker> {
         drop(woken);
         let stop = Arc::new(AtomicBool::new(false));
-        let pool = Arc::new(pool);
+        let pool: Arc<dyn OutboxReader> = Arc::from(pool);
         let mut worker = Worker {
             stop: stop.clone(),
             wake: waker.clone(),
@@ -564,12 +409,27 @@ impl Worker {
             attempts: Vec::new(),
         };
         let observer = config.1;
+        // The outbox's trigger on a repeated key reads which kinds coalesce.
+        let coalescing = config
+            .0
+            .iter()
+            .filter(|(_, lane)| lane.settings.coalesce)
+            .map(|(kind, _)| kind.clone())
+            .collect();
+        writer
+            .run_blocking(Write::Coalescing { kinds: coalescing })
+            .map_err(|e| anyhow::anyhow!("outbox: cannot record the coalescing kinds: {e}"))?;
+        let budget = Arc::new(budget::Budget::new(
+            config
+                .2
+                .unwrap_or(crate::config::DEFAULT_OUTBOX_PAYLOAD_BUDGET),
+        ));
         for (kind, lane) in config.0 {
             metrics.lane(&kind);
             metrics.in_flight(&kind, 0);
             let signal = Arc::new(Signal::default());
             waker.register(signal.clone());
-            let bucket = lane.rate.map(|r| Bucket::new(r.spacing(), 1.0));
+            let bucket = lane.settings.rate.map(|r| Bucket::new(r.spacing(), 1.0));
             let shared = Arc::new(Shared {
                 kind,
                 lane,
@@ -584,11 +444,12 @@ impl Worker {
                 bucket: Mutex::new(bucket),
                 signal,
                 observer: observer.clone(),
+                budget: budget.clone(),
             });
             let (hand, rows) = mpsc::channel::<PendingRow>();
             let rows = Arc::new(Mutex::new(rows));
             let timeout = shared.lane.timeout;
-            for i in 0..shared.lane.concurrency {
+            for i in 0..shared.lane.settings.concurrency {
                 let (shared, rows) = (shared.clone(), rows.clone());
                 let thread = std::thread::Builder::new()
                     .name(format!("hookledger-outbox-{}-{i}", shared.kind))
@@ -669,9 +530,9 @@ impl crate::writer::Background for Worker {
 
 /// A lane's poller: reads the kind's due rows (ids and metadata, no payload) while an attempt
 /// thread is free and hands each row not in flight to one attempt thread.
-fn poll_lane<P: OutboxReader + Sync>(shared: &Shared<P>, hand: mpsc::Sender<PendingRow>) {
+fn poll_lane(shared: &Shared, hand: mpsc::Sender<PendingRow>) {
     let kinds = serde_json::to_string(&[&shared.kind]).expect("strings serialize");
-    let concurrency = shared.lane.concurrency;
+    let concurrency = shared.lane.settings.concurrency;
     // The wake-up count at the last coalescing: again only after a commit or an attempt.
     let mut coalesced = None;
     let mut renewed = Instant::now();
@@ -679,7 +540,7 @@ fn poll_lane<P: OutboxReader + Sync>(shared: &Shared<P>, hand: mpsc::Sender<Pend
         let seen = shared.signal.seen();
         // Before anything is handed out, and while the attempts run (a commit wakes the
         // poller), so superseded rows show as such at once.
-        if shared.lane.coalesce && coalesced != Some(seen) {
+        if shared.lane.settings.coalesce && coalesced != Some(seen) {
             coalesce(shared);
             coalesced = Some(seen);
         }
@@ -716,7 +577,12 @@ fn poll_lane<P: OutboxReader + Sync>(shared: &Shared<P>, hand: mpsc::Sender<Pend
             Ok(in_flight) => in_flight.iter().copied().collect(),
             Err(_) => break,
         };
-        let rows = match shared.pool.due(&kinds, unix_now(), limit, &in_flight) {
+        let poll = Poll {
+            in_flight: &in_flight,
+            concurrency: Some(concurrency),
+            ..Poll::new(&kinds, unix_now(), limit)
+        };
+        let rows = match shared.pool.due(&poll) {
             Ok(rows) => rows,
             Err(e) => {
                 log::error!("outbox: cannot read pending {} rows: {e:#}", shared.kind);
@@ -753,7 +619,7 @@ fn poll_lane<P: OutboxReader + Sync>(shared: &Shared<P>, hand: mpsc::Sender<Pend
 }
 
 /// Supersedes the kind's queued rows that a newer one replaces, sparing those in flight here.
-fn coalesce<P>(shared: &Shared<P>) {
+fn coalesce(shared: &Shared) {
     let running = match shared.in_flight.lock() {
         Ok(in_flight) => in_flight.iter().copied().collect(),
         Err(_) => return,
@@ -775,7 +641,7 @@ fn coalesce<P>(shared: &Shared<P>) {
 
 /// A lane's attempt thread: takes the rows the poller hands out, one at a time, until the
 /// poller ends.
-fn attempts<P: OutboxReader + Sync>(shared: &Shared<P>, rows: &Mutex<Receiver<PendingRow>>) {
+fn attempts(shared: &Shared, rows: &Mutex<Receiver<PendingRow>>) {
     loop {
         let row = match rows.lock() {
             Ok(rows) => match rows.recv() {
@@ -812,7 +678,7 @@ fn attempts<P: OutboxReader + Sync>(shared: &Shared<P>, rows: &Mutex<Receiver<Pe
 const RECOVER_AFTER: u32 = 3;
 
 /// Makes the kind's rows waiting on a retry delay due now, and wakes the poller.
-fn recover<P>(shared: &Shared<P>) {
+fn recover(shared: &Shared) {
     match shared.writer.run_blocking(Write::Recover {
         kind: shared.kind.clone(),
     }) {
@@ -829,7 +695,7 @@ fn recover<P>(shared: &Shared<P>) {
 
 /// Its lease (PostgreSQL) ends now, so no instance waits for it to lapse: the row of a paused
 /// kind, not attempted.
-fn release<P>(shared: &Shared<P>, row: &PendingRow) {
+fn release(shared: &Shared, row: &PendingRow) {
     let (id, queued, lease) = (row.id, row.queued, row.lease);
     if let Err(e) = shared
         .writer
@@ -840,7 +706,7 @@ fn release<P>(shared: &Shared<P>, row: &PendingRow) {
 }
 
 /// Waits for the row's turn, reads its payload, attempts it and records the result.
-fn deliver<P: OutboxReader>(shared: &Shared<P>, row: PendingRow) -> Result<(), ()> {
+fn deliver(shared: &Shared, row: PendingRow) -> Result<(), ()> {
     let (id, queued) = (row.id, row.queued);
     // At most `rate`: taken just before the attempt, so the target sees the spacing.
     if !shared.turn() {
@@ -856,38 +722,29 @@ fn deliver<P: OutboxReader>(shared: &Shared<P>, row: PendingRow) -> Result<(), (
         release(shared, &row);
         return Ok(());
     }
-    // Read as the attempt starts (on PostgreSQL, renewing the lease).
-    let payload = match shared.pool.payload(&row, unix_now()) {
-        Ok(Some(payload)) => payload,
-        // Replayed, revived or pruned since the poll (a row pending again is polled again),
-        // or, on PostgreSQL, its lease lapsed and another instance took it.
-        Ok(None) => {
-            log::debug!("outbox row {id} changed before its attempt; skipped");
-            return Ok(());
-        }
-        // A payload that is there but cannot be read (a corrupt blob, a forward row's event
-        // without its payload) will not become readable: the row is dead, with the reason,
-        // instead of being tried for ever.
-        Err(e) if e.downcast_ref::<crate::payload::Unreadable>().is_some() => {
-            log::error!("outbox: row {id} cannot be delivered: {e:#}");
-            let dead = Attempt::Dead {
-                error: format!("{e:#}"),
-                output: None,
+    // One payload read at a time, against the budget of payload bytes in flight: one that
+    // does not fit is dropped, room for its size waited for, and it is read again.
+    let reading = shared.budget.reading();
+    let mut payload = match load(shared, &row)? {
+        Some(payload) => payload,
+        None => return Ok(()),
+    };
+    let _held = match shared.budget.try_take(payload.len()) {
+        Some(held) => held,
+        None => {
+            let size = payload.len();
+            drop(payload);
+            let Some(held) = shared.budget.take(size, &shared.stop) else {
+                return Ok(()); // stopping: left due
             };
-            return match shared.writer.run_blocking(Write::Record {
-                id,
-                queued,
-                attempt: dead,
-            }) {
-                Ok(_) => Ok(()),
-                Err(_) => Err(()),
+            payload = match load(shared, &row)? {
+                Some(payload) => payload,
+                None => return Ok(()),
             };
-        }
-        Err(e) => {
-            log::error!("outbox: cannot read the payload of row {id}: {e:#}");
-            return Err(());
+            held
         }
     };
+    drop(reading);
     shared.metrics.in_flight(&row.kind, 1);
     let (attempt, health) = attempt(&shared.lane, &row, &payload);
     shared.metrics.in_flight(&row.kind, -1);
@@ -912,8 +769,12 @@ fn deliver<P: OutboxReader>(shared: &Shared<P>, row: PendingRow) -> Result<(), (
         recover(shared);
     }
     match recorded {
-        // Replayed or retried meanwhile (it is attempted again), or pruned.
+        // Replayed, retried or queued again by a repeated key meanwhile (it is attempted
+        // again: on PostgreSQL once this instance's lease on it ends, here), or pruned.
         Ok(0) => {
+            if row.lease.is_some() {
+                release(shared, &row);
+            }
             log::info!(
                 "outbox row {id} changed while it was being delivered; this attempt's result \
                  is not recorded"
@@ -928,8 +789,47 @@ fn deliver<P: OutboxReader>(shared: &Shared<P>, row: PendingRow) -> Result<(), (
     }
 }
 
+/// The payload of `row`, read as its attempt starts; `None` when there is nothing to attempt
+/// (the row changed since the poll, or its unreadable payload made it dead); `Err` when the
+/// database could not be read (the row stays due).
+fn load(shared: &Shared, row: &PendingRow) -> Result<Option<Vec<u8>>, ()> {
+    let (id, queued) = (row.id, row.queued);
+    // Read as the attempt starts (on PostgreSQL, renewing the lease).
+    match shared.pool.payload(row, unix_now()) {
+        Ok(Some(payload)) => Ok(Some(payload)),
+        // Replayed, revived or pruned since the poll (a row pending again is polled again),
+        // or, on PostgreSQL, its lease lapsed and another instance took it.
+        Ok(None) => {
+            log::debug!("outbox row {id} changed before its attempt; skipped");
+            Ok(None)
+        }
+        // A payload that is there but cannot be read (a corrupt blob, a forward row's event
+        // without its payload) will not become readable: the row is dead, with the reason,
+        // instead of being tried for ever.
+        Err(e) if e.downcast_ref::<crate::payload::Unreadable>().is_some() => {
+            log::error!("outbox: row {id} cannot be delivered: {e:#}");
+            let dead = Attempt::Dead {
+                error: format!("{e:#}"),
+                output: None,
+            };
+            match shared.writer.run_blocking(Write::Record {
+                id,
+                queued,
+                attempt: dead,
+            }) {
+                Ok(_) => Ok(None),
+                Err(_) => Err(()),
+            }
+        }
+        Err(e) => {
+            log::error!("outbox: cannot read the payload of row {id}: {e:#}");
+            Err(())
+        }
+    }
+}
+
 /// How long to sleep until the next row is due (at most [`IDLE_POLL`]).
-fn idle_wait(pool: &impl OutboxReader, kinds: &str) -> Duration {
+fn idle_wait(pool: &dyn OutboxReader, kinds: &str) -> Duration {
     let next = pool.next_due_at(kinds).ok().flatten();
     match next {
         Some(at) => Duration::from_secs(at.saturating_sub(unix_now()).max(0) as u64)
@@ -996,23 +896,8 @@ fn attempt(config: &Lane, row: &PendingRow, payload: &[u8]) -> (Attempt, Health)
             give_up: true,
         }) => dead(row, attempts, error, Some(output)),
         Err(Failure::Ran { error, output, .. }) => failed(error, None, Some(output)),
-        Err(Failure::Gone(detail)) => {
-            tracing::error!(
-                kind = %row.kind,
-                row_id = row.id,
-                event_id = %row.key,
-                attempt = attempts,
-                result = "dead",
-                status = 410,
-                "outbox: {} {} dead: the app answered 410 Gone",
-                row.kind,
-                row.key
-            );
-            Attempt::Dead {
-                error: format!("HTTP 410 Gone {detail}"),
-                output: None,
-            }
-        }
+        // The app says the endpoint is gone.
+        Err(Failure::Gone(detail)) => dead(row, attempts, format!("HTTP 410 Gone {detail}"), None),
         Err(Failure::Status(status, retry_after, detail)) => {
             failed(format!("HTTP {status} {detail}"), retry_after, None)
         }
@@ -1059,220 +944,101 @@ impl Health {
     }
 }
 
-/// `Retry-After` as delay-seconds or as an HTTP date (a date in the past means now).
-fn parse_retry_after(value: &str, now: std::time::SystemTime) -> Option<Duration> {
-    let value = value.trim();
-    if let Ok(secs) = value.parse::<u64>() {
-        return Some(Duration::from_secs(secs));
-    }
-    let at = httpdate::parse_http_date(value).ok()?;
-    Some(at.duration_since(now).unwrap_or(Duration::ZERO))
-}
-
-/// The header that names the source of a delivered event.
-pub(crate) const SOURCE_HEADER: &str = "webhook-source";
-
-/// The header with the delivered event's type (GitHub's and Shopify's are not in the body).
-pub(crate) const TYPE_HEADER: &str = "webhook-type";
-
-/// POSTs the verified event body (`payload`) with the Standard Webhooks headers and the
-/// source's name.
-fn post(
-    agent: &ureq::Agent,
-    timeout: Duration,
-    url: &str,
-    key: &SigningKey,
-    row: &PendingRow,
-    payload: &[u8],
-    traceparent: Option<&str>,
-) -> Result<(), Failure> {
-    let timestamp = unix_now();
-    let signature = key.sign(&row.key, timestamp, payload);
-    let mut request = agent.post(url);
-    if let Some(kind) = &row.event_type {
-        request = request.set(TYPE_HEADER, kind);
-    }
-    if let Some(traceparent) = traceparent {
-        request = request.set("traceparent", traceparent);
-    }
-    let result = request
-        .set("Content-Type", "application/json")
-        .set("Idempotency-Key", &row.key)
-        .set(standard::ID_HEADER, &row.key)
-        .set(standard::TIMESTAMP_HEADER, &timestamp.to_string())
-        .set(standard::SIGNATURE_HEADER, &signature)
-        // Event ids are unique per source; an app fed by several sources dedupes on both.
-        .set(SOURCE_HEADER, &row.source)
-        .send_bytes(payload);
-    answer(result, url, Some(timeout))
-}
-
-/// A POST's result as a [`Failure`] that names the cause (refused, timeout, DNS, TLS, or the
-/// HTTP status with the start of the body) and the target.
-pub(crate) fn answer(
-    result: Result<ureq::Response, ureq::Error>,
-    url: &str,
-    timeout: Option<Duration>,
-) -> Result<(), Failure> {
-    let target = shown_url(url);
-    match result {
-        Ok(response) if (200..300).contains(&response.status()) => Ok(()),
-        Ok(response) => Err(Failure::Status(
-            response.status(),
-            None,
-            from(&target, response),
-        )),
-        Err(ureq::Error::Status(410, response)) => Err(Failure::Gone(from(&target, response))),
-        Err(ureq::Error::Status(status, response)) => {
-            let retry_after = response
-                .header("Retry-After")
-                .and_then(|v| parse_retry_after(v, std::time::SystemTime::now()));
-            Err(Failure::Status(
-                status,
-                retry_after,
-                from(&target, response),
-            ))
-        }
-        Err(ureq::Error::Transport(t)) => Err(Failure::Transport(format!(
-            "{} ({target})",
-            cause(&t, timeout)
-        ))),
-    }
-}
-
-/// Bytes of an error answer's body kept on the row: enough for a framework's error line.
-pub(crate) const BODY_EXCERPT: usize = 200;
-
-/// `from URL: excerpt` of an error answer (the excerpt one line, control characters dropped).
-fn from(target: &str, response: ureq::Response) -> String {
-    use std::io::Read;
-    let mut body = Vec::with_capacity(BODY_EXCERPT);
-    // At most a little past the excerpt; a body that does not arrive in time is left.
-    let _ = response
-        .into_reader()
-        .take(BODY_EXCERPT as u64 + 4)
-        .read_to_end(&mut body);
-    let text = String::from_utf8_lossy(&body);
-    let mut excerpt: String = text
-        .chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .collect::<String>()
-        .split_whitespace()
-        .collect::<Vec<_>>()
-        .join(" ");
-    if excerpt.len() > BODY_EXCERPT {
-        let mut end = BODY_EXCERPT;
-        while !excerpt.is_char_boundary(end) {
-            end -= 1;
-        }
-        excerpt.truncate(end);
-        excerpt.push('…');
-    }
-    match excerpt.is_empty() {
-        true => format!("from {target}"),
-        false => format!("from {target}: {excerpt}"),
-    }
-}
-
-/// Why a request got no answer, in words an operator acts on: refused, timeout, DNS, TLS.
-fn cause(t: &ureq::Transport, timeout: Option<Duration>) -> String {
-    use std::io::ErrorKind as Io;
-    let io = std::error::Error::source(t).and_then(|e| e.downcast_ref::<std::io::Error>());
-    let within = timeout.map_or(String::new(), |t| format!(" within {t:.0?}"));
-    let tls = t.message().is_some_and(|m| m.contains("tls"));
-    match t.kind() {
-        ureq::ErrorKind::Dns => match t.url().and_then(|u| u.host_str()) {
-            Some(host) => format!("DNS: cannot resolve {host}"),
-            None => "DNS: cannot resolve the host".into(),
-        },
-        _ if tls => match io {
-            Some(e) => format!(
-                "TLS: {}",
-                e.get_ref().map_or(e.to_string(), |r| r.to_string())
-            ),
-            None => "TLS: handshake failed".into(),
-        },
-        ureq::ErrorKind::ConnectionFailed => match io.map(|e| e.kind()) {
-            Some(Io::ConnectionRefused) => "connection refused".into(),
-            Some(Io::TimedOut | Io::WouldBlock) => format!("timeout: no connection{within}"),
-            Some(_) => format!("cannot connect: {}", io.expect("some")),
-            None => "cannot connect".into(),
-        },
-        ureq::ErrorKind::Io => match io.map(|e| e.kind()) {
-            Some(Io::TimedOut | Io::WouldBlock) => format!("timeout: no answer{within}"),
-            Some(Io::ConnectionReset | Io::ConnectionAborted | Io::BrokenPipe) => {
-                "connection reset before an answer".into()
-            }
-            Some(Io::UnexpectedEof) => "connection closed before an answer".into(),
-            Some(_) => format!("network error: {}", io.expect("some")),
-            None => "network error".into(),
-        },
-        ureq::ErrorKind::BadStatus | ureq::ErrorKind::BadHeader => {
-            "not an HTTP answer (bad status line or header)".into()
-        }
-        other => other.to_string(),
-    }
-}
-
-/// `url` as errors, logs, alerts and the console show it: `scheme://host[:port]`, with its
-/// path and query as `/…` and `?…` (credentials, a Slack or Discord webhook's path and a query
-/// can each hold a secret).
-pub(crate) fn shown_url(url: &str) -> String {
-    match url::Url::parse(url) {
-        Ok(u) => {
-            let host = u.host_str().unwrap_or_default();
-            let port = u.port().map(|p| format!(":{p}")).unwrap_or_default();
-            let path = if matches!(u.path(), "" | "/") {
-                ""
-            } else {
-                "/…"
-            };
-            let query = if u.query().is_some() { "?…" } else { "" };
-            format!("{}://{host}{port}{path}{query}", u.scheme())
-        }
-        Err(_) => "(not a URL)".to_string(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use std::path::Path;
 
-    #[test]
-    fn the_token_bucket_spaces_takes_and_saves_up_to_its_capacity() {
-        let t0 = Instant::now();
-        let ms = Duration::from_millis;
-        let mut b = Bucket::new(ms(50), 1.0);
-        assert_eq!(b.take(t0), None, "full at first");
-        assert_eq!(b.take(t0), Some(ms(50)));
-        assert_eq!(b.take(t0 + ms(20)), Some(ms(30)));
-        assert_eq!(b.take(t0 + ms(50)), None);
-        // A long pause saves up one token only (the capacity).
-        assert_eq!(b.take(t0 + ms(10_000)), None);
-        assert!(b.take(t0 + ms(10_000)).is_some());
-        let mut burst = Bucket::new(ms(100), 3.0);
-        for _ in 0..3 {
-            assert_eq!(burst.take(t0), None);
-        }
-        assert_eq!(burst.take(t0), Some(ms(100)));
-        assert_eq!(burst.take(t0 + ms(100)), None);
+    use super::*;
+    use crate::config::{Config, Rate};
+
+    /// The lane of `kind` among `targets`.
+    fn lane<'t>(targets: &'t Targets, kind: &str) -> &'t Lane {
+        &targets.0.iter().find(|(k, _)| k == kind).expect("a lane").1
     }
 
     #[test]
-    fn retry_after_as_seconds_or_http_date() {
-        let now = std::time::UNIX_EPOCH + Duration::from_secs(1_000_000_000);
+    fn each_lane_key_of_forward_reaches_a_post_delivery_and_none_reaches_a_command() {
+        let config = Config::from_toml(
+            r#"
+            [[source]]
+            name = "gh"
+            scheme = "github"
+            secrets = ["a-long-enough-secret"]
+
+            [forward]
+            url = "http://127.0.0.1:1/forward"
+            secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+            concurrency = 3
+            breaker_failures = 7
+            breaker_cooldown = "42s"
+            rate = "9/m"
+            coalesce = true
+
+            [[delivery]]
+            kind = "receipts"
+            url = "http://127.0.0.1:1/receipts"
+
+            [[delivery]]
+            kind = "own"
+            url = "http://127.0.0.1:1/own"
+            concurrency = 2
+            breaker_failures = 4
+            breaker_cooldown = "5s"
+            rate = "6/s"
+            coalesce = false
+
+            [[delivery]]
+            kind = "deploy"
+            command = ["/bin/sh", "-c", "true"]
+            "#,
+            Path::new("/"),
+        )
+        .unwrap();
+        config.validate().unwrap();
+        let targets = Targets::of(&config, None).unwrap();
+        // Every key written out, none from a default: a new lane key fails to compile here
+        // until it is set in the file above and checked on every kind.
+        let forward = LaneSettings {
+            concurrency: 3,
+            breaker_failures: 7,
+            breaker_cooldown: Duration::from_secs(42),
+            rate: Rate::parse("9/m"),
+            coalesce: true,
+        };
+        assert_eq!(lane(&targets, FORWARD).settings, forward);
+        assert_eq!(lane(&targets, "receipts").settings, forward);
+        let own = LaneSettings {
+            concurrency: 2,
+            breaker_failures: 4,
+            breaker_cooldown: Duration::from_secs(5),
+            rate: Rate::parse("6/s"),
+            coalesce: false,
+        };
+        assert_eq!(lane(&targets, "own").settings, own);
+        // A command's lane takes nothing from [forward]: one run at a time, no rate.
+        assert_eq!(lane(&targets, "deploy").settings, LaneSettings::command());
+        assert_eq!(LaneSettings::command().concurrency, 1);
+        assert_ne!(LaneSettings::command(), forward);
+    }
+
+    #[test]
+    fn lane_keys_set_in_code_reach_the_lane_as_those_in_a_file_do() {
+        let secret = crate::config::Secret::new("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw");
+        let forward = crate::config::ForwardConfig::new("http://127.0.0.1:1/f", secret)
+            .with_concurrency(5)
+            .with_rate("3/s")
+            .with_breaker(2, Duration::from_secs(8));
+        let config = Config::default().with_forward(forward);
+        let targets = Targets::of(&config, None).unwrap();
+        let settings = lane(&targets, FORWARD).settings;
         assert_eq!(
-            parse_retry_after(" 120 ", now),
-            Some(Duration::from_secs(120))
+            (
+                settings.concurrency,
+                settings.rate,
+                settings.breaker_failures,
+                settings.breaker_cooldown
+            ),
+            (5, Rate::parse("3/s"), 2, Duration::from_secs(8))
         );
-        let later = httpdate::fmt_http_date(now + Duration::from_secs(90));
-        assert_eq!(
-            parse_retry_after(&later, now),
-            Some(Duration::from_secs(90))
-        );
-        let earlier = httpdate::fmt_http_date(now - Duration::from_secs(90));
-        assert_eq!(parse_retry_after(&earlier, now), Some(Duration::ZERO));
-        assert_eq!(parse_retry_after("soon", now), None);
-        assert_eq!(parse_retry_after("-5", now), None);
     }
 }

@@ -63,6 +63,40 @@ impl Prepared {
     }
 }
 
+/// The tables a built-in handler keeps in the ledger's database, and the migrations that make
+/// them: a handler owns its tables, the core's schema does not know them. A store applies a
+/// handler's migrations ([`Store::migrate_handler`](crate::store::Store::migrate_handler)) when
+/// a source names the handler, each once, recorded by the handler's name and the migration's in
+/// `hookledger_handler_migrations` (made with the first one); `migrate-to` asks each
+/// handler for its tables and copies them.
+pub(crate) struct Schema {
+    /// The handler's name, as a source's `handlers` names it (`stripe-billing`).
+    pub(crate) handler: &'static str,
+    /// In the order they run. Append-only: never edit a released entry, add one.
+    pub(crate) migrations: &'static [Migration],
+    /// Every table the migrations make, in the order `migrate-to` copies them.
+    pub(crate) tables: &'static [Table],
+}
+
+/// One migration of a handler's, in the SQL of each store.
+pub(crate) struct Migration {
+    /// Recorded once applied (`0001_billing`).
+    pub(crate) name: &'static str,
+    pub(crate) sqlite: &'static str,
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    pub(crate) postgres: &'static str,
+}
+
+/// A table a handler owns.
+pub(crate) struct Table {
+    pub(crate) name: &'static str,
+    /// Every column, as the copy reads and writes them.
+    pub(crate) columns: &'static [&'static str],
+    /// Its primary key: the order the copy pages in.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    pub(crate) key: &'static [&'static str],
+}
+
 /// An event on its way to the writer, with the handlers of its source and what each prepared.
 pub(crate) struct Submission {
     pub(crate) event: Event,
@@ -72,4 +106,7 @@ pub(crate) struct Submission {
     /// The body as it is stored, made on the caller's thread (the writer's has better to
     /// do); `None`: the store compresses it without a dictionary.
     pub(crate) stored: Option<crate::payload::Stored>,
+    /// The single-use token the request's signature covers, when its scheme signs one instead
+    /// of the event (Mailgun's): claimed with the event, refused if another event used it.
+    pub(crate) token: Option<String>,
 }

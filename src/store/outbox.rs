@@ -154,6 +154,22 @@ pub(crate) fn coalesce(
     )
 }
 
+/// Makes `kinds` the coalescing kinds that the outbox's trigger on a repeated key reads
+/// (migration 16 on SQLite, 10 on PostgreSQL): an insert with the key of an existing row of
+/// such a kind queues that row again with the newer payload; of any other kind it is ignored.
+/// Returns how many kinds.
+pub(crate) fn set_coalescing(tx: &dyn Session, kinds: &[String]) -> Result<u64, StoreError> {
+    tx.execute("DELETE FROM hookledger_outbox_coalescing", &[])?;
+    let mut n = 0;
+    for kind in kinds {
+        n += tx.execute(
+            "INSERT INTO hookledger_outbox_coalescing (kind) VALUES ($1) ON CONFLICT DO NOTHING",
+            &[kind],
+        )?;
+    }
+    Ok(n)
+}
+
 /// Ends the lease of row `id`, handed out but not attempted (its kind paused): due again at
 /// once for every instance. Only while the row has the `lease` the poll took: once it lapsed
 /// and another instance leased the row, that instance holds it and nothing changes. SQLite
@@ -170,9 +186,11 @@ pub(crate) fn release(
              WHERE id = $1 AND status = 'pending' AND queued = $2 AND leased_until IS NULL",
             &[&id, &queued],
         ),
+        // Whatever its `queued`: a row queued again while this instance held it (a repeated
+        // key, migration 10) is released once the attempt that held it ended.
         Some(lease) => tx.execute(
             "UPDATE outbox SET leased_until = NULL
-             WHERE id = $1 AND status = 'pending' AND queued = $2
+             WHERE id = $1 AND status = 'pending' AND queued >= $2
                AND leased_by = $3",
             &[&id, &queued, &lease.by],
         ),

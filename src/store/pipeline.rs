@@ -42,7 +42,8 @@ pub(crate) trait Batch {
     }
 
     /// Runs `handler` on several new events at once ([`Handler::handle_all`]), with the
-    /// store's own checks around it.
+    /// store's own checks around it. (A batch runs together on PostgreSQL only.)
+    #[cfg(feature = "postgres")]
     fn run_handler_all(
         &mut self,
         handler: &dyn Handler,
@@ -64,6 +65,7 @@ pub(crate) trait Batch {
 
     /// Claims each event (with its body as stored), in order; whether each is new (of two
     /// copies of one event, the first). One statement per event unless the store does better.
+    #[cfg(feature = "postgres")]
     fn claim_all(
         &mut self,
         events: &[(&Event, &Stored)],
@@ -77,6 +79,7 @@ pub(crate) trait Batch {
 
     /// Queues a `forward` row for each event. One statement per event unless the store does
     /// better.
+    #[cfg(feature = "postgres")]
     fn enqueue_all(&mut self, events: &[&Event], now: i64) -> Result<(), StoreError> {
         for event in events {
             outbox::enqueue_forward(self.session(), event, now)?;
@@ -124,10 +127,17 @@ fn apply(
         handlers,
         forward,
         stored,
+        token,
     } = submission;
     let stored = stored.get_or_insert_with(|| crate::payload::compress(&event.body, None));
     if !batch.claim(event, stored, now)? {
         return Ok(Outcome::Duplicate);
+    }
+    // After the event's own claim: a sender's retry of this event was a duplicate above.
+    if let Some(token) = token {
+        if !ledger::claim_token(batch.session(), &event.source, token, now)? {
+            return Err(StoreError::ReplayedSignature);
+        }
     }
     for (handler, prepared) in handlers {
         let prepared = std::mem::replace(prepared, Prepared::none());
@@ -150,6 +160,7 @@ pub(crate) fn write_in(tx: &dyn Session, write: &Write, now: i64) -> Result<u64,
         } => outbox::record(tx, *id, *queued, attempt, now),
         Write::Recover { kind } => outbox::recover(tx, kind, now),
         Write::Coalesce { kind, running } => outbox::coalesce(tx, kind, running, now),
+        Write::Coalescing { kinds } => outbox::set_coalescing(tx, kinds),
         Write::Release { id, queued, lease } => outbox::release(tx, *id, *queued, *lease),
         Write::PruneEvents { before } => retention::delete_events_batch(tx, *before),
         Write::PrunePayloads { before } => retention::clear_payloads_batch(tx, *before),
@@ -180,12 +191,17 @@ pub(crate) fn write_in(tx: &dyn Session, write: &Write, now: i64) -> Result<u64,
 /// The one handler every event of `work` has, if they share one (`Some(None)`: none has a
 /// handler); `None` when an event has several, or two events have different ones: then their
 /// order across events matters, and they must run job by job.
+#[cfg(feature = "postgres")]
 pub(crate) fn shared_handler(work: &[Work<'_>]) -> Option<Option<Arc<dyn Handler>>> {
     let mut shared: Option<Arc<dyn Handler>> = None;
     for job in work {
         let Work::Event(submission) = job else {
             continue;
         };
+        // A token is claimed event by event, after each event's claim.
+        if submission.token.is_some() {
+            return None;
+        }
         match submission.handlers.as_slice() {
             [] => {}
             [(handler, _)] if shared.as_ref().is_none_or(|h| Arc::ptr_eq(h, handler)) => {
@@ -203,6 +219,7 @@ pub(crate) fn shared_handler(work: &[Work<'_>]) -> Option<Option<Arc<dyn Handler
 /// ([`Handler::handle_all`]); their outbox rows at once. `Ok(None)` when the handler failed:
 /// then the transaction must be rolled back and the batch run again job by job, and each new
 /// event's prepared value was made again for that.
+#[cfg(feature = "postgres")]
 pub(crate) fn run_together(
     batch: &mut dyn Batch,
     work: &mut [Work<'_>],

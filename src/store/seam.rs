@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use crate::handler::Submission;
+use crate::handler::{Schema, Submission};
 use crate::outbox::{Attempt, PendingRow};
 use crate::sql::StoreError;
 
@@ -35,6 +35,10 @@ pub(crate) enum Write {
     /// source and `coalesce_key` replaces; the rows `running` here (and rows another instance
     /// leased) are left alone.
     Coalesce { kind: String, running: Vec<i64> },
+    /// Says which kinds coalesce (the worker's, at start): a row queued with the key of an
+    /// existing row of such a kind supersedes it (migration 16's trigger); of another kind
+    /// the insert is ignored, once per key.
+    Coalescing { kinds: Vec<String> },
     /// Ends the lease on row `id` (as queued for the `queued`-th time), handed out but not
     /// attempted: due again for every instance at once. Only while the row still has `lease`
     /// (the one the poll took; none on SQLite): a row another instance leased since is its.
@@ -78,6 +82,20 @@ pub(crate) enum Write {
 }
 
 impl Write {
+    /// Whether, when it changes rows, it may make an outbox row due (or queue one): the
+    /// worker is woken after its commit rather than at its next poll.
+    pub(crate) fn makes_due(&self) -> bool {
+        matches!(
+            self,
+            Write::Recover { .. }
+                | Write::Release { .. }
+                | Write::Revive { .. }
+                | Write::ReviveKind { .. }
+                | Write::Replay { .. }
+                | Write::Alert(_)
+        )
+    }
+
     /// Whether it is one of retention's batches.
     pub(crate) fn is_prune(&self) -> bool {
         matches!(
@@ -91,6 +109,9 @@ impl Write {
 }
 
 /// One job of a batch, as a store runs it.
+// Events are nearly every job: boxing them would cost an allocation per event to save room
+// in the few other jobs.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Work<'a> {
     Event(Submission),
     Write(&'a Write),
@@ -115,6 +136,25 @@ impl Done {
 /// behind the writes ([`Store::wal_behind`]).
 pub(crate) type WalBehind = std::sync::Arc<std::sync::atomic::AtomicBool>;
 
+/// The write-ahead log's file as the SQLite checkpointer last saw it (every 100 ms), for
+/// `/metrics` and `/status` ([`Store::wal_watch`]): its size, its bound, and the times it
+/// stayed past the bound, which only a reader's old snapshot (or writes faster than any
+/// checkpoint) causes.
+#[derive(Debug, Default)]
+pub(crate) struct WalWatch {
+    /// `storage.wal_limit_mb`, in bytes.
+    pub(crate) limit: std::sync::atomic::AtomicU64,
+    /// The file's size at the last look.
+    pub(crate) bytes: std::sync::atomic::AtomicU64,
+    /// How many times the file stayed past its bound (each counted once, when it is told).
+    pub(crate) over_total: std::sync::atomic::AtomicU64,
+    /// Unix seconds when the file went past its bound, while it is told as past it; 0 otherwise.
+    pub(crate) over_since: std::sync::atomic::AtomicI64,
+    /// Whether a reader's snapshot is what keeps it past its bound (the checkpoint could not
+    /// copy every frame back, the writer idle or not).
+    pub(crate) pinned: std::sync::atomic::AtomicBool,
+}
+
 /// The writer's view of a database. A store owns its transactions: [`Store::run_batch`] begins,
 /// runs the jobs through the pipeline and commits (or rolls back); nobody else does.
 pub(crate) trait Store: Send + 'static {
@@ -123,6 +163,10 @@ pub(crate) trait Store: Send + 'static {
     /// transaction itself failed (busy, lost, or the COMMIT failed): then nothing of the batch
     /// stands, and the store has rolled back.
     fn run_batch(&mut self, work: Vec<Work<'_>>, now: i64) -> Result<Vec<Done>, StoreError>;
+
+    /// Applies the migrations of a built-in handler's `schema` (its own tables) not applied
+    /// yet, once each, in order, and checks its tables; how many ran. Before the app's.
+    fn migrate_handler(&mut self, schema: &Schema) -> anyhow::Result<usize>;
 
     /// Applies the app's own migrations in `folder`, once each, in name order; how many ran.
     fn migrate_app(&mut self, folder: &Path) -> anyhow::Result<usize>;
@@ -148,6 +192,12 @@ pub(crate) trait Store: Send + 'static {
         None
     }
 
+    /// The write-ahead log's size and the times it stayed past its bound (SQLite's
+    /// checkpointer; `None` on a store without one).
+    fn wal_watch(&self) -> Option<std::sync::Arc<WalWatch>> {
+        None
+    }
+
     /// Runs `write` in one short transaction of its own (a CLI command next to a running
     /// `serve`: the database serialises it with the server's writer). Returns a count: rows
     /// changed or deleted.
@@ -159,21 +209,42 @@ pub(crate) trait Store: Send + 'static {
     }
 }
 
+/// A lane's poll: up to `limit` pending rows of `kinds` (a JSON array) due at `now`, other
+/// than the rows `in_flight` here.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Poll<'a> {
+    pub(crate) kinds: &'a str,
+    pub(crate) now: i64,
+    pub(crate) limit: usize,
+    pub(crate) in_flight: &'a [i64],
+    /// The kind's `concurrency`, held across every instance on the database (PostgreSQL:
+    /// rows leased by live instances count against it); `None`: no bound but `limit`. Only
+    /// PostgreSQL reads it: on SQLite one server holds the file, and `limit` is the bound.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    pub(crate) concurrency: Option<usize>,
+}
+
+impl<'a> Poll<'a> {
+    /// With no row in flight.
+    pub(crate) fn new(kinds: &'a str, now: i64, limit: usize) -> Poll<'a> {
+        Poll {
+            kinds,
+            now,
+            limit,
+            in_flight: &[],
+            concurrency: None,
+        }
+    }
+}
+
 /// The outbox worker's view of a database: which rows are due, and the payload of the one it
 /// attempts. It reads on connections of its own; the results of its attempts go through the
 /// writer ([`Write::Record`]).
 pub(crate) trait OutboxReader: Send + Sync + 'static {
-    /// Up to `limit` pending rows of `kinds` (a JSON array) due at `now`, in id order, other
-    /// than the rows `in_flight` here, without their payloads (a poll must not hold `limit`
-    /// payloads at once). On PostgreSQL the rows returned are leased until `now` + the lease:
-    /// the worker asks only for as many as it can start at once.
-    fn due(
-        &self,
-        kinds: &str,
-        now: i64,
-        limit: usize,
-        in_flight: &[i64],
-    ) -> anyhow::Result<Vec<PendingRow>>;
+    /// The rows `poll` asks for, in id order, without their payloads (a poll must not hold
+    /// `limit` payloads at once). On PostgreSQL the rows returned are leased until `now` + the
+    /// lease: the worker asks only for as many as it can start at once.
+    fn due(&self, poll: &Poll<'_>) -> anyhow::Result<Vec<PendingRow>>;
 
     /// The payload of `row`, read when its attempt starts, while the row is pending as queued
     /// for the `row.queued`-th time; `None` when it is not (done, replayed or revived
@@ -190,30 +261,6 @@ pub(crate) trait OutboxReader: Send + Sync + 'static {
 
     /// When the next pending row of `kinds` is due, if any.
     fn next_due_at(&self, kinds: &str) -> anyhow::Result<Option<i64>>;
-}
-
-impl<T: OutboxReader + ?Sized> OutboxReader for Box<T> {
-    fn due(
-        &self,
-        kinds: &str,
-        now: i64,
-        limit: usize,
-        in_flight: &[i64],
-    ) -> anyhow::Result<Vec<PendingRow>> {
-        (**self).due(kinds, now, limit, in_flight)
-    }
-
-    fn payload(&self, row: &PendingRow, now: i64) -> anyhow::Result<Option<Vec<u8>>> {
-        (**self).payload(row, now)
-    }
-
-    fn renew(&self, in_flight: &[i64], now: i64) -> anyhow::Result<u64> {
-        (**self).renew(in_flight, now)
-    }
-
-    fn next_due_at(&self, kinds: &str) -> anyhow::Result<Option<i64>> {
-        (**self).next_due_at(kinds)
-    }
 }
 
 /// What must live as long as a server on its database (the SQLite serve lock).

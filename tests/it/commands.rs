@@ -461,12 +461,13 @@ fn sigterm_waits_for_the_running_command_and_leaves_the_rest_due() {
 }
 
 /// kill -9 of hookledger during a run: the run's result was never recorded, so the row is
-/// still pending and the command runs again after the restart (at least once).
+/// still pending and the command runs again after the restart (at least once), once the run
+/// the killed server left has ended.
 #[test]
 fn a_kill_9_during_a_run_reruns_it_after_the_restart() {
     let dir = test_dir();
     let script = "echo \"run $HOOKLEDGER_ATTEMPT\" >> runs.log\n\
-                  [ -e restarted ] || /bin/sleep 20\n";
+                  [ -e restarted ] || /bin/sleep 3\n";
     let mut server = start(dir.path(), script, "");
     let runs = || std::fs::read_to_string(dir.path().join("runs.log")).unwrap_or_default();
     assert_outcome(&server.send(&paid("evt_kill")), "evt_kill", "processed");
@@ -487,5 +488,117 @@ fn a_kill_9_during_a_run_reruns_it_after_the_restart() {
         runs(),
         "run 1\nrun 1\n",
         "run again, as its first recorded attempt"
+    );
+}
+
+/// A deploy that removed its own script does not take every source down at the next start:
+/// the server starts (warning, naming the kind and the program), events are processed, the
+/// kind's attempts fail with an error naming the missing program, and once the program is
+/// there again the row is delivered on its schedule.
+#[test]
+fn a_removed_program_starts_the_server_and_fails_its_attempts_naming_it() {
+    let dir = test_dir();
+    let program = dir.path().join("deploy.sh");
+    let config = format!(
+        r#"
+[[source]]
+name = "stripe"
+scheme = "stripe"
+secrets = ["env:STRIPE_WEBHOOK_SECRET"]
+
+[[delivery]]
+kind = "deploy"
+command = ["{}"]
+schedule = ["1s", "1s", "1s", "1s", "1s", "1s"]
+
+[[effect]]
+source = "stripe"
+on = "*"
+sql = """{}
+"""
+"#,
+        program.display(),
+        queue_deploy()
+    );
+    let path = dir.path().join("hookledger.toml");
+    std::fs::write(&path, config).unwrap();
+    let server = Server::start_in(dir.path(), &["--config", path.to_str().unwrap()]);
+    let log = server.log();
+    assert!(
+        log.contains("delivery `deploy`") && log.contains(&format!("{}", program.display())),
+        "a warning names the kind and the program: {log}"
+    );
+    assert_outcome(&server.send(&paid("evt_gone")), "evt_gone", "processed");
+    let db = server.db();
+    assert_eq!(ledger_count(&db), 1);
+    let (state, attempts, error) = wait_for(WAIT, || {
+        let row = status(&db, "evt_gone");
+        (row.1 >= 1).then_some(row)
+    })
+    .expect("the deploy row was attempted");
+    assert_eq!((state.as_str(), attempts), ("pending", 1));
+    let error = error.expect("the row's error");
+    assert!(
+        error.contains(&format!("`{}` does not exist", program.display())),
+        "{error}"
+    );
+
+    // Into the test's folder: the command runs in serve's working directory (the repo's, here).
+    let mark = program.with_file_name("deployed.txt");
+    std::fs::write(
+        &program,
+        format!("#!/bin/sh\necho deployed > '{}'\n", mark.display()),
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        &program,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    wait_status(&db, "evt_gone", "done");
+    assert_eq!(std::fs::read_to_string(&mark).unwrap(), "deployed\n");
+}
+
+/// kill -9 of hookledger mid-run leaves the command running (its own process group): the
+/// restarted server does not run the row again beside it. It waits for the old run to end
+/// (logged), then runs the row again; the marks the command writes never overlap.
+#[test]
+fn after_a_kill_9_mid_run_the_restart_waits_for_the_old_run_before_running_again() {
+    let dir = test_dir();
+    let script = "echo \"start $(/bin/date +%s%N)\" >> marks\n\
+                  /bin/sleep 3\n\
+                  echo \"end $(/bin/date +%s%N)\" >> marks\n";
+    let marks = || -> Vec<(String, u128)> {
+        std::fs::read_to_string(dir.path().join("marks"))
+            .unwrap_or_default()
+            .lines()
+            .map(|l| {
+                let (what, at) = l.split_once(' ').unwrap();
+                (what.to_string(), at.parse().unwrap())
+            })
+            .collect()
+    };
+    let mut server = start(dir.path(), script, "");
+    assert_outcome(&server.send(&paid("evt_orphan")), "evt_orphan", "processed");
+    wait_for(WAIT, || (marks().len() == 1).then_some(())).expect("a run starts");
+    server.kill();
+    let restarted = start(dir.path(), script, "");
+    let db = restarted.db();
+    assert_eq!(
+        wait_status(&db, "evt_orphan", "done"),
+        ("done".into(), 1, None)
+    );
+    let marks = marks();
+    let order: Vec<&str> = marks.iter().map(|(w, _)| w.as_str()).collect();
+    assert_eq!(
+        order,
+        ["start", "end", "start", "end"],
+        "the old run ended before the new one started: {marks:?}"
+    );
+    assert!(marks[2].1 >= marks[1].1, "{marks:?}");
+    assert!(
+        restarted.log().contains("started by an earlier server"),
+        "the wait is logged: {}",
+        restarted.log()
     );
 }

@@ -130,8 +130,17 @@ fn effects_run_once_per_event_with_their_parameters() {
             "evt_c/customer.created/1700000000".to_string()
         ]
     );
-    // The built-in stripe-billing handler is not enabled on this source.
-    assert_eq!(db.count("SELECT count(*) FROM accounts"), 0);
+    // The built-in stripe-billing handler is not enabled on this source: none of its tables
+    // either, nor a record of its migrations.
+    let tables = db.tables();
+    for table in [
+        "subscriptions",
+        "invoice_payments",
+        "accounts",
+        "hookledger_handler_migrations",
+    ] {
+        assert!(!tables.iter().any(|t| t == table), "{table}: {tables:?}");
+    }
 }
 
 /// The `created` the ledger recorded for `id` (the body's, which the effect got as :created).
@@ -461,5 +470,136 @@ fn the_effects_example_writes_the_tables_its_own_migration_creates() {
     assert_eq!(
         db.strings("SELECT name FROM hookledger_app_migrations"),
         ["001_orders.sql"]
+    );
+}
+
+/// An effect that queues a row with a key already in the outbox (a plain INSERT, no ON
+/// CONFLICT) never fails its event: every event is processed (200, in the ledger). On a
+/// coalescing kind the newer row supersedes the one of its key: that row is queued again with
+/// the newer payload, delivered again once done, and attempted again after an attempt that
+/// was running when the newer one came; on another kind the key is once (the first payload).
+#[test]
+fn a_repeated_outbox_key_supersedes_on_a_coalescing_kind_and_is_once_on_another() {
+    let (deploys, receipts) = (FakeApp::start(&[]), FakeApp::start(&[]));
+    let dir = test_dir();
+    let queue = |kind: &str| match store() {
+        Store::Sqlite => format!(
+            "INSERT INTO outbox (kind, source, key, payload)
+             VALUES ('{kind}', :source, json_extract(:body, '$.data.object.id'), :event_id)"
+        ),
+        Store::Postgres => format!(
+            "INSERT INTO outbox (kind, source, key, payload)
+             SELECT '{kind}', :source, CAST(:body AS jsonb) -> 'data' -> 'object' ->> 'id',
+                    convert_to(CAST(:event_id AS TEXT), 'UTF8')"
+        ),
+    };
+    let config = format!(
+        r#"{}
+[[delivery]]
+kind = "deploy"
+url = "{}"
+secret = "{FORWARD_SECRET}"
+schedule = ["1s"]
+coalesce = true
+
+[[delivery]]
+kind = "receipt"
+url = "{}"
+secret = "{FORWARD_SECRET}"
+schedule = ["1s"]
+
+[[effect]]
+source = "stripe"
+on = "invoice.*"
+sql = """{}"""
+
+[[effect]]
+source = "stripe"
+on = "invoice.*"
+sql = """{}"""
+"#,
+        config(),
+        deploys.url(),
+        receipts.url(),
+        queue("deploy"),
+        queue("receipt"),
+    );
+    let path = app_dir(dir.path(), &config);
+    let server = Server::start_in(dir.path(), &["--config", &path]);
+    let db = server.db();
+    let bodies = |app: &FakeApp| -> Vec<String> {
+        app.deliveries()
+            .iter()
+            .map(|d| String::from_utf8_lossy(&d.body).into_owned())
+            .collect()
+    };
+    let done = |kind: &str| {
+        let db = &db;
+        let sql = format!("SELECT count(*) FROM outbox WHERE kind = '{kind}' AND status = 'done'");
+        wait_for(Duration::from_secs(20), move || {
+            (db.count(&sql) == 1).then_some(())
+        })
+        .unwrap_or_else(|| panic!("the {kind} row is done"));
+    };
+    assert_outcome(
+        &server.send(&paid_invoice("evt_k1", "in_k")),
+        "evt_k1",
+        "processed",
+    );
+    deploys.wait_delivered(1, Duration::from_secs(20));
+    receipts.wait_delivered(1, Duration::from_secs(20));
+    done("deploy");
+    done("receipt");
+
+    // The key again, its row done: delivered again on the coalescing kind, with the newer
+    // payload.
+    assert_outcome(
+        &server.send(&paid_invoice("evt_k2", "in_k")),
+        "evt_k2",
+        "processed",
+    );
+    deploys.wait_delivered(2, Duration::from_secs(20));
+    done("deploy");
+
+    // Again while the row's attempt runs: that attempt's answer is not recorded, and the row
+    // is attempted again with the newest payload once it ended.
+    deploys.hold();
+    assert_outcome(
+        &server.send(&paid_invoice("evt_k3", "in_k")),
+        "evt_k3",
+        "processed",
+    );
+    wait_for(Duration::from_secs(20), || {
+        (deploys.deliveries().len() == 3).then_some(())
+    })
+    .expect("the third deploy is being attempted");
+    assert_outcome(
+        &server.send(&paid_invoice("evt_k4", "in_k")),
+        "evt_k4",
+        "processed",
+    );
+    deploys.release();
+    deploys.wait_delivered(4, Duration::from_secs(30));
+    done("deploy");
+    std::thread::sleep(Duration::from_millis(1500));
+
+    assert_eq!(ledger_count(&db), 4, "every event is in the ledger");
+    assert_eq!(bodies(&deploys), ["evt_k1", "evt_k2", "evt_k3", "evt_k4"]);
+    assert_eq!(
+        bodies(&receipts),
+        ["evt_k1"],
+        "once per key on another kind"
+    );
+    let rows: Vec<(String, String, i64)> = db.all(
+        "SELECT kind, status, queued FROM outbox WHERE kind <> 'forward' ORDER BY kind",
+        &[],
+    );
+    assert_eq!(
+        rows,
+        [
+            ("deploy".to_string(), "done".to_string(), 3),
+            ("receipt".to_string(), "done".to_string(), 0)
+        ],
+        "one row per key: the deploy row queued again three times"
     );
 }

@@ -217,8 +217,9 @@ fn retry_all_dead_revives_every_dead_row() {
 
 #[test]
 fn sigkill_with_rows_pending_then_restart_delivers() {
-    // The app is down: the port refuses connections.
-    let (app_addr, args) = down_app();
+    // The app is down (503, on a port it keeps): the rows stay pending.
+    let app = FakeApp::start_down();
+    let args = down_app_args(&app.url());
     let mut server = start(None, &args);
     for i in 0..5 {
         let id = format!("evt_pend{i}");
@@ -233,7 +234,7 @@ fn sigkill_with_rows_pending_then_restart_delivers() {
     );
 
     // The app comes up on the same port; hookledger restarts and delivers all five.
-    let app = FakeApp::serve(std::net::TcpListener::bind(app_addr).unwrap(), &[]);
+    app.up();
     let restarted = start(Some(&server.dir), &args);
     let delivered = app.wait_delivered(5, WAIT);
     let mut ids: Vec<String> = delivered
@@ -612,8 +613,10 @@ fn a_clock_500_days_past_the_newest_claim_prunes_no_claim() {
 
 #[test]
 fn sigterm_during_a_stream_keeps_every_acknowledged_event_and_delivers_after_restart() {
-    // The app is down during the stream, so everything stays pending through the shutdown.
-    let (app_addr, args) = down_app();
+    // The app is down during the stream (503, on a port it keeps), so everything stays
+    // pending through the shutdown.
+    let app = FakeApp::start_down();
+    let args = down_app_args(&app.url());
     let mut server = start(None, &args);
     let server_url = server.url();
     let streamed = stream_until(&server_url, 4, paid_numbered("evt_t"), &[503], |acked| {
@@ -628,7 +631,7 @@ fn sigterm_during_a_stream_keeps_every_acknowledged_event_and_delivers_after_res
     );
     let acked = streamed.acked;
 
-    let app = FakeApp::serve(std::net::TcpListener::bind(app_addr).unwrap(), &[]);
+    app.up();
     let restarted = start(Some(&server.dir), &args);
     let db = restarted.db();
     let lost = missing_from_ledger(&db, &acked);
@@ -745,4 +748,51 @@ fn outbox_rows_with_a_blob_kind_or_key_leave_metrics_status_outbox_list_and_the_
     ids.sort_unstable();
     assert_eq!(ids, ["evt_after_blob", "x'FF00'"]);
     wait_outbox_status(&db, "evt_after_blob", "done", WAIT);
+}
+
+/// Regression (a black-box probe): with rows in tens of thousands of kinds nobody delivers
+/// (an effect that writes a new kind per event), `/status` and `/metrics` listed each kind,
+/// each looked up among all the others: seconds, then minutes. They name the kinds with a lane
+/// and the 100 with the most rows, and count the rest as one.
+#[test]
+fn rows_in_ten_thousand_kinds_are_summed_past_a_hundred_on_status_and_metrics() {
+    let app = FakeApp::start(&[]);
+    let server = start(None, &forwarding(&app, "1h"));
+    let db = server.db();
+    // 10,000 kinds of one row each, and one kind of many rows.
+    db.batch(
+        "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 10000)
+         INSERT INTO outbox (kind, source, key, payload, status, next_attempt_at)
+         SELECT 'junk_' || i, 'stripe', 'k' || i, '{}', 'pending', 4102444800 FROM n;
+         WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 50)
+         INSERT INTO outbox (kind, source, key, payload, status, next_attempt_at)
+         SELECT 'busy', 'stripe', 'b' || i, '{}', 'dead', 4102444800 FROM n;",
+    );
+    let (status, metrics) = server.admin_get("/metrics");
+    assert_eq!(status, 200);
+    let kinds: std::collections::BTreeSet<&str> = metrics
+        .lines()
+        .filter(|l| l.starts_with("hookledger_outbox_rows{"))
+        .filter_map(|l| l.split("kind=\"").nth(1)?.split('"').next())
+        .collect();
+    assert_eq!(kinds.len(), 101, "100 named and the rest as one: {kinds:?}");
+    assert!(
+        kinds.contains("busy"),
+        "the kind with the most rows is named"
+    );
+    assert!(
+        metrics.contains(r#"hookledger_outbox_rows{kind="(other kinds)",status="pending"} 9901"#),
+        "the 9,901 kinds past the first 100 are counted as one"
+    );
+    let (status, page) = server.admin_get("/status");
+    assert_eq!(status, 200);
+    assert!(
+        page.contains("(other kinds)"),
+        "{}",
+        &page[..2000.min(page.len())]
+    );
+    assert!(
+        page.matches("junk_").count() <= 99,
+        "at most 99 junk kinds named"
+    );
 }

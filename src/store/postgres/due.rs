@@ -13,6 +13,10 @@
 //! once when the connection that leased it is gone (its instance died or restarted: PostgreSQL
 //! ends a connection's server process when the client's socket closes). Delivery stays at
 //! least once.
+//!
+//! A kind's `concurrency` holds across the instances: a lane's poll takes a transaction-scoped
+//! advisory lock on the kind, counts the kind's rows leased by live connections (an index of
+//! the leased rows, migration 10) and leases at most what is left, in that transaction.
 
 use std::sync::Mutex;
 use std::time::Duration;
@@ -21,7 +25,7 @@ use postgres::{Client, NoTls};
 
 use crate::outbox::{Lease, PendingRow};
 use crate::store::payload::OutboxPayload;
-use crate::store::seam::OutboxReader;
+use crate::store::seam::{OutboxReader, Poll};
 
 /// Rows leased at once, at most: the worker asks for as many as it has attempt threads free,
 /// so a leased row starts at once; few, so a slow app does not keep many rows from the other
@@ -81,41 +85,56 @@ const FREE: &str = "(leased_until IS NULL OR leased_until <= $1
       OR leased_by IS NULL OR leased_by NOT IN (SELECT pid FROM pg_stat_activity))";
 
 impl OutboxReader for PgOutbox {
-    fn due(
-        &self,
-        kinds: &str,
-        now: i64,
-        limit: usize,
-        in_flight: &[i64],
-    ) -> anyhow::Result<Vec<PendingRow>> {
+    fn due(&self, poll: &Poll<'_>) -> anyhow::Result<Vec<PendingRow>> {
+        let Poll {
+            kinds,
+            now,
+            limit,
+            in_flight,
+            concurrency,
+        } = *poll;
         let leased_until = now + self.lease.as_secs() as i64;
         let limit = limit.min(LEASE_BATCH) as i64;
-        // A row in flight here whose lease lapsed is not taken again by its own instance.
-        let sql = format!(
-            "UPDATE outbox SET leased_until = $4, leased_by = pg_backend_pid()
-             WHERE id IN (
-                 SELECT id FROM outbox
-                 WHERE status = 'pending' AND next_attempt_at <= $1 AND {FREE}
-                   AND kind IN (SELECT jsonb_array_elements_text($3::text::jsonb))
-                   AND id <> ALL($5)
-                 ORDER BY id LIMIT $2
-                 FOR UPDATE SKIP LOCKED)
-             RETURNING id, kind, source, key, event_type, attempts, queued, leased_by"
-        );
-        let mut rows: Vec<PendingRow> = self
-            .with(|c| c.query(&sql, &[&now, &limit, &kinds, &leased_until, &in_flight]))?
+        let Some(concurrency) = concurrency else {
+            return self.lease_due(kinds, now, limit, in_flight, leased_until);
+        };
+        // The kind's concurrency across the cluster: under a lock on the lane (transaction-
+        // scoped: a transaction pooler allows it), taken by every instance's poll of the kind,
+        // the rows live instances hold leased are counted (this one's in flight among them)
+        // and only what is left of `concurrency` is leased, in the same transaction. The count
+        // is read after the lock, so it sees the leases another instance committed before.
+        let mut rows = self
+            .with(|c| {
+                let mut tx = c.transaction()?;
+                tx.execute(
+                    "SELECT pg_advisory_xact_lock(hashtextextended('hookledger lane ' || $1, 0))",
+                    &[&kinds],
+                )?;
+                let held: i64 = tx
+                    .query_one(
+                        &format!(
+                            "SELECT count(*) FROM outbox
+                         WHERE status = 'pending' AND leased_until IS NOT NULL AND NOT {FREE}
+                           AND kind IN (SELECT jsonb_array_elements_text($2::text::jsonb))"
+                        ),
+                        &[&now, &kinds],
+                    )?
+                    .get(0);
+                let room = (concurrency as i64).saturating_sub(held).clamp(0, limit);
+                let rows = if room == 0 {
+                    Vec::new()
+                } else {
+                    tx.query(
+                        &lease_sql(),
+                        &[&now, &room, &kinds, &leased_until, &in_flight],
+                    )?
+                };
+                tx.commit()?;
+                Ok(rows)
+            })?
             .iter()
-            .map(|r| PendingRow {
-                id: r.get(0),
-                kind: r.get(1),
-                source: r.get(2),
-                key: r.get(3),
-                event_type: r.get(4),
-                attempts: r.get(5),
-                queued: r.get(6),
-                lease: Some(Lease { by: r.get(7) }),
-            })
-            .collect();
+            .map(pending_row)
+            .collect::<Vec<_>>();
         rows.sort_by_key(|r| r.id);
         Ok(rows)
     }
@@ -174,5 +193,61 @@ impl OutboxReader for PgOutbox {
                AND kind IN (SELECT jsonb_array_elements_text($2::text::jsonb))"
         );
         self.with(|c| c.query_one(&sql, &[&now, &kinds]).map(|r| r.get(0)))
+    }
+}
+
+impl PgOutbox {
+    /// Leases up to `limit` due rows of `kinds`, without a bound across instances.
+    fn lease_due(
+        &self,
+        kinds: &str,
+        now: i64,
+        limit: i64,
+        in_flight: &[i64],
+        leased_until: i64,
+    ) -> anyhow::Result<Vec<PendingRow>> {
+        let mut rows: Vec<PendingRow> = self
+            .with(|c| {
+                c.query(
+                    &lease_sql(),
+                    &[&now, &limit, &kinds, &leased_until, &in_flight],
+                )
+            })?
+            .iter()
+            .map(pending_row)
+            .collect();
+        rows.sort_by_key(|r| r.id);
+        Ok(rows)
+    }
+}
+
+/// Leases rows: `$1` now, `$2` at most so many, `$3` the kinds (a JSON array), `$4` the
+/// lease's end, `$5` the ids in flight here.
+fn lease_sql() -> String {
+    // A row in flight here whose lease lapsed is not taken again by its own instance.
+    format!(
+        "UPDATE outbox SET leased_until = $4, leased_by = pg_backend_pid()
+             WHERE id IN (
+                 SELECT id FROM outbox
+                 WHERE status = 'pending' AND next_attempt_at <= $1 AND {FREE}
+                   AND kind IN (SELECT jsonb_array_elements_text($3::text::jsonb))
+                   AND id <> ALL($5)
+                 ORDER BY id LIMIT $2
+                 FOR UPDATE SKIP LOCKED)
+             RETURNING id, kind, source, key, event_type, attempts, queued, leased_by"
+    )
+}
+
+/// A row `lease_sql` returned.
+fn pending_row(r: &postgres::Row) -> PendingRow {
+    PendingRow {
+        id: r.get(0),
+        kind: r.get(1),
+        source: r.get(2),
+        key: r.get(3),
+        event_type: r.get(4),
+        attempts: r.get(5),
+        queued: r.get(6),
+        lease: Some(Lease { by: r.get(7) }),
     }
 }
