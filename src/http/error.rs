@@ -105,6 +105,9 @@ impl Rejection {
             IngestError::Verify(_) => {
                 Rejection::new(S::BAD_REQUEST, "invalid_signature", text).close()
             }
+            IngestError::Parse(ParseError::TooManyEvents { .. }) => {
+                Rejection::new(S::PAYLOAD_TOO_LARGE, "too_many_events", text)
+            }
             IngestError::Parse(_) => Rejection::new(S::BAD_REQUEST, "invalid_event", text),
             IngestError::Store(e) => Rejection::of_store(e),
         }
@@ -147,6 +150,11 @@ impl Rejection {
                 "internal",
                 "the event could not be recorded and nothing was stored; retry later",
             ),
+            // Nothing a retry of this body changes: a sender's own retry of the same event is
+            // a duplicate before its token is looked at.
+            StoreError::ReplayedSignature => {
+                Rejection::new(S::BAD_REQUEST, "replayed_signature", err.to_string()).close()
+            }
         }
     }
 

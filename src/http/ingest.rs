@@ -14,7 +14,7 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use serde_json::json;
 
-use crate::config::HttpConfig;
+use crate::config::{HttpConfig, BATCH_CHUNK};
 use crate::event::Event;
 use crate::http::body::{declared_size, read_body, BodyBudget};
 use crate::http::error::{IngestError, Rejection};
@@ -370,26 +370,31 @@ fn refuse(
         let (code, kind) = (rejection.status.as_u16(), rejection.kind);
         let id = known.as_ref().map_or("-", |k| k.id.as_str());
         let outcome = if known.is_some() { "failed" } else { "refused" };
+        // The same fields at either level (tracing's level is fixed where a line is written).
+        macro_rules! refusal {
+            ($level:expr, $($message:tt)+) => {
+                tracing::event!(
+                    $level,
+                    source = %name,
+                    event_id = id,
+                    outcome,
+                    reason = kind,
+                    status = code,
+                    duration_ms = round_ms(ms),
+                    $($message)+
+                )
+            };
+        }
         if rejection.status.is_server_error() {
-            tracing::error!(
-                source = %name,
-                event_id = id,
-                outcome,
-                reason = kind,
-                status = code,
-                duration_ms = round_ms(ms),
+            refusal!(
+                tracing::Level::ERROR,
                 "{name} {id} {kind} {code}: {err} {ms:.1}ms{more}"
             );
         } else {
             // Client faults: the kind and our own message; never the body.
             let text = err.log_text();
-            tracing::warn!(
-                source = %name,
-                event_id = id,
-                outcome,
-                reason = kind,
-                status = code,
-                duration_ms = round_ms(ms),
+            refusal!(
+                tracing::Level::WARN,
                 "{name} {id} rejected {kind} {code}: {text} {ms:.1}ms{more}"
             );
         }
@@ -474,7 +479,6 @@ async fn receive(
         return receive_events(ingest, source, split, body, span).await;
     }
     let envelope = source
-        .scheme
         .envelope(&parts.headers, &body)
         .map_err(|e| no_id(e.into()))?;
     let event = Event {
@@ -500,9 +504,12 @@ async fn receive(
 }
 
 /// The rest of the path for a body that is an array of events: each element an event of its
-/// own (its own bytes, id and type), all of them one writer job (one transaction, a savepoint
-/// each). An array or an element that cannot be read refuses the whole request, before
-/// anything is claimed.
+/// own (its own bytes, id and type), written in writer jobs of [`BATCH_CHUNK`] events (one
+/// transaction each, a savepoint per event), one after the other: other requests' jobs run
+/// between them, so a big batch never holds the writer for its whole array. An array or an
+/// element that cannot be read, or more elements than the source takes, refuses the whole
+/// request before anything is claimed. A chunk that fails leaves the ones before it committed:
+/// the sender's retry finds them duplicates.
 async fn receive_events(
     ingest: &Ingest,
     source: &Source,
@@ -535,13 +542,20 @@ async fn receive_events(
             tracer.remember(&source.name, &event.id, context);
         }
     }
-    let reply = ingest
-        .writer
-        .try_submit_all(submissions)
-        .map_err(|e| no_id(e.into()))?;
-    let outcomes = reply
-        .await
-        .map_err(|_| no_id(StoreError::ShuttingDown.into()))?;
+    let mut outcomes = Vec::with_capacity(submissions.len());
+    let mut submissions = submissions.into_iter().peekable();
+    while submissions.peek().is_some() {
+        let chunk: Vec<_> = submissions.by_ref().take(BATCH_CHUNK).collect();
+        let reply = ingest
+            .writer
+            .try_submit_all(chunk)
+            .map_err(|e| no_id(e.into()))?;
+        outcomes.extend(
+            reply
+                .await
+                .map_err(|_| no_id(StoreError::ShuttingDown.into()))?,
+        );
+    }
     Ok(Answer::Events(
         events.iter().map(Known::of).zip(outcomes).collect(),
     ))

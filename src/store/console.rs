@@ -236,11 +236,7 @@ pub(crate) fn events(
         ));
     }
     let limit_param = bind(&mut params, &limit);
-    let filters = if clauses.is_empty() {
-        String::new()
-    } else {
-        format!("WHERE {}", clauses.join(" AND "))
-    };
+    let filters = where_all(&clauses);
     let rows = conn.query(
         &format!(
             "SELECT source, event_id, event_type, received_at, {SIZE}
@@ -334,11 +330,7 @@ pub(crate) fn outbox(
         clauses.push(format!("id < {}", bind(&mut params, before)));
     }
     let limit_param = bind(&mut params, &limit);
-    let filters = if clauses.is_empty() {
-        String::new()
-    } else {
-        format!("WHERE {}", clauses.join(" AND "))
-    };
+    let filters = where_all(&clauses);
     let rows = conn.query(
         &format!(
             "SELECT {OUTBOX_COLUMNS} FROM outbox {filters} ORDER BY id DESC LIMIT {limit_param}"
@@ -346,4 +338,12 @@ pub(crate) fn outbox(
         &params,
     )?;
     rows.iter().map(outbox_row).collect()
+}
+
+/// `WHERE` with every clause, or nothing when there is none.
+fn where_all(clauses: &[String]) -> String {
+    match clauses.is_empty() {
+        true => String::new(),
+        false => format!("WHERE {}", clauses.join(" AND ")),
+    }
 }

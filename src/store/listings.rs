@@ -53,11 +53,14 @@ pub(crate) fn outbox_list(
     rows.iter().map(outbox_row).collect()
 }
 
-/// The newest `limit` dead outbox rows, newest first.
+/// The newest `limit` dead outbox rows, newest first: by when they were queued, a walk down
+/// `outbox_pending_age` (status, created_at, id) that stops at `limit`, however many are dead
+/// (by id alone, every dead row was read and sorted).
 pub(crate) fn outbox_dead(conn: &dyn Session, limit: usize) -> anyhow::Result<Vec<OutboxRow>> {
     let rows = conn.query(
         &format!(
-            "SELECT {OUTBOX_COLUMNS} FROM outbox WHERE status = 'dead' ORDER BY id DESC LIMIT $1"
+            "SELECT {OUTBOX_COLUMNS} FROM outbox WHERE status = 'dead'
+             ORDER BY created_at DESC, id DESC LIMIT $1"
         ),
         &[&(limit as i64)],
     )?;
@@ -144,24 +147,59 @@ pub(crate) struct OutboxSummary {
     pub(crate) oldest_pending: Option<i64>,
 }
 
-pub(crate) fn outbox_summary(conn: &dyn Session) -> anyhow::Result<OutboxSummary> {
+/// Most kinds the outbox summary names one by one (beyond those with a lane): rows of a kind
+/// nobody delivers (an effect that writes a new kind per event) would otherwise make `/status`
+/// a table and `/metrics` a label set per kind, whatever their number.
+pub(crate) const MAX_SUMMARY_KINDS: usize = 100;
+
+/// The kind the rows of the kinds past [`MAX_SUMMARY_KINDS`] are counted under.
+pub(crate) const OTHER_KINDS: &str = "(other kinds)";
+
+/// Rows per kind and status: each kind of `lanes` (those delivered here), the other kinds
+/// with the most rows up to [`MAX_SUMMARY_KINDS`], the rest as [`OTHER_KINDS`].
+pub(crate) fn outbox_summary(
+    conn: &dyn Session,
+    lanes: &[String],
+) -> anyhow::Result<OutboxSummary> {
+    use std::collections::{BTreeMap, HashMap};
     let groups = conn.query(
-        "SELECT kind, status, count(*) FROM outbox GROUP BY kind, status ORDER BY kind, status",
+        "SELECT kind, status, count(*) FROM outbox GROUP BY kind, status",
         &[],
     )?;
     // SQLite groups the text `forward` apart from the bytes `forward`: shown alike, they are
     // counted as one.
-    let mut counts: Vec<OutboxCount> = Vec::with_capacity(groups.len());
+    let mut by_kind: HashMap<String, BTreeMap<String, i64>> = HashMap::new();
     for r in &groups {
         let (kind, status, rows) = (text(r, 0)?, text(r, 1)?, r.get::<i64>(2)?);
-        match counts
-            .iter_mut()
-            .find(|c| c.kind == kind && c.status == status)
-        {
-            Some(same) => same.rows += rows,
-            None => counts.push(OutboxCount { kind, status, rows }),
+        *by_kind.entry(kind).or_default().entry(status).or_default() += rows;
+    }
+    let mut others: Vec<(i64, String)> = by_kind
+        .iter()
+        .filter(|(kind, _)| !lanes.contains(kind))
+        .map(|(kind, statuses)| (statuses.values().sum(), kind.clone()))
+        .collect();
+    // Most rows first, then by name: which kinds are named does not change from one read to
+    // the next while the counts stand.
+    others.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+    let mut folded: BTreeMap<String, i64> = BTreeMap::new();
+    for (_, kind) in others.iter().skip(MAX_SUMMARY_KINDS) {
+        for (status, rows) in by_kind.remove(kind).unwrap_or_default() {
+            *folded.entry(status).or_default() += rows;
         }
     }
+    if !folded.is_empty() {
+        by_kind.insert(OTHER_KINDS.to_string(), folded);
+    }
+    let mut counts: Vec<OutboxCount> = by_kind
+        .into_iter()
+        .flat_map(|(kind, statuses)| {
+            statuses.into_iter().map(move |(status, rows)| OutboxCount {
+                kind: kind.clone(),
+                status,
+                rows,
+            })
+        })
+        .collect();
     counts.sort_by(|a, b| (&a.kind, &a.status).cmp(&(&b.kind, &b.status)));
     let oldest_pending = conn
         .query(

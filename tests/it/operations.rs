@@ -45,6 +45,100 @@ fn json_logs_are_one_object_per_line() {
     assert_eq!(ledger_count(&server.db()), 1);
 }
 
+/// `--log-format json`: every line `serve` prints is JSON, on stdout (the addresses) as on
+/// stderr, and so is a start-up error; a fresh database logs its migrations in one line.
+#[test]
+fn with_json_logs_every_line_printed_is_json_and_a_fresh_database_logs_one_migration_line() {
+    use std::io::{BufRead, Read};
+    use std::process::{Command, Stdio};
+    let dir = test_dir();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_hookledger"))
+        .args(["--log-format", "json", "serve", "--listen", "127.0.0.1:0"])
+        .args([
+            "--admin-listen",
+            "127.0.0.1:0",
+            "--db",
+            &db_arg_in(dir.path()),
+        ])
+        .env("STRIPE_WEBHOOK_SECRET", SECRET)
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut printed = Vec::new();
+    for _ in 0..2 {
+        let mut line = String::new();
+        stdout.read_line(&mut line).unwrap();
+        printed.push(line);
+    }
+    let listen = printed_addr(&printed[0], "listen").expect("the listen address");
+    assert!(printed_addr(&printed[1], "admin").is_some(), "{printed:?}");
+    let reply = hookledger::internals::Client::new(std::time::Duration::from_secs(10))
+        .send(
+            &format!("http://{listen}/webhooks/stripe"),
+            &paid("evt_json_lines"),
+            &secret(),
+            now(),
+        )
+        .unwrap();
+    assert_outcome(&reply, "evt_json_lines", "processed");
+    Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+    stdout.read_to_string(&mut printed[1]).unwrap();
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    let lines: Vec<serde_json::Value> = printed
+        .concat()
+        .lines()
+        .chain(stderr.lines())
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}")))
+        .collect();
+    let migrations: Vec<&str> = lines
+        .iter()
+        .filter_map(|l| l["message"].as_str())
+        .filter(|m| m.contains("schema version"))
+        .collect();
+    assert_eq!(migrations.len(), 1, "{stderr}");
+    assert!(
+        migrations[0].starts_with("database at schema version ")
+            && migrations[0].ends_with(" migration(s) applied)"),
+        "{stderr}"
+    );
+    assert_eq!(
+        Db::open(&db_arg_in(dir.path())).strings("SELECT event_id FROM webhook_events"),
+        ["evt_json_lines"]
+    );
+    // A start-up that cannot run says why in JSON too (exit 2).
+    let out = Command::new(env!("CARGO_BIN_EXE_hookledger"))
+        .args([
+            "--log-format",
+            "json",
+            "serve",
+            "--config",
+            "/nonexistent/hookledger.toml",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.trim().is_empty());
+    for line in err.lines() {
+        let line: serde_json::Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+        assert_eq!(line["level"], "ERROR", "{line}");
+    }
+}
+
 /// `deploy/hookledger.service` is hardened (its own user, a read-only system, no new
 /// privileges, the secrets as credentials), runs `serve` on `deploy/hookledger.toml` as
 /// installed, loads exactly the credentials that config reads (one `LoadCredential` per
@@ -76,16 +170,25 @@ fn the_systemd_unit_is_hardened_loads_each_secret_of_its_config_and_verifies() {
     for flag in exec.split_whitespace().filter(|w| w.starts_with("--")) {
         assert!(help.contains(flag), "serve takes no {flag}");
     }
-    let loaded: Vec<String> = unit
-        .lines()
-        .filter_map(|l| l.strip_prefix("LoadCredential="))
-        .map(|load| {
-            let (name, path) = load.split_once(':').expect("LoadCredential=NAME:PATH");
-            assert_eq!(path, format!("/etc/hookledger/{name}"), "{load}");
-            name.to_string()
-        })
-        .collect();
-    assert_eq!(loaded, credentials_of_the_packaged_config());
+    let loaded = |unit: &str| -> Vec<String> {
+        unit.lines()
+            .filter_map(|l| l.strip_prefix("LoadCredential="))
+            .map(|load| {
+                let (name, path) = load.split_once(':').expect("LoadCredential=NAME:PATH");
+                assert_eq!(path, format!("/etc/hookledger/{name}"), "{load}");
+                name.to_string()
+            })
+            .collect()
+    };
+    // As shipped (the stripe source only), and with every commented-out source turned on.
+    let config = std::fs::read_to_string(deploy("hookledger.toml")).unwrap();
+    assert_eq!(loaded(&unit), credentials_of(&config));
+    assert_eq!(
+        loaded(&uncommented(&unit)),
+        credentials_of(&uncommented(&config))
+    );
+    // The book's deploy command needs a path allowed past ProtectSystem=strict: the unit says how.
+    assert!(unit.contains("ReadWritePaths=/srv/app"), "{unit}");
 
     if !prerequisite(
         installed("systemd-analyze"),
@@ -122,10 +225,21 @@ fn deploy(name: &str) -> std::path::PathBuf {
         .join(name)
 }
 
-/// The `credential:NAME`s of `deploy/hookledger.toml`, in order; every secret in it is one.
-fn credentials_of_the_packaged_config() -> Vec<String> {
-    let text = std::fs::read_to_string(deploy("hookledger.toml")).unwrap();
-    let config: toml::Table = toml::from_str(&text).unwrap();
+/// `text` (the packaged config or unit) with its commented-out TOML or directives turned on:
+/// a `#` directly before text (`#[[source]]`, `#LoadCredential=…`) goes; `# ` prose stays.
+fn uncommented(text: &str) -> String {
+    text.lines()
+        .map(|line| match line.strip_prefix('#') {
+            Some(rest) if !rest.is_empty() && !rest.starts_with([' ', '#']) => rest,
+            _ => line,
+        })
+        .map(|line| format!("{line}\n"))
+        .collect()
+}
+
+/// The `credential:NAME`s of a packaged config's `text`, in order; every secret in it is one.
+fn credentials_of(text: &str) -> Vec<String> {
+    let config: toml::Table = toml::from_str(text).unwrap();
     let mut secrets = vec![];
     for source in config["source"].as_array().unwrap() {
         secrets.extend(source["secrets"].as_array().unwrap().iter().cloned());
@@ -144,14 +258,17 @@ fn credentials_of_the_packaged_config() -> Vec<String> {
 }
 
 /// The packaged config (`deploy/hookledger.toml`, the Debian package's
-/// `/etc/hookledger/hookledger.toml`) has the sources of `examples/hookledger.toml`, the
-/// same in all but where their secrets are read from.
+/// `/etc/hookledger/hookledger.toml`), its commented-out sources turned on, has the sources
+/// of `examples/hookledger.toml`, the same in all but where their secrets are read from.
 #[test]
 fn the_packaged_config_has_the_example_config_s_sources() {
     let read = |path: std::path::PathBuf| -> toml::Table {
         toml::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
     };
-    let packaged = read(deploy("hookledger.toml"));
+    let packaged: toml::Table = toml::from_str(&uncommented(
+        &std::fs::read_to_string(deploy("hookledger.toml")).unwrap(),
+    ))
+    .unwrap();
     let example =
         read(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/hookledger.toml"));
     let without_secrets = |config: &toml::Table| -> Vec<toml::Table> {
@@ -169,15 +286,47 @@ fn the_packaged_config_has_the_example_config_s_sources() {
 }
 
 /// The packaged config served as the unit serves it, its secrets read from the credentials
-/// systemd would hand over (`$CREDENTIALS_DIRECTORY`): a Stripe and a GitHub event signed
-/// with theirs are claimed, each once.
+/// systemd would hand over (`$CREDENTIALS_DIRECTORY`). As shipped it starts with Stripe's
+/// secret and the admin token alone (a Stripe-only user edits nothing); with its other
+/// sources turned on, a Stripe and a GitHub event signed with theirs are claimed, each once.
 #[test]
 fn the_packaged_config_serves_with_its_secrets_from_the_credentials_directory() {
+    let shipped = std::fs::read_to_string(deploy("hookledger.toml")).unwrap();
+    {
+        let dir = test_dir();
+        let credentials = dir.path().join("credentials");
+        std::fs::create_dir(&credentials).unwrap();
+        let names = credentials_of(&shipped);
+        assert_eq!(names, ["stripe-webhook-secret", "admin-token"]);
+        std::fs::write(credentials.join(&names[0]), format!("{SECRET}\n")).unwrap();
+        std::fs::write(
+            credentials.join(&names[1]),
+            "admin-token-value-0123456789\n",
+        )
+        .unwrap();
+        let config = deploy("hookledger.toml");
+        let server = Server::start_with_env(
+            dir.path(),
+            &["--config", config.to_str().unwrap()],
+            &[
+                ("RUST_LOG", "info"),
+                ("CREDENTIALS_DIRECTORY", credentials.to_str().unwrap()),
+            ],
+        );
+        assert_outcome(
+            &server.send(&paid("evt_shipped")),
+            "evt_shipped",
+            "processed",
+        );
+        assert_eq!(server.post("/webhooks/gh", b"{}", &[]).status, 404);
+        assert_eq!(ledger_count(&server.db()), 1);
+    }
     let dir = test_dir();
     let credentials = dir.path().join("credentials");
     std::fs::create_dir(&credentials).unwrap();
     let github_secret = "github_secret_from_a_credential";
-    for name in credentials_of_the_packaged_config() {
+    let all = uncommented(&shipped);
+    for name in credentials_of(&all) {
         let value = match name.as_str() {
             "stripe-webhook-secret" => SECRET.to_string(),
             "github-webhook-secret" => github_secret.to_string(),
@@ -186,7 +335,8 @@ fn the_packaged_config_serves_with_its_secrets_from_the_credentials_directory() 
         };
         std::fs::write(credentials.join(&name), format!("{value}\n")).unwrap();
     }
-    let config = deploy("hookledger.toml");
+    let config = dir.path().join("all-sources.toml");
+    std::fs::write(&config, &all).unwrap();
     let server = Server::start_with_env(
         dir.path(),
         &["--config", config.to_str().unwrap()],
@@ -264,4 +414,48 @@ fn the_admin_listener_answers_health_and_readiness_and_the_webhook_port_does_not
         "evt_no_admin",
         "processed",
     );
+}
+
+/// SIGTERM is a graceful stop on either store: exit 0 (systemd counts anything else a failure),
+/// no panic, and what was acknowledged is in the ledger. On PostgreSQL the writer's session
+/// used to drop its runtime inside the server's and panic (exit 101).
+#[test]
+fn sigterm_stops_serve_with_exit_0_on_either_store() {
+    let mut server = Server::start(&[]);
+    assert_outcome(
+        &server.send(&paid("evt_sigterm")),
+        "evt_sigterm",
+        "processed",
+    );
+    let db = server.db();
+    assert_eq!(server.terminate(), Some(0), "{}", server.log());
+    assert!(!server.log().contains("panicked"), "{}", server.log());
+    assert_eq!(
+        db.strings("SELECT event_id FROM webhook_events"),
+        ["evt_sigterm"]
+    );
+}
+
+/// `hookledger demo` prints its table with no log line above it (its injected failure is a
+/// row of the table, not an ERROR line), its steps in the order the quick start shows.
+#[test]
+fn the_demo_prints_no_error_line_and_its_steps_in_the_quick_starts_order() {
+    let (code, stdout, stderr) = cli(&["demo"]);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    assert!(!stderr.contains("ERROR"), "{stderr}");
+    assert!(!stdout.contains("ERROR"), "{stdout}");
+    let steps = |text: &str| -> Vec<String> {
+        text.lines()
+            .skip_while(|l| !l.starts_with("step "))
+            .skip(2)
+            .take_while(|l| !l.trim().is_empty() && !l.starts_with("```"))
+            .map(|l| l.split("  ").next().unwrap().to_string())
+            .collect()
+    };
+    let book = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/src/quick-start.md"),
+    )
+    .unwrap();
+    assert_eq!(steps(&stdout).len(), 6, "{stdout}");
+    assert_eq!(steps(&stdout), steps(&book), "{stdout}");
 }

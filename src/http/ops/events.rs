@@ -9,22 +9,17 @@ use std::sync::Arc;
 
 use axum::body::Bytes;
 use axum::extract::{RawQuery, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 
-use super::html::{esc, page, param, q, TOKEN_FIELD};
-use super::{change, read_ledger, read_refusal, Admin};
+use super::html::{esc, link, page, param, query_without, rows_table, TOKEN_FIELD};
+use super::state::{commit, read_ledger, Admin};
 use crate::store::console::{EventDetail, EventFilter, EventKey, EventLine};
 use crate::store::Write;
 use crate::time::{format_time, parse_rfc3339, unix_now};
 
 /// Events a page.
 const PAGE: i64 = 50;
-
-/// The address of event `id` of `source`'s page (to escape for an attribute).
-pub(super) fn link(source: &str, id: &str) -> String {
-    format!("/event?source={}&id={}", q(source), q(id))
-}
 
 /// A time as the filter takes it: RFC 3339, `YYYY-MM-DDTHH:MM[:SS]` or `YYYY-MM-DD HH:MM`
 /// in UTC (what a `datetime-local` field sends), a date alone, or Unix seconds.
@@ -69,14 +64,7 @@ fn filter_of(query: &[u8]) -> (EventFilter, Vec<String>) {
     (filter, errors)
 }
 
-pub(super) async fn list(
-    State(admin): State<Arc<Admin>>,
-    headers: HeaderMap,
-    RawQuery(query): RawQuery,
-) -> Response {
-    if let Some(refused) = read_refusal(&admin, &headers) {
-        return refused;
-    }
+pub(super) async fn list(State(admin): State<Arc<Admin>>, RawQuery(query): RawQuery) -> Response {
     let query = query.unwrap_or_default();
     let (filter, errors) = filter_of(query.as_bytes());
     let after = key_of(query.as_bytes());
@@ -167,16 +155,7 @@ fn results(h: &mut String, found: &[EventLine], query: &str, paged: bool) {
         h.push_str("</table>");
     }
     // The same filter from another key.
-    let others: String = url::form_urlencoded::parse(query.as_bytes())
-        .filter(|(k, _)| !k.starts_with("after_"))
-        .fold(
-            url::form_urlencoded::Serializer::new(String::new()),
-            |mut s, (k, v)| {
-                s.append_pair(&k, &v);
-                s
-            },
-        )
-        .finish();
+    let others = query_without(query, |k| k.starts_with("after_"));
     if paged {
         let _ = write!(
             h,
@@ -198,14 +177,7 @@ fn results(h: &mut String, found: &[EventLine], query: &str, paged: bool) {
     }
 }
 
-pub(super) async fn show(
-    State(admin): State<Arc<Admin>>,
-    headers: HeaderMap,
-    RawQuery(query): RawQuery,
-) -> Response {
-    if let Some(refused) = read_refusal(&admin, &headers) {
-        return refused;
-    }
+pub(super) async fn show(State(admin): State<Arc<Admin>>, RawQuery(query): RawQuery) -> Response {
     let query = query.unwrap_or_default();
     let (Some(source), Some(id)) = (
         param(query.as_bytes(), "source"),
@@ -273,7 +245,7 @@ fn render_event(admin: &Admin, d: &EventDetail, replayed: Option<&str>, now: i64
     if d.outbox.is_empty() {
         h.push_str("<p class=note>None: nothing was queued for it.</p>");
     } else {
-        super::outbox::rows_table(&mut h, admin, &d.outbox, now);
+        rows_table(&mut h, &admin.targets, &d.outbox, now);
     }
     let _ = write!(
         h,
@@ -299,17 +271,11 @@ fn render_event(admin: &Admin, d: &EventDetail, replayed: Option<&str>, now: i64
     h
 }
 
-pub(super) async fn replay(
-    State(admin): State<Arc<Admin>>,
-    headers: HeaderMap,
-    form: Bytes,
-) -> Response {
+pub(super) async fn replay(State(admin): State<Arc<Admin>>, form: Bytes) -> Response {
     let (source, id) = (param(&form, "source"), param(&form, "id"));
     let back = (source.clone(), id.clone());
-    change(
+    commit(
         &admin,
-        &headers,
-        &form,
         match (source, id) {
             (Some(source), Some(event_id)) => Ok(Write::Replay { source, event_id }),
             _ => Err("`source` and `id` are required".to_string()),

@@ -1,5 +1,5 @@
 //! What the console's pages share: the frame (style, navigation), escaping, ages, the token
-//! field of a form that changes data, and query strings.
+//! field of a form that changes data, query strings, and the tables more than one page shows.
 //!
 //! Every value that comes from a request or a target's answer (an event's type, its payload,
 //! a target's error body) goes through [`esc`]; the pages have no script, and their answers
@@ -10,6 +10,12 @@ use std::fmt::Write as _;
 
 use axum::http::header;
 use axum::response::{Html, IntoResponse, Response};
+
+use crate::store::listings::{OutboxRow, OutboxSummary};
+use crate::time::format_time;
+
+/// The end of a command's output shown in a list.
+const OUTPUT_TAIL: usize = 600;
 
 const STYLE: &str = "body{font:14px/1.4 system-ui,sans-serif;margin:1.5em auto;max-width:78em;\
 padding:0 1em;color:#222}h1{font-size:1.4em}h2{border-bottom:1px solid #ccc;margin-top:1.6em}\
@@ -81,6 +87,20 @@ pub(super) fn param(query: &[u8], key: &str) -> Option<String> {
         .filter(|v| !v.is_empty())
 }
 
+/// `query` without the keys `drop` names (a page's position, a notice), encoded again.
+pub(super) fn query_without(query: &str, drop: impl Fn(&str) -> bool) -> String {
+    url::form_urlencoded::parse(query.as_bytes())
+        .filter(|(k, _)| !drop(k))
+        .fold(
+            url::form_urlencoded::Serializer::new(String::new()),
+            |mut s, (k, v)| {
+                s.append_pair(&k, &v);
+                s
+            },
+        )
+        .finish()
+}
+
 /// `42 s`, `3 min`, `5 h`, `2 days`.
 pub(super) fn age(seconds: i64) -> String {
     let s = seconds.max(0);
@@ -100,6 +120,123 @@ pub(super) fn tail(text: &str, max: usize) -> String {
     }
     let rest: String = text.chars().skip(count - max).collect();
     format!("…{rest}")
+}
+
+/// The address of event `id` of `source`'s page (to escape for an attribute).
+pub(super) fn link(source: &str, id: &str) -> String {
+    format!("/event?source={}&id={}", q(source), q(id))
+}
+
+/// The statuses to show as columns: the three every store has, then any other in the rows
+/// (a newer hookledger's, say), by name.
+pub(super) fn statuses(outbox: &OutboxSummary) -> Vec<String> {
+    let mut statuses: Vec<String> = ["pending", "done", "dead"].map(String::from).to_vec();
+    let mut others: Vec<String> = outbox
+        .counts
+        .iter()
+        .map(|c| c.status.clone())
+        .filter(|s| !statuses.contains(s))
+        .collect();
+    others.sort();
+    others.dedup();
+    statuses.extend(others);
+    statuses
+}
+
+/// Rows per kind and status: a line per kind, a column per status of [`statuses`].
+pub(super) fn counts_table(h: &mut String, outbox: &OutboxSummary) {
+    let mut kinds: Vec<&str> = outbox.counts.iter().map(|c| c.kind.as_str()).collect();
+    kinds.dedup();
+    if kinds.is_empty() {
+        h.push_str("<p class=note>No rows.</p>");
+        return;
+    }
+    let statuses = statuses(outbox);
+    let rows: std::collections::HashMap<(&str, &str), i64> = outbox
+        .counts
+        .iter()
+        .map(|c| ((c.kind.as_str(), c.status.as_str()), c.rows))
+        .collect();
+    h.push_str("<table class=outbox><tr><th>kind</th>");
+    for s in &statuses {
+        let _ = write!(h, "<th>{}</th>", esc(s));
+    }
+    h.push_str("</tr>");
+    for kind in kinds {
+        let _ = write!(h, "<tr><td>{}</td>", esc(kind));
+        for status in &statuses {
+            let n = rows.get(&(kind, status.as_str())).copied().unwrap_or(0);
+            let _ = write!(h, "<td class=n>{n}</td>");
+        }
+        h.push_str("</tr>");
+    }
+    h.push_str("</table>");
+}
+
+/// The target of `kind` among `targets` (each kind's, as shown), or a dash.
+fn target<'a>(targets: &'a [(String, String)], kind: &str) -> &'a str {
+    targets
+        .iter()
+        .find(|(k, _)| k == kind)
+        .map_or("-", |(_, t)| t.as_str())
+}
+
+/// Outbox rows with their target (from `targets`: each kind's, as shown), attempts, last
+/// error and output tail; dead rows get a retry button.
+pub(super) fn rows_table(
+    h: &mut String,
+    targets: &[(String, String)],
+    rows: &[OutboxRow],
+    now: i64,
+) {
+    h.push_str(
+        "<table class=outbox-rows><tr><th>row</th><th>kind</th><th>target</th><th>event</th>\
+         <th>status</th><th>attempts</th><th>next attempt / done</th><th>last error</th>\
+         <th>output (tail)</th><th></th></tr>",
+    );
+    for r in rows {
+        let when = match (r.done_at, r.status.as_str()) {
+            (Some(at), _) => format!("done {} ago", age(now - at)),
+            (None, "pending") if r.next_attempt_at > now => {
+                format!("in {}", age(r.next_attempt_at - now))
+            }
+            (None, "pending") => "due now".to_string(),
+            _ => format_time(r.next_attempt_at),
+        };
+        let output = r
+            .output
+            .as_deref()
+            .map(|o| format!("<pre class=output>{}</pre>", esc(&tail(o, OUTPUT_TAIL))))
+            .unwrap_or_default();
+        let status = esc(&r.status);
+        let _ = write!(
+            h,
+            "<tr class=\"outbox-row status-{status}\" id=\"row-{id}\"><td class=n>\
+             <a href=\"/outbox/row?id={id}\">{id}</a></td><td>{}</td><td><code>{}</code></td>\
+             <td><a href=\"{}\"><code>{}</code></a> <span class=note>{}</span></td>\
+             <td class=\"{status}\">{status}</td><td class=n>{}</td><td>{when}</td>\
+             <td class=last-error>{}</td><td>{output}</td><td>",
+            esc(&r.kind),
+            esc(target(targets, &r.kind)),
+            esc(&link(&r.source, &r.key)),
+            esc(&r.key),
+            esc(&r.source),
+            r.attempts,
+            esc(r.last_error.as_deref().unwrap_or("")),
+            id = r.id,
+        );
+        if r.status == "dead" {
+            let _ = write!(
+                h,
+                "<form method=post action=/outbox/retry class=retry-one>\
+                 <input type=hidden name=id value=\"{id}\">{TOKEN_FIELD}\
+                 <button type=submit id=\"retry-{id}\">Retry this row</button></form>",
+                id = r.id
+            );
+        }
+        h.push_str("</td></tr>");
+    }
+    h.push_str("</table>");
 }
 
 #[cfg(test)]
@@ -134,5 +271,9 @@ mod tests {
         assert_eq!(q("a b&c"), "a+b%26c");
         assert_eq!(tail("abcdef", 3), "…def");
         assert_eq!(tail("abc", 3), "abc");
+        assert_eq!(
+            query_without("kind=a+b&before=9&status=dead", |k| k == "before"),
+            "kind=a+b&status=dead"
+        );
     }
 }

@@ -9,120 +9,20 @@ use std::sync::Arc;
 
 use axum::body::Bytes;
 use axum::extract::{RawQuery, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 
-use super::html::{age, esc, page, param, q, tail, TOKEN_FIELD};
-use super::{change, read_ledger, read_refusal, Admin};
-use crate::store::listings::{OutboxRow, OutboxSummary};
+use super::html::{
+    counts_table, esc, page, param, q, query_without, rows_table, statuses, TOKEN_FIELD,
+};
+use super::state::{commit, read_ledger, Admin};
 use crate::store::Write;
-use crate::time::{format_time, unix_now};
+use crate::time::unix_now;
 
 /// Rows a page.
 const PAGE: i64 = 50;
-/// The end of a command's output shown in a list.
-const OUTPUT_TAIL: usize = 600;
 
-/// Rows per kind and status, each count a link to those rows, and a button per kind with
-/// dead rows.
-pub(super) fn counts_table(h: &mut String, outbox: &OutboxSummary) {
-    let mut kinds: Vec<&str> = outbox.counts.iter().map(|c| c.kind.as_str()).collect();
-    kinds.dedup();
-    if kinds.is_empty() {
-        h.push_str("<p class=note>No rows.</p>");
-        return;
-    }
-    let statuses = super::status::statuses(outbox);
-    h.push_str("<table class=outbox><tr><th>kind</th>");
-    for s in &statuses {
-        let _ = write!(h, "<th>{}</th>", esc(s));
-    }
-    h.push_str("</tr>");
-    for kind in kinds {
-        let _ = write!(h, "<tr><td>{}</td>", esc(kind));
-        for status in &statuses {
-            let n = outbox
-                .counts
-                .iter()
-                .find(|c| c.kind == kind && c.status == *status)
-                .map_or(0, |c| c.rows);
-            let _ = write!(h, "<td class=n>{n}</td>");
-        }
-        h.push_str("</tr>");
-    }
-    h.push_str("</table>");
-}
-
-/// The target of `kind` as configured here, or a dash.
-fn target<'a>(admin: &'a Admin, kind: &str) -> &'a str {
-    admin
-        .targets
-        .iter()
-        .find(|(k, _)| k == kind)
-        .map_or("-", |(_, t)| t.as_str())
-}
-
-/// Outbox rows with their target, attempts, last error and output tail; dead rows get a
-/// retry button.
-pub(super) fn rows_table(h: &mut String, admin: &Admin, rows: &[OutboxRow], now: i64) {
-    h.push_str(
-        "<table class=outbox-rows><tr><th>row</th><th>kind</th><th>target</th><th>event</th>\
-         <th>status</th><th>attempts</th><th>next attempt / done</th><th>last error</th>\
-         <th>output (tail)</th><th></th></tr>",
-    );
-    for r in rows {
-        let when = match (r.done_at, r.status.as_str()) {
-            (Some(at), _) => format!("done {} ago", age(now - at)),
-            (None, "pending") if r.next_attempt_at > now => {
-                format!("in {}", age(r.next_attempt_at - now))
-            }
-            (None, "pending") => "due now".to_string(),
-            _ => format_time(r.next_attempt_at),
-        };
-        let output = r
-            .output
-            .as_deref()
-            .map(|o| format!("<pre class=output>{}</pre>", esc(&tail(o, OUTPUT_TAIL))))
-            .unwrap_or_default();
-        let status = esc(&r.status);
-        let _ = write!(
-            h,
-            "<tr class=\"outbox-row status-{status}\" id=\"row-{id}\"><td class=n>\
-             <a href=\"/outbox/row?id={id}\">{id}</a></td><td>{}</td><td><code>{}</code></td>\
-             <td><a href=\"{}\"><code>{}</code></a> <span class=note>{}</span></td>\
-             <td class=\"{status}\">{status}</td><td class=n>{}</td><td>{when}</td>\
-             <td class=last-error>{}</td><td>{output}</td><td>",
-            esc(&r.kind),
-            esc(target(admin, &r.kind)),
-            esc(&super::events::link(&r.source, &r.key)),
-            esc(&r.key),
-            esc(&r.source),
-            r.attempts,
-            esc(r.last_error.as_deref().unwrap_or("")),
-            id = r.id,
-        );
-        if r.status == "dead" {
-            let _ = write!(
-                h,
-                "<form method=post action=/outbox/retry class=retry-one>\
-                 <input type=hidden name=id value=\"{id}\">{TOKEN_FIELD}\
-                 <button type=submit id=\"retry-{id}\">Retry this row</button></form>",
-                id = r.id
-            );
-        }
-        h.push_str("</td></tr>");
-    }
-    h.push_str("</table>");
-}
-
-pub(super) async fn list(
-    State(admin): State<Arc<Admin>>,
-    headers: HeaderMap,
-    RawQuery(query): RawQuery,
-) -> Response {
-    if let Some(refused) = read_refusal(&admin, &headers) {
-        return refused;
-    }
+pub(super) async fn list(State(admin): State<Arc<Admin>>, RawQuery(query): RawQuery) -> Response {
     let query = query.unwrap_or_default();
     let (kind, status) = (
         param(query.as_bytes(), "kind"),
@@ -131,9 +31,10 @@ pub(super) async fn list(
     let retried = param(query.as_bytes(), "retried");
     let before = param(query.as_bytes(), "before").and_then(|p| p.parse::<i64>().ok());
     let (k, s) = (kind.clone(), status.clone());
+    let lanes: Vec<String> = admin.metrics.lanes().into_keys().collect();
     let read = read_ledger(&admin, move |conn| {
         Ok((
-            crate::store::listings::outbox_summary(conn)?,
+            crate::store::listings::outbox_summary(conn, &lanes)?,
             crate::store::console::outbox(conn, k.as_deref(), s.as_deref(), PAGE + 1, before)?,
         ))
     });
@@ -160,7 +61,7 @@ pub(super) async fn list(
         let _ = write!(h, " <a href=\"/outbox?kind={}\">{}</a>", esc(&q(k)), esc(k));
     }
     h.push_str(" · Status:");
-    for s in super::status::statuses(&summary) {
+    for s in statuses(&summary) {
         let mut at = format!("/outbox?status={}", q(&s));
         if let Some(k) = &kind {
             at.push_str(&format!("&kind={}", q(k)));
@@ -200,18 +101,14 @@ pub(super) async fn list(
     if rows.is_empty() {
         h.push_str("<p class=note>No rows.</p>");
     } else {
-        rows_table(&mut h, &admin, &rows[..rows.len().min(PAGE as usize)], now);
+        rows_table(
+            &mut h,
+            &admin.targets,
+            &rows[..rows.len().min(PAGE as usize)],
+            now,
+        );
     }
-    let others: String = url::form_urlencoded::parse(query.as_bytes())
-        .filter(|(k, _)| k != "before" && k != "retried")
-        .fold(
-            url::form_urlencoded::Serializer::new(String::new()),
-            |mut s, (k, v)| {
-                s.append_pair(&k, &v);
-                s
-            },
-        )
-        .finish();
+    let others = query_without(&query, |k| k == "before" || k == "retried");
     // Paged by id, not by offset: a page costs the same however deep.
     if before.is_some() {
         let at = format!("/outbox?{others}");
@@ -225,14 +122,7 @@ pub(super) async fn list(
     page("Outbox", &h)
 }
 
-pub(super) async fn show(
-    State(admin): State<Arc<Admin>>,
-    headers: HeaderMap,
-    RawQuery(query): RawQuery,
-) -> Response {
-    if let Some(refused) = read_refusal(&admin, &headers) {
-        return refused;
-    }
+pub(super) async fn show(State(admin): State<Arc<Admin>>, RawQuery(query): RawQuery) -> Response {
     let query = query.unwrap_or_default();
     let Some(id) = param(query.as_bytes(), "id").and_then(|i| i.parse::<i64>().ok()) else {
         return (StatusCode::BAD_REQUEST, "`id` must be a row number\n").into_response();
@@ -261,7 +151,12 @@ pub(super) async fn show(
         Some(_) => h.push_str("<p class=flash id=retried>Put back to pending.</p>"),
         None => {}
     }
-    rows_table(&mut h, &admin, std::slice::from_ref(&row), unix_now());
+    rows_table(
+        &mut h,
+        &admin.targets,
+        std::slice::from_ref(&row),
+        unix_now(),
+    );
     if let Some(output) = &row.output {
         let _ = write!(
             h,
@@ -272,16 +167,10 @@ pub(super) async fn show(
     page(&format!("Outbox row {id}"), &h)
 }
 
-pub(super) async fn retry(
-    State(admin): State<Arc<Admin>>,
-    headers: HeaderMap,
-    form: Bytes,
-) -> Response {
+pub(super) async fn retry(State(admin): State<Arc<Admin>>, form: Bytes) -> Response {
     let id = param(&form, "id").and_then(|i| i.parse::<i64>().ok());
-    change(
+    commit(
         &admin,
-        &headers,
-        &form,
         id.map(|id| Write::Revive { id: Some(id) })
             .ok_or_else(|| "`id` must be a row number".to_string()),
         |n| {
@@ -293,17 +182,11 @@ pub(super) async fn retry(
     .await
 }
 
-pub(super) async fn retry_dead(
-    State(admin): State<Arc<Admin>>,
-    headers: HeaderMap,
-    form: Bytes,
-) -> Response {
+pub(super) async fn retry_dead(State(admin): State<Arc<Admin>>, form: Bytes) -> Response {
     let kind = param(&form, "kind");
     let back = kind.clone().unwrap_or_default();
-    change(
+    commit(
         &admin,
-        &headers,
-        &form,
         kind.map(|kind| Write::ReviveKind { kind })
             .ok_or_else(|| "`kind` is required".to_string()),
         |n| {

@@ -13,20 +13,19 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
-use axum::body::Bytes;
 use axum::extract::{RawQuery, State};
-use axum::http::HeaderMap;
 use axum::response::Response;
 
-use super::html::{age, esc, page as html_page, param, q, TOKEN_FIELD};
-use super::{change, read_ledger, read_refusal, Admin};
+use super::html::{age, counts_table, esc, link, page as html_page, param, q, TOKEN_FIELD};
+use super::state::{commit, read_ledger, Admin};
 use crate::metrics::{Activity, Lane, Outcome};
 use crate::refusals::UNKNOWN_SOURCE;
 use crate::store::console::{SourceSummary, WINDOW_SECS};
 use crate::store::listings::{OutboxRow, OutboxSummary};
-use crate::store::Write;
+use crate::store::{WalWatch, Write};
 use crate::time::format_time;
 use crate::time::unix_now;
 
@@ -43,16 +42,10 @@ struct Stored {
     oldest_claim: Option<i64>,
 }
 
-pub(super) async fn page(
-    State(admin): State<Arc<Admin>>,
-    headers: HeaderMap,
-    RawQuery(query): RawQuery,
-) -> Response {
-    if let Some(refused) = read_refusal(&admin, &headers) {
-        return refused;
-    }
+pub(super) async fn page(State(admin): State<Arc<Admin>>, RawQuery(query): RawQuery) -> Response {
     let now = unix_now();
     let names = admin.sources.clone();
+    let lanes: Vec<String> = admin.metrics.lanes().into_keys().collect();
     let read = read_ledger(&admin, move |conn| {
         let sources = crate::store::console::summaries(conn, &names, now)?;
         // Only refusals: no event has this source, so the ledger is not asked.
@@ -61,7 +54,7 @@ pub(super) async fn page(
         Ok(Stored {
             sources,
             unknown,
-            outbox: crate::store::listings::outbox_summary(conn)?,
+            outbox: crate::store::listings::outbox_summary(conn, &lanes)?,
             dead: crate::store::listings::outbox_dead(conn, DEAD_ROWS)?,
             oldest_claim: crate::store::listings::oldest_claim(conn)?,
         })
@@ -76,21 +69,11 @@ pub(super) async fn page(
     html_page("hookledger status", &html)
 }
 
-pub(super) async fn retry_dead(
-    State(admin): State<Arc<Admin>>,
-    headers: HeaderMap,
-    form: Bytes,
-) -> Response {
-    change(
-        &admin,
-        &headers,
-        &form,
-        Ok(Write::Revive { id: None }),
-        |n| {
-            log::info!("admin: {n} dead outbox rows put back to pending from /status");
-            format!("/status?revived={n}")
-        },
-    )
+pub(super) async fn retry_dead(State(admin): State<Arc<Admin>>) -> Response {
+    commit(&admin, Ok(Write::Revive { id: None }), |n| {
+        log::info!("admin: {n} dead outbox rows put back to pending from /status");
+        format!("/status?revived={n}")
+    })
     .await
 }
 
@@ -119,6 +102,9 @@ fn render(
             "<p class=flash id=revived>{n} dead {rows} put back to pending.</p>"
         );
     }
+    if let Some(wal) = admin.metrics.wal() {
+        wal_over(&mut h, wal, now);
+    }
     summary(&mut h, &stored.sources, now);
     if let Some(unknown) = &stored.unknown {
         let _ = write!(
@@ -133,7 +119,51 @@ fn render(
     sources(&mut h, &stored.sources, activity, now);
     outbox(&mut h, stored, &admin.metrics.lanes(), now);
     retention(&mut h, admin, stored, now);
+    if let Some(wal) = admin.metrics.wal() {
+        wal_size(&mut h, wal);
+    }
     h
+}
+
+/// At the top while SQLite's write-ahead log stays past its bound, with what holds it.
+fn wal_over(h: &mut String, wal: &WalWatch, now: i64) {
+    let since = wal.over_since.load(Relaxed);
+    if since == 0 {
+        return;
+    }
+    let cause = if wal.pinned.load(Relaxed) {
+        "a reader holds an old snapshot of the database (a long read transaction: a backup, \
+         a sqlite3 shell), so no checkpoint can copy it back"
+    } else {
+        "the checkpoints do not keep up with the writes"
+    };
+    let _ = write!(
+        h,
+        "<p class=refused id=wal-over>The write-ahead log is {}, past its bound \
+         (<code>storage.wal_limit_mb</code> = {}) for {}: {cause}.</p>",
+        mib(wal.bytes.load(Relaxed)),
+        wal.limit.load(Relaxed) >> 20,
+        age(now - since),
+    );
+}
+
+/// The write-ahead log's size against its bound, and the times it stayed past it.
+fn wal_size(h: &mut String, wal: &WalWatch) {
+    let times = wal.over_total.load(Relaxed);
+    let _ = write!(
+        h,
+        "<h2>Storage</h2><ul><li id=wal>Write-ahead log: {} of a {} bound \
+         (<code>storage.wal_limit_mb</code>); past it for over 2 s {times} {} since the \
+         start.</li></ul>",
+        mib(wal.bytes.load(Relaxed)),
+        mib(wal.limit.load(Relaxed)),
+        if times == 1 { "time" } else { "times" },
+    );
+}
+
+/// `bytes` in MiB, one decimal.
+fn mib(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / (1024.0 * 1024.0))
 }
 
 /// A line per source: what an operator looks at first.
@@ -202,7 +232,7 @@ fn sources(
                     "<tr class=ledger-event><td>{}</td><td><a href=\"{}\"><code>{}</code></a></td>\
                      <td>{}</td></tr>",
                     format_time(e.received_at),
-                    esc(&super::events::link(&e.source, &e.event_id)),
+                    esc(&link(&e.source, &e.event_id)),
                     esc(&e.event_id),
                     esc(&e.event_type),
                 );
@@ -304,25 +334,9 @@ fn instance(h: &mut String, a: &Activity) {
     h.push_str("</table>");
 }
 
-/// The statuses to show as columns: the three every store has, then any other in the rows
-/// (a newer hookledger's, say), by name.
-pub(super) fn statuses(outbox: &OutboxSummary) -> Vec<String> {
-    let mut statuses: Vec<String> = ["pending", "done", "dead"].map(String::from).to_vec();
-    let mut others: Vec<String> = outbox
-        .counts
-        .iter()
-        .map(|c| c.status.clone())
-        .filter(|s| !statuses.contains(s))
-        .collect();
-    others.sort();
-    others.dedup();
-    statuses.extend(others);
-    statuses
-}
-
 fn outbox(h: &mut String, stored: &Stored, lanes: &BTreeMap<String, Lane>, now: i64) {
     h.push_str("<h2>Outbox</h2><p><a href=/outbox>Browse the outbox</a></p>");
-    super::outbox::counts_table(h, &stored.outbox);
+    counts_table(h, &stored.outbox);
     lanes_table(h, stored, lanes);
     if let Some(at) = stored.outbox.oldest_pending {
         let _ = write!(h, "<p>Oldest pending row queued {} ago.</p>", age(now - at));
