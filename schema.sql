@@ -1,6 +1,14 @@
--- hookledger schema, migration 1 (PRAGMA user_version = 1).
--- Later migrations are appended in src/db.rs; this file never changes once released.
--- Times are integer Unix seconds unless a name says otherwise.
+-- hookledger schema, migration 1 (PRAGMA user_version = 1): the core's tables.
+-- Later migrations are appended in src/store/sqlite/migrations/ (and listed in
+-- src/store/sqlite/mod.rs). Times are integer Unix seconds unless a name says otherwise.
+--
+-- The tables of a built-in handler are not here: the handler owns them, in migrations of its
+-- own run when a source names it (stripe-billing's subscriptions, invoice_payments and
+-- accounts: src/stripe/migrations/sqlite/). This file as released also created those three;
+-- a database made then keeps them (migrations are keyed by number and never run again, and no
+-- later one touches them), and the handler's migration finds them there. That text is
+-- tests/fixtures/db/released-sqlite-0001-schema.sql. Apart from taking them out, this file
+-- never changes: every later migration expects exactly what it makes.
 
 -- The dedupe ledger. The primary key is the claim: INSERT OR IGNORE decides whether an
 -- event is new, in the same transaction as its effects.
@@ -14,34 +22,6 @@ CREATE TABLE webhook_events (
 );
 -- Retention deletes by age.
 CREATE INDEX webhook_events_received_at ON webhook_events (received_at);
-
--- Snapshot state: written only by the guarded upsert in src/state.rs, which keeps the row
--- with the greatest (provider_updated_at, event_rank).
-CREATE TABLE subscriptions (
-    id                  TEXT PRIMARY KEY,
-    customer_id         TEXT NOT NULL,
-    account_id          TEXT,
-    status              TEXT NOT NULL,
-    provider_updated_at INTEGER NOT NULL,
-    event_rank          INTEGER NOT NULL,
-    event_id            TEXT NOT NULL
-);
-
--- The second guard: one row per invoice, whichever event (invoice.paid or
--- invoice.payment_succeeded, any event id) reports the payment first.
-CREATE TABLE invoice_payments (
-    stripe_invoice_id TEXT PRIMARY KEY,
-    account_id        TEXT NOT NULL,
-    amount_paid       INTEGER NOT NULL,
-    event_id          TEXT NOT NULL
-);
-
--- The app's accounts, created on first use.
-CREATE TABLE accounts (
-    id         TEXT PRIMARY KEY,
-    credits    INTEGER NOT NULL DEFAULT 0,
-    plan_until INTEGER
-);
 
 -- External effects, written in the same transaction as the claim and delivered after commit.
 CREATE TABLE outbox (

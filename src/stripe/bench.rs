@@ -13,8 +13,8 @@ use crate::handler::{Handler, Submission};
 use crate::source::stripe;
 use crate::sql::StoreError;
 use crate::store::sqlite::SqliteStore;
-use crate::store::Outcome;
-use crate::stripe::billing::{StripeBilling, DEFAULT_CREDITS_PER_INVOICE};
+use crate::store::{Outcome, Store};
+use crate::stripe::billing::{StripeBilling, DEFAULT_CREDITS_PER_INVOICE, SCHEMA};
 use crate::writer::{self, Writer, WriterHandle};
 
 /// The real writer and SQLite store, and the stripe-billing handler, on a fresh database.
@@ -33,7 +33,8 @@ pub struct Prepared(Submission);
 impl BillingWriter {
     /// Opens `db` (created) with a queue of `queue_depth` jobs.
     pub fn open(db: &Path, queue_depth: usize) -> anyhow::Result<BillingWriter> {
-        let store = SqliteStore::open(db, DEFAULT_BUSY_TIMEOUT)?;
+        let mut store = SqliteStore::open(db, DEFAULT_BUSY_TIMEOUT)?;
+        store.migrate_handler(&SCHEMA)?;
         let config = WriterConfig {
             queue_depth: queue_depth.max(1),
             ..WriterConfig::default()
@@ -62,6 +63,7 @@ impl BillingWriter {
         let prepared = self.billing.prepare(&event)?;
         let stored = Some(crate::payload::compress(&event.body, None));
         Ok(Prepared(Submission {
+            token: None,
             event,
             handlers: vec![(self.billing.clone(), prepared)],
             forward: false,

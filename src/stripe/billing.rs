@@ -19,11 +19,12 @@ use serde::Deserialize;
 
 use crate::config::{ConfigError, HandlerSettings, Refresh};
 use crate::event::{check_id, Event, JsonError, ParseError};
-use crate::handler::{Handler, Prepared};
+use crate::handler::{Handler, Migration, Prepared, Schema, Table};
 use crate::sql::Dialect;
 use crate::sql::StoreError;
 use crate::sql::Tx;
 use crate::store::outbox;
+use crate::stripe::settings;
 use crate::time::unix_now;
 
 /// Credits granted per paid invoice unless configured otherwise.
@@ -62,6 +63,45 @@ pub(crate) struct StripeBilling {
     /// `None` without an API key.
     pub(crate) refresh: Option<Refresh>,
 }
+
+/// The handler's own tables and the migrations that make them (`src/stripe/migrations/`), run
+/// when a source names the handler: a database whose sources never do has none of them. A
+/// database made before they were the wing's has them from hookledger's first migration as
+/// released; the wing's first migration creates each only if it is missing, so those keep
+/// theirs, rows and all, and record the migration as applied.
+pub(crate) const SCHEMA: Schema = Schema {
+    handler: settings::BILLING,
+    migrations: &[Migration {
+        name: "0001_billing",
+        sqlite: include_str!("migrations/sqlite/0001_billing.sql"),
+        postgres: include_str!("migrations/postgres/0001_billing.sql"),
+    }],
+    tables: &[
+        Table {
+            name: "subscriptions",
+            columns: &[
+                "id",
+                "customer_id",
+                "account_id",
+                "status",
+                "provider_updated_at",
+                "event_rank",
+                "event_id",
+            ],
+            key: &["id"],
+        },
+        Table {
+            name: "invoice_payments",
+            columns: &["stripe_invoice_id", "account_id", "amount_paid", "event_id"],
+            key: &["stripe_invoice_id"],
+        },
+        Table {
+            name: "accounts",
+            columns: &["id", "credits", "plan_until"],
+            key: &["id"],
+        },
+    ],
+};
 
 /// The outbox kind of a fetch of the current subscription from Stripe's API, after commit;
 /// its payload is [`RefreshJob`].
@@ -643,9 +683,40 @@ mod tests {
     use super::*;
 
     use crate::store::sqlite::SqliteStore;
+    use crate::store::Store;
 
+    /// A database with the handler's tables.
     fn db() -> SqliteStore {
-        SqliteStore::open_in_memory().unwrap()
+        let mut store = SqliteStore::open_in_memory().unwrap();
+        store.migrate_handler(&SCHEMA).unwrap();
+        store
+    }
+
+    /// The handler's migrations as this source has them. Once released, a database that ran
+    /// one records its SHA-256, and a start on different text is refused (`app_schema.rs`):
+    /// never edit one, add the next (and its line here).
+    #[test]
+    fn the_handlers_migrations_are_the_ones_released() {
+        use sha2::{Digest, Sha256};
+        let hashes: Vec<(&str, String, String)> = SCHEMA
+            .migrations
+            .iter()
+            .map(|m| {
+                (
+                    m.name,
+                    hex::encode(Sha256::digest(m.sqlite)),
+                    hex::encode(Sha256::digest(m.postgres)),
+                )
+            })
+            .collect();
+        assert_eq!(
+            hashes,
+            [(
+                "0001_billing",
+                "999060df1fcd6e2fd035ea614bd87468912d8cf310db3655bce826c845cfe71c".to_string(),
+                "81283ca4a9e06b62a1b48252740eb3c185febb905a47d556fdac474a3ce5aee8".to_string()
+            )]
+        );
     }
 
     fn sub(status: &str, rank: i64) -> Change {

@@ -3,6 +3,9 @@
 //!
 //! - `billing.rs`: the `stripe-billing` handler (guarded snapshots and credits), its batch
 //!   form on PostgreSQL, and the refresh of a subscription on ties;
+//! - `migrations/`: the handler's own tables (`subscriptions`, `invoice_payments`,
+//!   `accounts`), for SQLite and PostgreSQL, made when a source names the handler
+//!   ([`billing::SCHEMA`]);
 //! - `refresh.rs`: the outbox target that fetches the subscription and hands it back to
 //!   billing;
 //! - `api.rs`: the client of Stripe's API (events, subscriptions);
@@ -25,7 +28,7 @@ use std::sync::Arc;
 
 use crate::config::{Config, ConfigError, SourceConfig};
 use crate::delivery::Targets;
-use crate::handler::Handler;
+use crate::handler::{Handler, Schema};
 use crate::source::Source;
 use crate::store::Reader;
 use crate::writer::{Background, WriterHandle};
@@ -51,6 +54,18 @@ pub(crate) fn handler(
             refresh: source.refreshes().then_some(source.refresh),
         }) as Arc<dyn Handler>)
     })
+}
+
+/// The own tables of the wing's built-in handler `name` and the migrations that make them, if
+/// it is one of the wing's.
+pub(crate) fn schema(name: &str) -> Option<&'static Schema> {
+    (name == settings::BILLING).then_some(&billing::SCHEMA)
+}
+
+/// The schema of each of the wing's handlers.
+#[cfg(feature = "postgres")]
+pub(crate) fn schemas() -> &'static [&'static Schema] {
+    &[&billing::SCHEMA]
 }
 
 /// The refresh on ties: fetches from the API of each source that refreshes, if any does.

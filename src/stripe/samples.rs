@@ -14,15 +14,8 @@ pub fn subscription_event(
     account_id: &str,
     status: &str,
 ) -> String {
-    format!(
-        r#"{{
-  "id": "{event_id}",
-  "object": "event",
-  "api_version": "2026-07-29.dahlia",
-  "created": {created},
-  "data": {{
-    "object": {{
-      "id": "{subscription_id}",
+    let object = format!(
+        r#"      "id": "{subscription_id}",
       "object": "subscription",
       "billing_cycle_anchor": {created},
       "cancel_at_period_end": false,
@@ -57,16 +50,10 @@ pub fn subscription_event(
       "metadata": {{ "account_id": "{account_id}" }},
       "start_date": {created},
       "status": "{status}"
-    }}
-  }},
-  "livemode": false,
-  "pending_webhooks": 1,
-  "request": {{ "id": null, "idempotency_key": null }},
-  "type": "{kind}"
-}}
 "#,
         period_end = created + 30 * 86_400,
-    )
+    );
+    envelope(event_id, kind, created, &object)
 }
 
 /// An `invoice.paid` (or `invoice.payment_succeeded`) event for one invoice.
@@ -94,15 +81,8 @@ pub fn invoice_event(
           }}"#
     )
     .expect("writing to a String");
-    format!(
-        r#"{{
-  "id": "{event_id}",
-  "object": "event",
-  "api_version": "2026-07-29.dahlia",
-  "created": {created},
-  "data": {{
-    "object": {{
-      "id": "{invoice_id}",
+    let object = format!(
+        r#"      "id": "{invoice_id}",
       "object": "invoice",
       "account_country": "US",
       "amount_due": 2000,
@@ -137,7 +117,22 @@ pub fn invoice_event(
       "status_transitions": {{ "finalized_at": {created}, "paid_at": {created} }},
       "subtotal": 2000,
       "total": 2000
-    }}
+"#
+    );
+    envelope(event_id, kind, created, &object)
+}
+
+/// An event's envelope around its `data.object`'s fields (`object`, their lines as written).
+fn envelope(event_id: &str, kind: &str, created: i64, object: &str) -> String {
+    format!(
+        r#"{{
+  "id": "{event_id}",
+  "object": "event",
+  "api_version": "2026-07-29.dahlia",
+  "created": {created},
+  "data": {{
+    "object": {{
+{object}    }}
   }},
   "livemode": false,
   "pending_webhooks": 1,

@@ -247,7 +247,7 @@ mod tests {
         for (settings, expected) in [
             (
                 "credit_per_invoice = 5",
-                "unknown field `…`, expected `credits_per_invoice`",
+                "unknown field `credit_per_invoice`, expected `credits_per_invoice`",
             ),
             ("credits_per_invoice = \"5\"", "invalid type: string"),
         ] {

@@ -115,13 +115,14 @@ ORDER BY i.account_id
 /// events (many in one second, so ties and stale events) and invoice reports (several per
 /// invoice, some $0) leave the same tables either way. Needs a server at
 /// `HOOKLEDGER_TEST_POSTGRES` (skipped without one, failing under HOOKLEDGER_REQUIRE_POSTGRES).
-#[cfg(test)]
+#[cfg(all(test, feature = "postgres"))]
 mod tests {
     use super::*;
     use crate::handler::{Handler, Prepared};
     use crate::sql::Session;
     use crate::store::postgres::scratch::Scratch;
     use crate::store::postgres::PgStore;
+    use crate::store::Store;
     use crate::stripe::billing::StripeBilling;
     use crate::stripe::samples as sample;
 
@@ -198,6 +199,11 @@ mod tests {
         };
         let mut one_by_one = PgStore::open(&one.url, std::time::Duration::from_secs(5)).unwrap();
         let mut together = PgStore::open(&all.url, std::time::Duration::from_secs(5)).unwrap();
+        for store in [&mut one_by_one, &mut together] {
+            store
+                .migrate_handler(&crate::stripe::billing::SCHEMA)
+                .unwrap();
+        }
         let handler = StripeBilling {
             credits_per_invoice: 100,
             refresh,

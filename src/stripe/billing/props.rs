@@ -21,8 +21,8 @@ use crate::handler::{Handler, Submission};
 use crate::source::stripe;
 use crate::store::pipeline::Batch;
 use crate::store::sqlite::SqliteStore;
-use crate::store::Outcome;
-use crate::stripe::billing::{self as state, Change, StripeBilling};
+use crate::store::{Outcome, Store};
+use crate::stripe::billing::{self as state, Change, StripeBilling, SCHEMA};
 use crate::stripe::samples as sample;
 use crate::writer;
 
@@ -137,6 +137,7 @@ type SubscriptionRow = (String, String, Option<String>, String, i64, i64, String
 /// returns the one `subscriptions` row.
 fn apply_in_order(events: &[SubEvent]) -> SubscriptionRow {
     let mut store = SqliteStore::open_in_memory().unwrap();
+    store.migrate_handler(&SCHEMA).unwrap();
     for e in events {
         let (event, change) = e.event();
         store.connection().execute_batch("BEGIN").unwrap();
@@ -283,7 +284,8 @@ proptest! {
     ) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("hookledger.db");
-        let store = SqliteStore::open(&path, Duration::from_secs(5)).unwrap();
+        let mut store = SqliteStore::open(&path, Duration::from_secs(5)).unwrap();
+        store.migrate_handler(&SCHEMA).unwrap();
         let config = WriterConfig {
             batch_max,
             queue_depth: QUEUE_DEPTH,
@@ -312,6 +314,7 @@ proptest! {
                             let (event, _) = parse(d.body());
                             let prepared = billing.prepare(&event).expect("prepares");
                             Submission {
+                                token: None,
                                 event,
                                 handlers: vec![(billing.clone(), prepared)],
                                 forward: false,
