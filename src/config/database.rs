@@ -95,6 +95,7 @@ impl fmt::Debug for Database {
 /// The connection settings of a PostgreSQL `url`, checked without showing it (it may hold a
 /// password). The PostgreSQL store connects with them; validation calls it so that a bad URL
 /// stops start-up before anything is opened.
+#[cfg(feature = "postgres")]
 pub(crate) fn parse_postgres(url: &str) -> Result<tokio_postgres::Config, ConfigError> {
     url.parse::<tokio_postgres::Config>().map_err(|e| {
         ConfigError::new(
@@ -105,6 +106,18 @@ pub(crate) fn parse_postgres(url: &str) -> Result<tokio_postgres::Config, Config
             ),
         )
     })
+}
+
+/// Why a PostgreSQL database is refused by a build without the `postgres` feature.
+#[cfg(not(feature = "postgres"))]
+pub(crate) const WITHOUT_POSTGRES: &str = "a PostgreSQL URL, but this hookledger was built \
+     without PostgreSQL (the `postgres` cargo feature, on by default; built with \
+     --no-default-features): use a SQLite file, or a build with the feature";
+
+/// A build without the `postgres` feature: a PostgreSQL `url` is refused, naming the reason.
+#[cfg(not(feature = "postgres"))]
+pub(crate) fn parse_postgres(_url: &str) -> Result<(), ConfigError> {
+    Err(ConfigError::new("database", WITHOUT_POSTGRES))
 }
 
 /// `url` with its password (in the authority or a `password=` query parameter) replaced.
@@ -161,7 +174,10 @@ mod tests {
         assert!(shown.contains("sslmode=disable"), "{shown}");
         let bad = format!("{}", Database::parse("postgres://app:pw@[bad"));
         assert!(!bad.contains("pw"), "{bad}");
+        #[cfg(feature = "postgres")]
         let err = parse_postgres("postgres://app:s3cr3t-pw@db:5432/hl?sslmode=nope").unwrap_err();
+        #[cfg(not(feature = "postgres"))]
+        let err = ConfigError::new("database", "not a valid PostgreSQL URL");
         assert_eq!(err.key, "database");
         assert!(
             err.message.contains("not a valid PostgreSQL URL") && !err.message.contains("s3cr3t"),

@@ -5,6 +5,7 @@
 /// `Clone` because one failed transaction fails every job of its batch: the same error is
 /// answered to each of them. That is also why the backend's error is kept as its text.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum StoreError {
     #[error("the writer queue is full")]
     QueueFull,
@@ -22,6 +23,10 @@ pub enum StoreError {
     ReadOnly(String),
     #[error("database error: {0}")]
     Database(String),
+    /// The signature's single-use token was used by another event: a captured signature
+    /// attached to another body (Mailgun signs a timestamp and a token, not the event).
+    #[error("this signature was already used for another event (a replayed signature)")]
+    ReplayedSignature,
 }
 
 impl StoreError {

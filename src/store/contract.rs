@@ -11,10 +11,10 @@ use crate::event::Event;
 use crate::handler::{Handler, Prepared, Submission};
 use crate::outbox::Attempt;
 use crate::sql::{StoreError, Tx};
-use crate::store::{open, Access, Done, Outcome, Stores, Work, Write};
+use crate::store::{open, Access, Done, Outcome, Poll, Stores, Work, Write};
 
 /// Records each new event in the app's table `seen`, whose CHECK refuses `evt_bad`.
-struct Record;
+pub(crate) struct Record;
 
 impl Handler for Record {
     fn name(&self) -> &str {
@@ -49,7 +49,13 @@ impl Handler for Slow {
 }
 
 fn event(id: &str, forward: bool) -> Work<'static> {
-    Work::Event(Submission {
+    Work::Event(submission(id, forward))
+}
+
+/// Event `id` of source `src` with the [`Record`] handler, forwarded or not.
+pub(crate) fn submission(id: &str, forward: bool) -> Submission {
+    Submission {
+        token: None,
         event: Event {
             source: "src".into(),
             id: id.into(),
@@ -60,7 +66,7 @@ fn event(id: &str, forward: bool) -> Work<'static> {
         handlers: vec![(Arc::new(Record) as Arc<dyn Handler>, Prepared::none())],
         forward,
         stored: None,
-    })
+    }
 }
 
 fn outcomes(done: Vec<Done>) -> Vec<Result<Outcome, StoreError>> {
@@ -77,6 +83,21 @@ fn written(done: Vec<Done>) -> u64 {
         [Done::Write(Ok(n))] => *n,
         _ => panic!("one write that succeeded"),
     }
+}
+
+/// Runs `work` as one batch at `now`, which must commit.
+fn batch(stores: &mut Stores, work: Vec<Work<'_>>, now: i64) -> Vec<Done> {
+    stores.writer.run_batch(work, now).unwrap()
+}
+
+/// Runs the events of `work` as one batch at `now`, which must commit: their outcomes.
+fn events(stores: &mut Stores, work: Vec<Work<'_>>, now: i64) -> Vec<Result<Outcome, StoreError>> {
+    outcomes(batch(stores, work, now))
+}
+
+/// Runs `write` alone in a batch at `now`: the rows it changed.
+fn write(stores: &mut Stores, write: &Write, now: i64) -> u64 {
+    written(batch(stores, vec![Work::Write(write)], now))
 }
 
 fn count(stores: &Stores, sql: &'static str) -> i64 {
@@ -108,19 +129,18 @@ fn opened(database: Database, dir: &std::path::Path) -> Stores {
 /// A claim is processed once; the same event again, in another batch or later in the same
 /// one, is a duplicate and runs nothing.
 fn claims_once(stores: &mut Stores) {
-    let done = stores
-        .writer
-        .run_batch(vec![event("evt_1", false), event("evt_1", false)], 10)
-        .unwrap();
     assert_eq!(
-        outcomes(done),
+        events(
+            stores,
+            vec![event("evt_1", false), event("evt_1", false)],
+            10,
+        ),
         [Ok(Outcome::Processed), Ok(Outcome::Duplicate)]
     );
-    let again = stores
-        .writer
-        .run_batch(vec![event("evt_1", false)], 11)
-        .unwrap();
-    assert_eq!(outcomes(again), [Ok(Outcome::Duplicate)]);
+    assert_eq!(
+        events(stores, vec![event("evt_1", false)], 11),
+        [Ok(Outcome::Duplicate)]
+    );
     assert_eq!(count(stores, "SELECT count(*) FROM webhook_events"), 1);
     assert_eq!(count(stores, "SELECT count(*) FROM seen"), 1);
 }
@@ -130,12 +150,7 @@ fn claims_once(stores: &mut Stores) {
 fn a_resend_on_another_day_is_a_duplicate(stores: &mut Stores) {
     let last_second = 20_000 * 86_400 + 86_399;
     let claim = |stores: &mut Stores, id: &str, now: i64| {
-        outcomes(
-            stores
-                .writer
-                .run_batch(vec![event(id, false)], now)
-                .unwrap(),
-        )
+        outcomes(batch(stores, vec![event(id, false)], now))
     };
     assert_eq!(
         claim(stores, "evt_day", last_second),
@@ -174,17 +189,15 @@ fn a_resend_on_another_day_is_a_duplicate(stores: &mut Stores) {
 
 /// One event whose handler fails is undone alone: its claim too; the others commit.
 fn a_failing_event_rolls_back_alone(stores: &mut Stores) {
-    let done = stores
-        .writer
-        .run_batch(
-            vec![
-                event("evt_a", false),
-                event("evt_bad", false),
-                event("evt_b", false),
-            ],
-            10,
-        )
-        .unwrap();
+    let done = batch(
+        stores,
+        vec![
+            event("evt_a", false),
+            event("evt_bad", false),
+            event("evt_b", false),
+        ],
+        10,
+    );
     let results = outcomes(done);
     assert_eq!(results[0], Ok(Outcome::Processed));
     assert!(
@@ -212,10 +225,11 @@ fn a_handler_over_its_time_limit_fails_its_event_alone(stores: &mut Stores) {
         Work::Write(_) => unreachable!(),
     };
     let started = Instant::now();
-    let done = stores
-        .writer
-        .run_batch(vec![slow("evt_a"), slow("evt_slow"), slow("evt_b")], 10)
-        .unwrap();
+    let done = batch(
+        stores,
+        vec![slow("evt_a"), slow("evt_slow"), slow("evt_b")],
+        10,
+    );
     let took = started.elapsed();
     let results = outcomes(done);
     assert_eq!(results[0], Ok(Outcome::Processed));
@@ -232,23 +246,28 @@ fn a_handler_over_its_time_limit_fails_its_event_alone(stores: &mut Stores) {
     assert_eq!(count(stores, "SELECT count(*) FROM outbox"), 2);
     let slow_claims = "SELECT count(*) FROM webhook_events WHERE event_id = 'evt_slow'";
     assert_eq!(count(stores, slow_claims), 0);
-    let done = stores.writer.run_batch(vec![slow("evt_c")], 11).unwrap();
-    assert_eq!(outcomes(done), [Ok(Outcome::Processed)]);
+    assert_eq!(
+        events(stores, vec![slow("evt_c")], 11),
+        [Ok(Outcome::Processed)]
+    );
     assert_eq!(count(stores, "SELECT count(*) FROM seen"), 3);
 }
 
 /// A forwarded event's outbox row is due, leased to the worker, and done once its attempt is
 /// recorded; then nothing is due.
 fn outbox_rows_are_leased_and_completed(stores: &mut Stores) {
-    let done = stores
-        .writer
-        .run_batch(vec![event("evt_f", true), event("evt_g", false)], 10)
-        .unwrap();
     assert_eq!(
-        outcomes(done),
+        events(
+            stores,
+            vec![event("evt_f", true), event("evt_g", false)],
+            10
+        ),
         [Ok(Outcome::Processed), Ok(Outcome::Processed)]
     );
-    let due = stores.outbox.due(r#"["forward"]"#, 10, 10, &[]).unwrap();
+    let due = stores
+        .outbox
+        .due(&Poll::new(r#"["forward"]"#, 10, 10))
+        .unwrap();
     assert_eq!(due.len(), 1);
     let row = &due[0];
     assert_eq!((row.key.as_str(), row.source.as_str()), ("evt_f", "src"));
@@ -261,20 +280,12 @@ fn outbox_rows_are_leased_and_completed(stores: &mut Stores) {
         queued: row.queued,
         attempt: Attempt::Delivered { follow_up: None },
     };
-    assert_eq!(
-        written(
-            stores
-                .writer
-                .run_batch(vec![Work::Write(&record)], 11)
-                .unwrap()
-        ),
-        1
-    );
+    assert_eq!(write(stores, &record, 11), 1);
     let status = "SELECT count(*) FROM outbox WHERE status = 'done' AND key = 'evt_f'";
     assert_eq!(count(stores, status), 1);
     assert!(stores
         .outbox
-        .due(r#"["forward"]"#, 100, 10, &[])
+        .due(&Poll::new(r#"["forward"]"#, 100, 10))
         .unwrap()
         .is_empty());
     assert_eq!(stores.outbox.next_due_at(r#"["forward"]"#).unwrap(), None);
@@ -290,15 +301,14 @@ fn payloads_are_read_by_id_when_attempted(stores: &mut Stores) {
         unreachable!()
     };
     big.event.body = bytes::Bytes::from(body.clone());
-    let done = stores
-        .writer
-        .run_batch(vec![Work::Event(big), event("evt_small", true)], 10)
-        .unwrap();
     assert_eq!(
-        outcomes(done),
+        events(stores, vec![Work::Event(big), event("evt_small", true)], 10),
         [Ok(Outcome::Processed), Ok(Outcome::Processed)]
     );
-    let due = stores.outbox.due(r#"["forward"]"#, 10, 10, &[]).unwrap();
+    let due = stores
+        .outbox
+        .due(&Poll::new(r#"["forward"]"#, 10, 10))
+        .unwrap();
     let keys: Vec<&str> = due.iter().map(|r| r.key.as_str()).collect();
     assert_eq!(keys, ["evt_big", "evt_small"]);
     let row = &due[0];
@@ -348,12 +358,16 @@ fn payloads_are_read_by_id_when_attempted(stores: &mut Stores) {
 /// Recovery makes the pending rows of a kind that wait on a retry delay due at once; a row
 /// never attempted, a dead row and another kind's rows keep their times.
 fn recovery_makes_rows_waiting_on_backoff_due(stores: &mut Stores) {
-    let done = stores
-        .writer
-        .run_batch(vec![event("evt_r1", true), event("evt_r2", true)], 10)
-        .unwrap();
+    let done = batch(
+        stores,
+        vec![event("evt_r1", true), event("evt_r2", true)],
+        10,
+    );
     assert_eq!(outcomes(done).len(), 2);
-    let due = stores.outbox.due(r#"["forward"]"#, 10, 10, &[]).unwrap();
+    let due = stores
+        .outbox
+        .due(&Poll::new(r#"["forward"]"#, 10, 10))
+        .unwrap();
     assert_eq!(due.len(), 2);
     let retry = Write::Record {
         id: due[0].id,
@@ -392,9 +406,12 @@ fn recovery_makes_rows_waiting_on_backoff_due(stores: &mut Stores) {
 /// and a released lease makes its row due again.
 fn coalescing_supersedes_older_queued_rows_not_running(stores: &mut Stores) {
     let work = ["evt_c1", "evt_c2", "evt_c3", "evt_c4"].map(|id| event(id, true));
-    let done = stores.writer.run_batch(work.into(), 10).unwrap();
+    let done = batch(stores, work.into(), 10);
     assert_eq!(outcomes(done).len(), 4);
-    let running = stores.outbox.due(r#"["forward"]"#, 10, 1, &[]).unwrap();
+    let running = stores
+        .outbox
+        .due(&Poll::new(r#"["forward"]"#, 10, 1))
+        .unwrap();
     assert_eq!(running[0].key, "evt_c1");
     let coalesce = Write::Coalesce {
         kind: "forward".into(),
@@ -419,7 +436,7 @@ fn coalescing_supersedes_older_queued_rows_not_running(stores: &mut Stores) {
     assert_eq!(written(released.unwrap()), 1);
     let due: Vec<String> = stores
         .outbox
-        .due(r#"["forward"]"#, 12, 10, &[])
+        .due(&Poll::new(r#"["forward"]"#, 12, 10))
         .unwrap()
         .into_iter()
         .map(|r| r.key)
@@ -432,16 +449,23 @@ fn coalescing_supersedes_older_queued_rows_not_running(stores: &mut Stores) {
 /// first instance neither releases, renews nor attempts it; the holder does. SQLite has no
 /// leases (one server a file): there a release is the no-op it always was.
 fn a_lapsed_lease_another_instance_took_is_left_to_it(stores: &mut Stores, database: &Database) {
-    let done = stores
-        .writer
-        .run_batch(vec![event("evt_lease", true)], 10)
-        .unwrap();
-    assert_eq!(outcomes(done), [Ok(Outcome::Processed)]);
+    assert_eq!(
+        events(stores, vec![event("evt_lease", true)], 10),
+        [Ok(Outcome::Processed)]
+    );
     let kinds = r#"["forward"]"#;
-    let first = stores.outbox.due(kinds, 10, 1, &[]).unwrap().remove(0);
+    let first = stores
+        .outbox
+        .due(&Poll::new(kinds, 10, 1))
+        .unwrap()
+        .remove(0);
     let lapsed = 10 + StorageConfig::default().outbox_lease.as_secs() as i64;
     let other = open(database, &StorageConfig::default(), Access::Command).unwrap();
-    let second = other.outbox.due(kinds, lapsed, 1, &[]).unwrap().remove(0);
+    let second = other
+        .outbox
+        .due(&Poll::new(kinds, lapsed, 1))
+        .unwrap()
+        .remove(0);
     assert_eq!(
         second.id, first.id,
         "the lease lapsed: another instance takes the row"
@@ -452,15 +476,7 @@ fn a_lapsed_lease_another_instance_took_is_left_to_it(stores: &mut Stores, datab
         queued: row.queued,
         lease: row.lease,
     };
-    let mut run = |write: &Write, now| {
-        written(
-            stores
-                .writer
-                .run_batch(vec![Work::Write(write)], now)
-                .unwrap(),
-        )
-    };
-    assert_eq!(run(&release(&first), lapsed), u64::from(!leases));
+    assert_eq!(write(stores, &release(&first), lapsed), u64::from(!leases));
     assert_eq!(
         stores.outbox.payload(&first, lapsed).unwrap().is_some(),
         !leases,
@@ -469,7 +485,7 @@ fn a_lapsed_lease_another_instance_took_is_left_to_it(stores: &mut Stores, datab
     assert_eq!(
         stores
             .outbox
-            .due(kinds, lapsed + 1, 10, &[])
+            .due(&Poll::new(kinds, lapsed + 1, 10))
             .unwrap()
             .is_empty(),
         leases,
@@ -486,11 +502,14 @@ fn a_lapsed_lease_another_instance_took_is_left_to_it(stores: &mut Stores, datab
         "its holder renews it"
     );
     assert_eq!(
-        run(&release(&second), lapsed + 1),
+        write(stores, &release(&second), lapsed + 1),
         1,
         "its holder releases it"
     );
-    let due = stores.outbox.due(kinds, lapsed + 1, 10, &[]).unwrap();
+    let due = stores
+        .outbox
+        .due(&Poll::new(kinds, lapsed + 1, 10))
+        .unwrap();
     assert_eq!(due.len(), 1, "released: due again for every instance");
     assert!(stores
         .outbox
@@ -501,24 +520,10 @@ fn a_lapsed_lease_another_instance_took_is_left_to_it(stores: &mut Stores, datab
 
 /// Retention deletes the claims received before its cutoff, and only those.
 fn retention_deletes_only_older_claims(stores: &mut Stores) {
-    stores
-        .writer
-        .run_batch(vec![event("evt_old", false)], 100)
-        .unwrap();
-    stores
-        .writer
-        .run_batch(vec![event("evt_new", false)], 200)
-        .unwrap();
+    batch(stores, vec![event("evt_old", false)], 100);
+    batch(stores, vec![event("evt_new", false)], 200);
     let prune = Write::PruneEvents { before: 150 };
-    assert_eq!(
-        written(
-            stores
-                .writer
-                .run_batch(vec![Work::Write(&prune)], 300)
-                .unwrap()
-        ),
-        1
-    );
+    assert_eq!(write(stores, &prune, 300), 1);
     let left = "SELECT count(*) FROM webhook_events WHERE event_id = 'evt_new'";
     assert_eq!(count(stores, left), 1);
     assert_eq!(count(stores, "SELECT count(*) FROM webhook_events"), 1);
@@ -566,15 +571,7 @@ fn refusals_are_capped_and_pruned_and_the_console_reads_them(stores: &mut Stores
         before: 0,
         messages_kept: 3,
     };
-    assert_eq!(
-        written(
-            stores
-                .writer
-                .run_batch(vec![Work::Write(&first)], 1100)
-                .unwrap()
-        ),
-        10
-    );
+    assert_eq!(write(stores, &first, 1100), 10);
     // The same minute again: added to its row. Past the age: minute 0 and its message go;
     // past 3 messages for (src, invalid_signature): its oldest goes.
     let second = Write::Refusals {
@@ -586,15 +583,7 @@ fn refusals_are_capped_and_pruned_and_the_console_reads_them(stores: &mut Stores
         before: 500,
         messages_kept: 3,
     };
-    assert_eq!(
-        written(
-            stores
-                .writer
-                .run_batch(vec![Work::Write(&second)], 1100)
-                .unwrap()
-        ),
-        3
-    );
+    assert_eq!(write(stores, &second, 1100), 3);
     assert_eq!(
         count(
             stores,
@@ -647,17 +636,15 @@ fn refusals_are_capped_and_pruned_and_the_console_reads_them(stores: &mut Stores
     assert_eq!(messages, ["a fourth", "no signature matches", "a third"]);
     assert_eq!(summaries[1].refused(), 2);
 
-    stores
-        .writer
-        .run_batch(
-            vec![
-                event("evt_a1", true),
-                event("evt_a2", true),
-                event("evt_b", false),
-            ],
-            900,
-        )
-        .unwrap();
+    batch(
+        stores,
+        vec![
+            event("evt_a1", true),
+            event("evt_a2", true),
+            event("evt_b", false),
+        ],
+        900,
+    );
     let filter = crate::store::console::EventFilter {
         id_prefix: Some("evt_a".into()),
         from: Some(900),
@@ -722,39 +709,15 @@ fn refusals_are_capped_and_pruned_and_the_console_reads_them(stores: &mut Stores
             output: None,
         },
     };
-    assert_eq!(
-        written(
-            stores
-                .writer
-                .run_batch(vec![Work::Write(&dead)], 950)
-                .unwrap()
-        ),
-        1
-    );
+    assert_eq!(write(stores, &dead, 950), 1);
     let other = Write::ReviveKind {
         kind: "other".into(),
     };
-    assert_eq!(
-        written(
-            stores
-                .writer
-                .run_batch(vec![Work::Write(&other)], 960)
-                .unwrap()
-        ),
-        0
-    );
+    assert_eq!(write(stores, &other, 960), 0);
     let forward = Write::ReviveKind {
         kind: "forward".into(),
     };
-    assert_eq!(
-        written(
-            stores
-                .writer
-                .run_batch(vec![Work::Write(&forward)], 960)
-                .unwrap()
-        ),
-        1
-    );
+    assert_eq!(write(stores, &forward, 960), 1);
     assert_eq!(
         count(
             stores,
@@ -787,35 +750,71 @@ fn an_alert_incident_opens_and_clears_once_each_with_its_message(stores: &mut St
             quiet_since,
         })
     };
-    let mut run = |write: &Write, now| {
-        written(
-            stores
-                .writer
-                .run_batch(vec![Work::Write(write)], now)
-                .unwrap(),
-        )
-    };
-    assert_eq!(run(&open, 100), 1);
-    assert_eq!(run(&open, 101), 0, "open already: nothing");
-    assert_eq!(run(&incident(Change::Seen), 150), 1);
+    assert_eq!(write(stores, &open, 100), 1);
+    assert_eq!(write(stores, &open, 101), 0, "open already: nothing");
+    assert_eq!(write(stores, &incident(Change::Seen), 150), 1);
     assert_eq!(
-        run(&clear(140), 160),
+        write(stores, &clear(140), 160),
         0,
         "seen at 150, after 140: still open"
     );
-    assert_eq!(run(&clear(150), 170), 1);
-    assert_eq!(run(&clear(150), 171), 0, "cleared already: nothing");
-    assert_eq!(run(&open, 200), 1, "a new incident");
+    assert_eq!(write(stores, &clear(150), 170), 1);
+    assert_eq!(
+        write(stores, &clear(150), 171),
+        0,
+        "cleared already: nothing"
+    );
+    assert_eq!(write(stores, &open, 200), 1, "a new incident");
     let rows = "SELECT count(*) FROM outbox WHERE kind = 'alert:ops' AND source = 'hookledger'";
     assert_eq!(count(stores, rows), 3);
     let open_rows = "SELECT count(*) FROM alert_incidents WHERE cleared_at IS NULL";
     assert_eq!(count(stores, open_rows), 1);
 }
 
+/// A handler's own tables, as a built-in handler declares them.
+const THINGS: crate::handler::Schema = crate::handler::Schema {
+    handler: "things",
+    migrations: &[crate::handler::Migration {
+        name: "0001_things",
+        sqlite: "CREATE TABLE IF NOT EXISTS things (id TEXT PRIMARY KEY, n INTEGER NOT NULL);",
+        postgres: "CREATE TABLE IF NOT EXISTS things (id TEXT PRIMARY KEY, n BIGINT NOT NULL);",
+    }],
+    tables: &[crate::handler::Table {
+        name: "things",
+        columns: &["id", "n"],
+        key: &["id"],
+    }],
+};
+
+/// A handler's migrations run once each, in the store's dialect, recorded by handler and
+/// name; the core's schema has none of its tables before.
+fn a_handlers_migrations_run_once_and_make_its_tables(stores: &mut Stores) {
+    let recorded = "SELECT count(*) FROM hookledger_handler_migrations WHERE handler = 'things'";
+    assert!(
+        stores
+            .reader
+            .read(|r| Ok(r.query("SELECT count(*) FROM things", &[])?))
+            .is_err(),
+        "no table before the handler's migration"
+    );
+    assert_eq!(stores.writer.migrate_handler(&THINGS).unwrap(), 1);
+    assert_eq!(stores.writer.migrate_handler(&THINGS).unwrap(), 0, "once");
+    assert_eq!(count(stores, recorded), 1);
+    assert_eq!(count(stores, "SELECT count(*) FROM things"), 0);
+}
+
 macro_rules! contract {
     ($store:ident, $open:expr) => {
         mod $store {
             use super::*;
+
+            #[test]
+            fn a_handlers_migrations_run_once_and_make_its_tables() {
+                let Some((_guard, mut stores, _)) = $open else {
+                    return;
+                };
+                super::a_handlers_migrations_run_once_and_make_its_tables(&mut stores);
+            }
 
             #[test]
             fn claims_once() {
@@ -923,6 +922,7 @@ fn sqlite() -> Option<(tempfile::TempDir, Stores, Database)> {
     Some((dir, stores, database))
 }
 
+#[cfg(feature = "postgres")]
 fn postgres() -> Option<(
     (crate::store::postgres::scratch::Scratch, tempfile::TempDir),
     Stores,
@@ -936,4 +936,5 @@ fn postgres() -> Option<(
 }
 
 contract!(on_sqlite, sqlite());
+#[cfg(feature = "postgres")]
 contract!(on_postgres, postgres());

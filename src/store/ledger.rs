@@ -47,6 +47,23 @@ pub(crate) fn claim(
     Ok(inserted == 1)
 }
 
+/// Claims the signature's single-use `token` of `source` at `now`, in the event's transaction:
+/// false when it was used before (by another event: a replayed signature), and the event must
+/// be refused. Runs only for a new event, so a resend of the same event is a duplicate first.
+pub(crate) fn claim_token(
+    tx: &dyn Session,
+    source: &str,
+    token: &str,
+    now: i64,
+) -> Result<bool, StoreError> {
+    let inserted = tx.execute(
+        "INSERT INTO hookledger_signature_tokens (source, token, seen_at) VALUES ($1, $2, $3)
+         ON CONFLICT (source, token) DO NOTHING",
+        &[&source, &token, &now],
+    )?;
+    Ok(inserted == 1)
+}
+
 /// The ids of a block of `webhook_events_key`: `id >> BLOCK_BITS` (65,536 claims a block).
 pub(crate) const BLOCK_BITS: u32 = 16;
 

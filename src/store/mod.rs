@@ -22,7 +22,8 @@ pub(crate) mod alerts;
 mod app_schema;
 pub(crate) mod console;
 #[cfg(test)]
-mod contract;
+pub(crate) mod contract;
+#[cfg(feature = "postgres")]
 pub(crate) mod copy;
 pub(crate) mod ledger;
 pub(crate) mod listings;
@@ -30,6 +31,7 @@ pub(crate) mod outbox;
 mod owned;
 pub(crate) mod payload;
 pub(crate) mod pipeline;
+#[cfg(feature = "postgres")]
 pub(crate) mod postgres;
 pub(crate) mod refusals;
 pub(crate) mod retention;
@@ -39,7 +41,9 @@ pub(crate) mod sqlite;
 use std::path::{Path, PathBuf};
 
 pub use seam::Outcome;
-pub(crate) use seam::{Done, OutboxReader, ServeGuard, Store, WalBehind, Work, Write};
+pub(crate) use seam::{
+    Done, OutboxReader, Poll, ServeGuard, Store, WalBehind, WalWatch, Work, Write,
+};
 
 use crate::config::{Database, StorageConfig};
 use crate::sql::Session;
@@ -52,6 +56,7 @@ pub(crate) enum Reader {
         pool: sqlite::ReadPool,
         file: PathBuf,
     },
+    #[cfg(feature = "postgres")]
     Postgres(postgres::ReadPool),
 }
 
@@ -63,6 +68,7 @@ impl Reader {
     ) -> anyhow::Result<T> {
         match self {
             Reader::Sqlite { pool, .. } => read(&*pool.get()?),
+            #[cfg(feature = "postgres")]
             Reader::Postgres(pool) => read(&*pool.get()?),
         }
     }
@@ -71,6 +77,7 @@ impl Reader {
     pub(crate) fn file(&self) -> Option<&Path> {
         match self {
             Reader::Sqlite { file, .. } => Some(file),
+            #[cfg(feature = "postgres")]
             Reader::Postgres(_) => None,
         }
     }
@@ -145,6 +152,7 @@ pub(crate) fn open(
             })
         }
         // Several servers may share it: that is what it is for.
+        #[cfg(feature = "postgres")]
         Database::Postgres(url) => Ok(Stores {
             writer: Box::new(postgres::PgStore::open(url, storage.busy_timeout)?),
             reader: Reader::Postgres(postgres::read_pool(url, storage.busy_timeout, READERS)?),
@@ -155,7 +163,16 @@ pub(crate) fn open(
             )?),
             guard: Box::new(()),
         }),
+        #[cfg(not(feature = "postgres"))]
+        Database::Postgres(_) => Err(without_postgres()),
     }
+}
+
+/// A PostgreSQL database asked of a build without the `postgres` feature (validation refuses
+/// it first, naming `database`; a library user may call here directly).
+#[cfg(not(feature = "postgres"))]
+fn without_postgres() -> anyhow::Error {
+    anyhow::anyhow!(crate::config::WITHOUT_POSTGRES)
 }
 
 /// Opens `database` for reads only (the CLI's listings): read-only where the store has such a
@@ -169,11 +186,17 @@ pub(crate) fn open_reader(database: &Database, storage: &StorageConfig) -> anyho
                 file: path.clone(),
             })
         }
+        #[cfg(feature = "postgres")]
         Database::Postgres(url) => Ok(Reader::Postgres(postgres::read_pool(
             url,
             storage.busy_timeout,
             1,
         )?)),
+        #[cfg(not(feature = "postgres"))]
+        Database::Postgres(_) => {
+            let _ = storage;
+            Err(without_postgres())
+        }
     }
 }
 

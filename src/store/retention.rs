@@ -90,9 +90,17 @@ pub(crate) fn delete_events_batch(tx: &dyn Session, cutoff: i64) -> Result<u64, 
              (SELECT {columns} FROM webhook_events
               WHERE received_at < $1 AND NOT {NEEDED} LIMIT $2)"
     );
-    in_chunks(BATCH_ROWS, batch_clock(), |rows| {
+    let claims = in_chunks(BATCH_ROWS, batch_clock(), |rows| {
         tx.execute(&sql, &[&cutoff, &rows])
-    })
+    })?;
+    // The signatures' single-use tokens go with the claims they were used with: a token only
+    // matters within its signature's tolerance, long past by then.
+    let tokens = tx.execute(
+        "DELETE FROM hookledger_signature_tokens WHERE (source, token) IN
+             (SELECT source, token FROM hookledger_signature_tokens WHERE seen_at < $1 LIMIT $2)",
+        &[&cutoff, &BATCH_ROWS],
+    )?;
+    Ok(claims + tokens)
 }
 
 /// Clears the payloads of a batch of ledger rows received before `cutoff`, but for those an

@@ -45,6 +45,7 @@ fn a_claim_another_connection_wrote_while_serving_is_a_duplicate() {
     assert_eq!(ledger_count(&db), 3);
     // Only the two invoices the server processed were credited.
     assert_eq!(credits(&db, "acct_1"), 200);
+    assert_ledger_checks(&server.db_arg());
 }
 
 /// A clean stop (SIGTERM) saves the SQLite writer's filter of keys, the next start loads it
@@ -116,6 +117,7 @@ fn claims_stay_duplicates_after_a_clean_stop_and_after_a_kill() {
     assert_eq!(ledger_count(&db), 21 + i64::from(sqlite));
     // Only the 21 events the servers processed were credited.
     assert_eq!(credits(&db, "acct_1"), 2100);
+    assert_ledger_checks(&server.db_arg());
 }
 
 /// Whether the server logs `text` within a few seconds (its log is read on another thread).
@@ -129,11 +131,14 @@ fn logged(server: &Server, text: &str) -> bool {
     found.is_some()
 }
 
-/// The schema of the release before claims by block (version 10): schema.sql and the
-/// migrations up to 0010, as that release applied them.
+/// The schema of the release before claims by block (version 10): the first migration as
+/// released (with the stripe-billing tables) and the migrations up to 0010, as that release
+/// applied them.
 fn release_10_schema() -> String {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let mut sql = std::fs::read_to_string(root.join("schema.sql")).unwrap();
+    let mut sql =
+        std::fs::read_to_string(root.join("tests/fixtures/db/released-sqlite-0001-schema.sql"))
+            .unwrap();
     let mut files: Vec<PathBuf> = std::fs::read_dir(root.join("src/store/sqlite/migrations"))
         .unwrap()
         .map(|e| e.unwrap().path())
@@ -304,4 +309,5 @@ fn a_release_10_ledger_is_converted_in_place_also_when_killed_midway() {
         100,
         "only the new event was credited"
     );
+    assert_ledger_checks(&server.db_arg());
 }

@@ -29,6 +29,7 @@ fn sigkill_during_a_stream_loses_no_acknowledged_event() {
     // Effects committed with their claims: one outbox row per ledger row, no more, no less.
     assert_one_outbox_row_per_claim(&db);
     assert_file_intact(&db);
+    assert_ledger_checks(&restarted.db_arg());
 }
 
 /// Rounds of SIGKILL at random moments while senders resend events, with forwarding on.
@@ -106,4 +107,5 @@ fn chaos_sigkill_rounds_lose_nothing_and_deliver_everything() {
         );
     }
     assert_file_intact(&db);
+    assert_ledger_checks(&server.db_arg());
 }

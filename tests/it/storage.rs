@@ -198,3 +198,89 @@ fn vacuum_converts_an_old_database_and_is_refused_while_serve_runs() {
     assert_eq!(code, 2);
     assert!(err.contains("does not exist"), "{err}");
 }
+
+/// A reader that holds an old snapshot keeps the WAL past its bound (no checkpoint can copy
+/// its frames back): that is logged once with its cause, counted on `/metrics` and shown on
+/// `/status` while it lasts, and the end is logged too. (The WAL once grew to 166 MiB past an
+/// 8 MiB bound while a reader held a snapshot for 31 s, and nothing said so.)
+#[test]
+fn a_wal_held_past_its_bound_by_a_reader_is_logged_counted_and_shown() {
+    if skipped_on_postgres("the SQLite write-ahead log") {
+        return;
+    }
+    let dir = test_dir();
+    let server = start(dir.path());
+    let db_path = server.db_path();
+    assert_outcome(
+        &server.send(&event("evt_first", 100)),
+        "evt_first",
+        "processed",
+    );
+    let (_, metrics) = server.admin_get("/metrics");
+    assert!(
+        metrics.contains("hookledger_wal_over_limit_total 0"),
+        "{metrics}"
+    );
+
+    // Another connection's read transaction: its snapshot pins the WAL.
+    let reader = rusqlite::Connection::open(&db_path).unwrap();
+    reader.execute_batch("BEGIN").unwrap();
+    let held: i64 = reader
+        .query_row("SELECT count(*) FROM webhook_events", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(held, 1);
+    // ~3 MB through a WAL bounded at 1 MiB.
+    for i in 0..400 {
+        let id = format!("evt_{i:04}");
+        assert_outcome(&server.send(&event(&id, 11_500)), &id, "processed");
+    }
+    let told = wait_for(Duration::from_secs(10), || {
+        let log = server.log();
+        log.lines()
+            .find(|l| l.contains("past storage.wal_limit_mb = 1"))
+            .map(str::to_string)
+    })
+    .unwrap_or_else(|| panic!("nothing said the WAL is past its bound:\n{}", server.log()));
+    assert!(told.contains("WARN"), "{told}");
+    assert!(told.contains("a reader holds an old snapshot"), "{told}");
+    assert!(size(&wal(&db_path)) > 2 * MB, "the reader kept the frames");
+    let (_, metrics) = server.admin_get("/metrics");
+    assert!(
+        metrics.contains("hookledger_wal_over_limit_total 1"),
+        "{metrics}"
+    );
+    let bytes: u64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("hookledger_wal_bytes "))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no hookledger_wal_bytes in {metrics}"));
+    assert!(bytes > 2 * MB, "{bytes}");
+    let (status, page) = server.admin_get("/status");
+    assert_eq!(status, 200);
+    assert!(page.contains("id=wal-over"), "{page}");
+    assert!(page.contains("a reader holds an old snapshot"), "{page}");
+
+    // The reader ends: the WAL is cut back, and that is said once.
+    reader.execute_batch("COMMIT").unwrap();
+    drop(reader);
+    wal_within(&db_path, MB);
+    wait_for(Duration::from_secs(10), || {
+        server
+            .log()
+            .contains("back within storage.wal_limit_mb = 1")
+            .then_some(())
+    })
+    .unwrap_or_else(|| panic!("the end was not told:\n{}", server.log()));
+    let log = server.log();
+    assert_eq!(
+        log.matches("past storage.wal_limit_mb").count(),
+        1,
+        "told once per stay:\n{log}"
+    );
+    let (_, page) = server.admin_get("/status");
+    assert!(!page.contains("id=wal-over"), "{page}");
+    assert!(
+        page.contains("past it for over 2 s 1 time since the start"),
+        "{page}"
+    );
+}

@@ -150,8 +150,8 @@ impl Server {
         let mut stdout = BufReader::new(child.stdout.take().unwrap());
         let mut line = String::new();
         stdout.read_line(&mut line).unwrap();
-        let addr = match line.trim().strip_prefix("hookledger listening on ") {
-            Some(addr) => addr.parse().unwrap(),
+        let addr = match printed_addr(&line, "listen") {
+            Some(addr) => addr,
             None => {
                 let _ = child.wait();
                 std::thread::sleep(Duration::from_millis(100));
@@ -166,11 +166,7 @@ impl Server {
         let admin = (!admin_off).then(|| {
             line.clear();
             stdout.read_line(&mut line).unwrap();
-            line.trim()
-                .strip_prefix("hookledger admin on ")
-                .unwrap_or_else(|| panic!("no admin address: {line:?}"))
-                .parse()
-                .unwrap()
+            printed_addr(&line, "admin").unwrap_or_else(|| panic!("no admin address: {line:?}"))
         });
         std::thread::spawn(move || std::io::copy(&mut stdout, &mut std::io::sink()));
         Server {
@@ -317,6 +313,21 @@ impl Drop for Server {
     }
 }
 
+/// The address `serve` printed on `line` for `key` (`listen`, `admin`): `hookledger listening
+/// on ADDR` / `hookledger admin on ADDR`, or with `--log-format json` `{"listen":"ADDR"}`.
+pub fn printed_addr(line: &str, key: &str) -> Option<SocketAddr> {
+    let line = line.trim();
+    if line.starts_with('{') {
+        let value: serde_json::Value = serde_json::from_str(line).ok()?;
+        return value[key].as_str()?.parse().ok();
+    }
+    let prefix = match key {
+        "listen" => "hookledger listening on ".to_string(),
+        _ => format!("hookledger {key} on "),
+    };
+    line.strip_prefix(&prefix)?.parse().ok()
+}
+
 /// Polls `f` until it returns `Some` or `deadline` passes.
 pub fn wait_for<T>(deadline: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
     let start = Instant::now();
@@ -363,17 +374,21 @@ pub fn assert_error(reply: &Reply, status: u16, kind: &str) {
 pub fn snapshot(db: &Db) -> Vec<(String, Vec<String>)> {
     db.tables()
         .into_iter()
-        // hookledger's record of the migrations it applied holds when, and its count of refused
-        // requests (written by the refusal recorder once a second, so a refusal's row may land
-        // before or after a snapshot), and the SQLite writer's filter of keys saved at a clean
-        // stop (there after a stop, gone once a server starts): not the data under test.
+        // hookledger's records of the migrations it applied (its own, its handlers') hold
+        // when, and its count of refused requests (written by the refusal recorder once a
+        // second, so a refusal's row may land before or after a snapshot), and the SQLite
+        // writer's filter of keys saved at a clean stop (there after a stop, gone once a server
+        // starts), and the ledger's identity (random bytes of each database, which binds a
+        // saved filter to it): not the data under test.
         // `status` tests and `claims.rs` check those.
         .filter(|table| {
             ![
                 "hookledger_migrations",
+                "hookledger_handler_migrations",
                 "hookledger_refusals",
                 "hookledger_refusal_messages",
                 "hookledger_claims_filter",
+                "hookledger_ledger",
             ]
             .contains(&table.as_str())
         })
@@ -488,6 +503,9 @@ pub struct FakeApp {
     script: Arc<Mutex<std::collections::VecDeque<u16>>>,
     /// While set, requests are recorded on arrival but not answered.
     held: Arc<std::sync::atomic::AtomicBool>,
+    /// While set, the app is down: every request is answered 503 (and recorded), the script
+    /// untouched.
+    down: Arc<std::sync::atomic::AtomicBool>,
     /// How long each answer waits (a slow app), and the requests in flight now and at most.
     pace: Arc<Pace>,
 }
@@ -506,26 +524,46 @@ impl FakeApp {
         FakeApp::serve(listener, script)
     }
 
-    /// Serves on a given listener (to come back on the same port after being "down").
+    /// An app that is down ([`FakeApp::up`] brings it back) on a port it keeps all along: a
+    /// test that let its port go and bound it again could find it taken (`AddrInUse`).
+    pub fn start_down() -> FakeApp {
+        let app = FakeApp::start(&[]);
+        app.down.store(true, std::sync::atomic::Ordering::SeqCst);
+        app
+    }
+
+    /// The app is back: requests get the script's statuses again (then 200).
+    pub fn up(&self) {
+        self.down.store(false, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Serves on a given listener.
     pub fn serve(listener: std::net::TcpListener, script: &[u16]) -> FakeApp {
         let addr = listener.local_addr().unwrap();
         let deliveries = Arc::new(Mutex::new(Vec::new()));
         let script = Arc::new(Mutex::new(script.iter().copied().collect()));
         let held = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let down = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let pace = Arc::new(Pace::default());
-        let (log, queue, hold, paced) = (
+        let (log, queue, hold, is_down, paced) = (
             deliveries.clone(),
             Arc::clone(&script),
             held.clone(),
+            down.clone(),
             pace.clone(),
         );
         std::thread::spawn(move || {
             for stream in listener.incoming() {
                 let Ok(stream) = stream else { continue };
-                let (log, queue, hold, paced) =
-                    (log.clone(), queue.clone(), hold.clone(), paced.clone());
+                let (log, queue, hold, is_down, paced) = (
+                    log.clone(),
+                    queue.clone(),
+                    hold.clone(),
+                    is_down.clone(),
+                    paced.clone(),
+                );
                 std::thread::spawn(move || {
-                    let _ = handle(stream, &log, &queue, &hold, &paced);
+                    let _ = handle(stream, &log, &queue, &hold, &is_down, &paced);
                 });
             }
         });
@@ -534,6 +572,7 @@ impl FakeApp {
             deliveries,
             script,
             held,
+            down,
             pace,
         }
     }
@@ -595,6 +634,7 @@ fn handle(
     log: &Mutex<Vec<Delivery>>,
     script: &Mutex<std::collections::VecDeque<u16>>,
     held: &std::sync::atomic::AtomicBool,
+    down: &std::sync::atomic::AtomicBool,
     pace: &Pace,
 ) -> std::io::Result<()> {
     stream.set_read_timeout(Some(Duration::from_secs(10)))?;
@@ -624,7 +664,11 @@ fn handle(
         .unwrap_or(0);
     let mut body = vec![0; len];
     reader.read_exact(&mut body)?;
-    let status = script.lock().unwrap().pop_front().unwrap_or(200);
+    let status = if down.load(std::sync::atomic::Ordering::SeqCst) {
+        503
+    } else {
+        script.lock().unwrap().pop_front().unwrap_or(200)
+    };
     log.lock().unwrap().push(Delivery {
         headers,
         body,
@@ -711,7 +755,8 @@ pub fn free_addr() -> std::net::SocketAddr {
 }
 
 /// An app that is down (its port refuses connections) and the serve arguments to forward to
-/// it: many short retries, so no row runs out of schedule before the app is back.
+/// it: many short retries, so no row runs out of schedule before the app is back. For an app
+/// that stays down: one that comes back is [`FakeApp::start_down`] (the port is kept).
 pub fn down_app() -> (std::net::SocketAddr, Vec<String>) {
     let parked = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = parked.local_addr().unwrap();
@@ -895,4 +940,15 @@ pub fn stored_body(db: &Db, id: &str) -> Vec<u8> {
     zstd::bulk::Decompressor::with_dictionary(&dict)
         .and_then(|mut d| d.decompress(&payload, 64 << 20))
         .unwrap_or_else(|e| panic!("{id}: the stored payload is not zstd: {e}"))
+}
+
+/// On SQLite, `hookledger check` finds nothing wrong with the ledger at `db_arg` (no key
+/// twice across blocks, payloads decode, outbox rows refer to events, a saved filter whole):
+/// run after the tests that write ledgers (claims, kills).
+pub fn assert_ledger_checks(db_arg: &str) {
+    if store() != Store::Sqlite {
+        return;
+    }
+    let (code, out, err) = cli(&["check", "--db", db_arg]);
+    assert_eq!(code, 0, "hookledger check:\n{out}{err}");
 }

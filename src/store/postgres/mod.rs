@@ -17,7 +17,9 @@
 //! - `lock_timeout` is the storage busy timeout: a statement waiting longer for a row lock
 //!   fails, and that event gets a 503, as do deadlocks and serialization failures.
 //! - Migrations: an append-only list (`migrations/`), recorded in `hookledger_migrations`, run
-//!   under an advisory lock so that instances starting together migrate once.
+//!   under an advisory lock so that instances starting together migrate once. They make the
+//!   core's tables only: a built-in handler's are its own ([`Store::migrate_handler`]), under
+//!   the same lock.
 //! - Retention: each prune batch first takes a transaction-scoped advisory lock; an instance
 //!   that does not get it prunes nothing this round, so one instance prunes at a time.
 //! - The outbox: see `due.rs` (leases with `FOR UPDATE SKIP LOCKED`).
@@ -35,7 +37,7 @@ use anyhow::{bail, Context};
 
 use crate::config::{parse_postgres, Database, DEFAULT_EFFECT_TIMEOUT};
 use crate::event::Event;
-use crate::handler::{Handler, Prepared};
+use crate::handler::{Handler, Prepared, Schema};
 use crate::outbox::FORWARD;
 use crate::payload::Stored;
 use crate::sql::{Session, StoreError, Tx};
@@ -49,6 +51,14 @@ use session::CommitError;
 pub(crate) use session::PgSession;
 
 /// Append-only. Never edit a released entry; add a new one.
+///
+/// One entry was edited once, in a way no existing database sees: migration 1 as released also
+/// made the stripe-billing tables (`subscriptions`, `invoice_payments`, `accounts`), which are
+/// now that handler's own (`src/stripe/migrations/`). A database that ran it keeps them:
+/// `hookledger_migrations` records version 1, which never runs there again, and no later
+/// migration reads or changes those tables; the handler's first migration (`CREATE TABLE IF
+/// NOT EXISTS`) takes them as they are. A new database runs migration 1 without them, and has
+/// them only once a source names stripe-billing.
 const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0001_schema.sql"),
     include_str!("migrations/0002_heartbeat.sql"),
@@ -58,6 +68,8 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0006_alert_incidents.sql"),
     include_str!("migrations/0007_payload_codec.sql"),
     include_str!("migrations/0008_outbox_pending_indexes.sql"),
+    include_str!("migrations/0009_signature_tokens.sql"),
+    include_str!("migrations/0010_outbox_repeated_key.sql"),
 ];
 
 /// The advisory lock keys: migrations (hookledger's and the app's) and retention.
@@ -172,6 +184,7 @@ impl PgStore {
              );
              COMMIT"
         ))?;
+        let mut applied_now = 0;
         for (i, sql) in MIGRATIONS.iter().enumerate() {
             let version = i as i64 + 1;
             self.session.batch(&format!(
@@ -200,9 +213,7 @@ impl PgStore {
             match result {
                 Ok(applied) => {
                     self.session.batch("COMMIT")?;
-                    if applied {
-                        log::info!("database migrated to schema version {version}");
-                    }
+                    applied_now += usize::from(applied);
                 }
                 Err(e) => {
                     let _ = self.session.batch("ROLLBACK");
@@ -224,7 +235,30 @@ impl PgStore {
                 MIGRATIONS.len()
             );
         }
+        if applied_now > 0 {
+            log::info!(
+                "database at schema version {} ({applied_now} migration(s) applied)",
+                MIGRATIONS.len()
+            );
+        }
         Ok(())
+    }
+
+    /// Runs `migrate` (the app's or a handler's migrations) on this connection, each
+    /// migration in a transaction under the migration lock.
+    fn migrations<T>(
+        &self,
+        migrate: impl FnOnce(&app_schema::Migrator<'_>) -> anyhow::Result<T>,
+    ) -> anyhow::Result<T> {
+        let session = &self.session;
+        let batch = |sql: &str| Ok(session.batch(sql)?);
+        let begin = format!("BEGIN; SELECT pg_advisory_xact_lock({MIGRATION_LOCK})");
+        migrate(&app_schema::Migrator {
+            session,
+            batch: &batch,
+            begin: &begin,
+            level: log::Level::Info,
+        })
     }
 
     /// Statements on the writer's connection, in its transaction if one is open.
@@ -276,17 +310,12 @@ impl Store for PgStore {
         result
     }
 
+    fn migrate_handler(&mut self, schema: &Schema) -> anyhow::Result<usize> {
+        self.migrations(|db| app_schema::migrate_handler(db, schema, |m| m.postgres))
+    }
+
     fn migrate_app(&mut self, folder: &Path) -> anyhow::Result<usize> {
-        let session = &self.session;
-        let batch = |sql: &str| Ok(session.batch(sql)?);
-        let begin = format!("BEGIN; SELECT pg_advisory_xact_lock({MIGRATION_LOCK})");
-        let migrator = app_schema::Migrator {
-            session,
-            batch: &batch,
-            begin: &begin,
-            level: log::Level::Info,
-        };
-        app_schema::migrate(&migrator, folder)
+        self.migrations(|db| app_schema::migrate(db, folder))
     }
 
     fn limit_handlers(&mut self, limit: Duration) {

@@ -29,7 +29,7 @@ pub(crate) struct PgSession {
 }
 
 struct Conn {
-    runtime: tokio::runtime::Runtime,
+    runtime: OwnRuntime,
     client: Client,
     statements: HashMap<String, Statement>,
     /// A `BEGIN` to send with the next statement.
@@ -42,6 +42,30 @@ struct Conn {
     /// back to the session's own with each later statement: a savepoint's rollback may undo
     /// the reset).
     limited: bool,
+}
+
+/// The session's own runtime, shut down without waiting when the session is dropped: the
+/// last handle to a store may go inside the server's runtime (at a graceful stop), where a
+/// plain drop of a runtime panics ("Cannot drop a runtime in a context where blocking is not
+/// allowed") and the process exits 101. Its one task, the connection, ends with the client.
+struct OwnRuntime(Option<tokio::runtime::Runtime>);
+
+impl std::ops::Deref for OwnRuntime {
+    type Target = tokio::runtime::Runtime;
+
+    fn deref(&self) -> &tokio::runtime::Runtime {
+        self.0
+            .as_ref()
+            .expect("the runtime lives until the session is dropped")
+    }
+}
+
+impl Drop for OwnRuntime {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.0.take() {
+            runtime.shutdown_background();
+        }
+    }
 }
 
 /// Why a commit did not happen.
@@ -68,7 +92,7 @@ impl PgSession {
         });
         Ok(PgSession {
             conn: RefCell::new(Conn {
-                runtime,
+                runtime: OwnRuntime(Some(runtime)),
                 client,
                 statements: HashMap::new(),
                 begin_pending: false,

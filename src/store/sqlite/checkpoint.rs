@@ -33,6 +33,8 @@ use std::time::{Duration, Instant};
 
 use rusqlite::Connection;
 
+use crate::store::WalWatch;
+
 /// How often the checkpointer copies the WAL back into the database file (PASSIVE).
 const CHECKPOINT_INTERVAL: Duration = Duration::from_millis(500);
 
@@ -50,6 +52,11 @@ const TRUNCATE_RETRY: Duration = Duration::from_secs(5);
 
 /// The longest this thread's checkpoints wait for the writer and the readers.
 const IDLE_WAIT: Duration = Duration::from_millis(100);
+
+/// How long the WAL file stays past its bound before that is told (logged, counted, shown):
+/// the writer's TRUNCATE between two batches, or this thread's, cuts it well within it,
+/// unless a reader's snapshot holds the frames.
+const OVER_GRACE: Duration = Duration::from_secs(2);
 
 /// The WAL file past which a TRUNCATE checkpoint runs, by default (`storage.wal_limit_mb`).
 pub(crate) const DEFAULT_WAL_LIMIT: u64 = crate::config::DEFAULT_WAL_LIMIT_MB as u64 * 1024 * 1024;
@@ -71,6 +78,8 @@ pub(crate) struct Checkpointer {
     busy_timeout: Duration,
     /// The writer's next TRUNCATE attempt is not before this (set when one failed).
     next_try: std::sync::Mutex<Instant>,
+    /// The file's size and the times it stayed past its bound, for `/metrics` and `/status`.
+    watch: Arc<WalWatch>,
     /// Joined on drop, so the last TRUNCATE checkpoint runs before the process ends.
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -123,10 +132,14 @@ impl Checkpointer {
         // A quarter of the bound, in frames (the headers are small beside a page).
         let page_size: i64 = writer.query_row("PRAGMA page_size", [], |r| r.get(0))?;
         let quarter = wal_limit / 4 / page_size.max(512) as u64;
+        let watch = Arc::new(WalWatch::default());
+        watch.limit.store(wal_limit, Ordering::Relaxed);
+        let watched = watch.clone();
         let thread = std::thread::Builder::new()
             .name("hookledger-checkpoint".into())
             .spawn(move || {
                 let mut last_passive = Instant::now();
+                let mut over_since: Option<Over> = None;
                 loop {
                     let last = !matches!(
                         stopped.recv_timeout(SIZE_INTERVAL),
@@ -136,6 +149,7 @@ impl Checkpointer {
                     if size > wal_limit {
                         raise.store(true, Ordering::Relaxed);
                     }
+                    look(&watched, &mut over_since, size, &conn);
                     // Past the bound while the writer is idle (no batch to run the writer's
                     // checkpoint after), this thread's own TRUNCATE does it; under load it may
                     // take the lock between two commits and hold the writer while it copies
@@ -178,6 +192,7 @@ impl Checkpointer {
             finish,
             busy_timeout,
             next_try: std::sync::Mutex::new(Instant::now()),
+            watch,
             thread: Some(thread),
         })
     }
@@ -188,6 +203,11 @@ impl Checkpointer {
     /// writer's own checkpoint of a full WAL.
     pub(crate) fn behind(&self) -> crate::store::WalBehind {
         self.behind.clone()
+    }
+
+    /// The WAL file's size and the times it stayed past its bound.
+    pub(crate) fn watch(&self) -> Arc<WalWatch> {
+        self.watch.clone()
     }
 
     /// On the writer's connection, between two batches: truncates the WAL when it has grown
@@ -232,6 +252,73 @@ impl Checkpointer {
         }
         true
     }
+}
+
+/// A stay of the WAL file past its bound.
+struct Over {
+    since: Instant,
+    peak: u64,
+    /// Whether it was told (it lasted [`OVER_GRACE`]).
+    told: bool,
+}
+
+/// Records the WAL file's `size` in `watch`, and tells a stay past its bound once it has lasted
+/// [`OVER_GRACE`]: a warning naming what holds it (a reader's snapshot, when a checkpoint
+/// cannot copy every frame back; else writes faster than the checkpoints), counted, and shown
+/// until it ends; then a line saying how long it lasted and how far it grew. (A reader that
+/// held a snapshot for 31 s let the file grow to 166 MiB past an 8 MiB bound, and nothing
+/// said so.)
+fn look(watch: &WalWatch, over: &mut Option<Over>, size: u64, conn: &Connection) {
+    let limit = watch.limit.load(Ordering::Relaxed);
+    watch.bytes.store(size, Ordering::Relaxed);
+    if size <= limit {
+        if let Some(stay) = over.take().filter(|stay| stay.told) {
+            watch.over_since.store(0, Ordering::Relaxed);
+            watch.pinned.store(false, Ordering::Relaxed);
+            log::info!(
+                "the WAL file is back within storage.wal_limit_mb = {} after {} s past it \
+                 (it reached {} MiB)",
+                limit >> 20,
+                stay.since.elapsed().as_secs(),
+                stay.peak >> 20
+            );
+        }
+        return;
+    }
+    let stay = over.get_or_insert_with(|| Over {
+        since: Instant::now(),
+        peak: size,
+        told: false,
+    });
+    stay.peak = stay.peak.max(size);
+    if stay.told || stay.since.elapsed() < OVER_GRACE {
+        return;
+    }
+    stay.told = true;
+    // A PASSIVE checkpoint copies back every frame no reader still needs: what it leaves is a
+    // reader's.
+    let pinned = conn
+        .query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |row| {
+            Ok(row.get::<_, i64>(2)? < row.get::<_, i64>(1)?)
+        })
+        .unwrap_or(false);
+    watch.pinned.store(pinned, Ordering::Relaxed);
+    watch.over_total.fetch_add(1, Ordering::Relaxed);
+    let began = crate::time::unix_now() - stay.since.elapsed().as_secs() as i64;
+    watch.over_since.store(began.max(1), Ordering::Relaxed);
+    let cause = if pinned {
+        "a reader holds an old snapshot of the database (a long read transaction: a backup, \
+         an open sqlite3 shell, a slow query on another connection), so no checkpoint can \
+         copy the WAL back; it grows until that reader ends"
+    } else {
+        "the checkpoints do not keep up with the writes"
+    };
+    log::warn!(
+        "the WAL file is {} MiB, past storage.wal_limit_mb = {} for {} s: {cause}",
+        size >> 20,
+        limit >> 20,
+        stay.since.elapsed().as_secs()
+    );
 }
 
 /// The most PASSIVE checkpoints one round of the thread runs back to back ([`passive`]).

@@ -9,17 +9,21 @@
 //!   [`StoreError::Database`] (500). A database that is read-only when it is opened for
 //!   writing is refused at once.
 //! - Migrations are an append-only list keyed by `PRAGMA user_version`: entry `i` moves the
-//!   schema from version `i` to `i + 1`. `schema.sql` is migration 1 and never changes; the
-//!   later ones are in `migrations/`.
+//!   schema from version `i` to `i + 1`. `schema.sql` is migration 1; the later ones are in
+//!   `migrations/`. They make the core's tables only: a built-in handler's are its own
+//!   ([`Store::migrate_handler`]).
 //! - The SQL of the outbox, retention and the listings is shared with PostgreSQL (in
 //!   `store/`); which outbox rows are due is here (`due.rs`), and so is the claim: the ledger's
 //!   key is unique by block of ids, with an in-memory filter of every key before it (`claims.rs`,
 //!   `bloom.rs`). The WAL is copied back by [`checkpoint`], off the commit path.
 
 mod bloom;
+pub(crate) mod check;
 mod checkpoint;
 mod claims;
 mod due;
+#[cfg(test)]
+mod model;
 mod tx;
 
 use std::path::Path;
@@ -32,20 +36,29 @@ use rusqlite::{Connection, ErrorCode, OpenFlags};
 
 use crate::config::{DEFAULT_BUSY_TIMEOUT, DEFAULT_EFFECT_TIMEOUT};
 use crate::event::Event;
-use crate::handler::{Handler, Prepared};
+use crate::handler::{Handler, Prepared, Schema};
 use crate::outbox::PendingRow;
 use crate::payload::Stored;
 use crate::sql::{Session, StoreError, Tx};
 use crate::store::app_schema;
 use crate::store::owned::{self, Change};
 use crate::store::pipeline;
-use crate::store::seam::{Done, OutboxReader, Store, Work};
+use crate::store::seam::{Done, OutboxReader, Poll, Store, Work};
 
 use checkpoint::Checkpointer;
 use claims::Claims;
 use tx::HandlerGuard;
 
 /// Append-only. Never edit a released entry; add a new one.
+///
+/// One entry was edited once, in a way no existing database sees: migration 1 (`schema.sql`)
+/// as released also made the stripe-billing tables (`subscriptions`, `invoice_payments`,
+/// `accounts`), which are now that handler's own (`src/stripe/migrations/`). A database that
+/// ran it keeps them: `user_version` says it is past migration 1, which never runs there again,
+/// and no later migration reads or changes those tables, so such a database is at every later
+/// version what a new one is, plus the three tables, which the handler's first migration
+/// (`CREATE TABLE IF NOT EXISTS`) then takes as they are. A new database runs migration 1
+/// without them, and has them only once a source names stripe-billing.
 const MIGRATIONS: &[&str] = &[
     include_str!("../../../schema.sql"),
     include_str!("migrations/0002_outbox_queued.sql"),
@@ -61,7 +74,13 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0012_payload_codec.sql"),
     include_str!("migrations/0013_outbox_pending_indexes.sql"),
     include_str!("migrations/0014_claims_filter.sql"),
+    include_str!("migrations/0015_signature_tokens.sql"),
+    include_str!("migrations/0016_outbox_repeated_key.sql"),
+    include_str!("migrations/0017_claims_integrity.sql"),
 ];
+
+/// The trigger of migration 16, whose update of an outbox row a running handler may fire.
+const REPEATED_KEY_TRIGGER: &str = "outbox_repeated_key";
 
 /// SQLite's virtual machine steps between two looks at a running handler's deadline: a few
 /// microseconds of work, so the look (a clock read) costs nothing and the deadline is kept to
@@ -178,7 +197,9 @@ impl SqliteStore {
         let handler = HandlerGuard::default();
         let running = handler.clone();
         conn.authorizer(Some(move |ctx: rusqlite::hooks::AuthContext<'_>| {
-            if !running.running() {
+            // hookledger's own trigger on a repeated outbox key (migration 16) queues that
+            // row again: its update is hookledger's, not the handler's.
+            if !running.running() || ctx.accessor == Some(REPEATED_KEY_TRIGGER) {
                 return Authorization::Allow;
             }
             match refusal(&ctx.action) {
@@ -222,6 +243,22 @@ impl SqliteStore {
                 log::warn!("writer: cannot set synchronous = FULL again after a prune batch: {e}");
             }
         }
+    }
+
+    /// Runs `migrate` (the app's or a handler's migrations) on the write connection, each
+    /// migration in an immediate transaction.
+    fn migrations<T>(
+        &self,
+        migrate: impl FnOnce(&app_schema::Migrator<'_>) -> anyhow::Result<T>,
+    ) -> anyhow::Result<T> {
+        let conn = &self.conn;
+        let batch = |sql: &str| Ok(conn.execute_batch(sql)?);
+        migrate(&app_schema::Migrator {
+            session: conn,
+            batch: &batch,
+            begin: "BEGIN IMMEDIATE",
+            level: self.log_level,
+        })
     }
 
     /// The transaction as a handler sees it.
@@ -317,16 +354,14 @@ impl Store for SqliteStore {
         }
     }
 
+    fn migrate_handler(&mut self, schema: &Schema) -> anyhow::Result<usize> {
+        // A handler's migrations make its own tables and write nothing to the ledger: the
+        // claims' view of it stays as it is.
+        self.migrations(|db| app_schema::migrate_handler(db, schema, |m| m.sqlite))
+    }
+
     fn migrate_app(&mut self, folder: &Path) -> anyhow::Result<usize> {
-        let conn = &self.conn;
-        let batch = |sql: &str| Ok(conn.execute_batch(sql)?);
-        let migrator = app_schema::Migrator {
-            session: conn,
-            batch: &batch,
-            begin: "BEGIN IMMEDIATE",
-            level: self.log_level,
-        };
-        let ran = app_schema::migrate(&migrator, folder)?;
+        let ran = self.migrations(|db| app_schema::migrate(db, folder))?;
         if ran > 0 {
             // An app's migration runs on this connection, unseen by `PRAGMA data_version`.
             self.claims.reload(&self.conn)?;
@@ -342,6 +377,10 @@ impl Store for SqliteStore {
     /// after it, when the store is dropped.
     fn wal_behind(&self) -> Option<crate::store::WalBehind> {
         self.checkpoints.as_ref().map(Checkpointer::behind)
+    }
+
+    fn wal_watch(&self) -> Option<std::sync::Arc<crate::store::WalWatch>> {
+        self.checkpoints.as_ref().map(Checkpointer::watch)
     }
 
     fn close(&mut self) {
@@ -598,7 +637,7 @@ fn migrate(conn: &mut Connection) -> anyhow::Result<()> {
     migrate_at(conn, log::Level::Info)
 }
 
-/// [`migrate`], logging each version reached at `level`.
+/// [`migrate`], logging at `level` the version reached, in one line, when any migration ran.
 fn migrate_at(conn: &mut Connection, level: log::Level) -> anyhow::Result<()> {
     let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
     let version = usize::try_from(version).unwrap_or(usize::MAX);
@@ -615,7 +654,14 @@ fn migrate_at(conn: &mut Connection, level: log::Level) -> anyhow::Result<()> {
             .with_context(|| format!("migration {} failed", i + 1))?;
         tx.pragma_update(None, "user_version", (i + 1) as i64)?;
         tx.commit()?;
-        log::log!(level, "database migrated to schema version {}", i + 1);
+    }
+    if version < MIGRATIONS.len() {
+        log::log!(
+            level,
+            "database at schema version {} ({} migration(s) applied)",
+            MIGRATIONS.len(),
+            MIGRATIONS.len() - version
+        );
     }
     Ok(())
 }
@@ -678,14 +724,9 @@ pub(crate) fn read_pool(path: &Path, size: u32) -> anyhow::Result<ReadPool> {
 }
 
 impl OutboxReader for ReadPool {
-    fn due(
-        &self,
-        kinds: &str,
-        now: i64,
-        limit: usize,
-        in_flight: &[i64],
-    ) -> anyhow::Result<Vec<PendingRow>> {
-        let in_flight = serde_json::to_string(in_flight)?;
+    fn due(&self, poll: &Poll<'_>) -> anyhow::Result<Vec<PendingRow>> {
+        let in_flight = serde_json::to_string(poll.in_flight)?;
+        let (kinds, now, limit) = (poll.kinds, poll.now, poll.limit);
         Ok(due::due(&*self.get()?, kinds, now, limit, &in_flight)?)
     }
 
@@ -750,7 +791,7 @@ pub(crate) fn vacuum(path: &Path) -> anyhow::Result<Vacuumed> {
     })
 }
 
-/// Opens a read-only connection to an existing database (the copy to PostgreSQL).
+/// Opens a read-only connection to an existing database (the copy to PostgreSQL, `check`).
 pub(crate) fn open_read(path: &Path) -> anyhow::Result<Connection> {
     check_exists(path)?;
     let conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY)
@@ -1015,7 +1056,7 @@ mod tests {
                  ('other', 's', 'k5', x'7b7d', 'dead');",
         )
         .unwrap();
-        let summary = crate::store::listings::outbox_summary(&conn).unwrap();
+        let summary = crate::store::listings::outbox_summary(&conn, &[]).unwrap();
         let dead = |kind: &str| {
             summary
                 .counts
@@ -1181,7 +1222,7 @@ mod tests {
             outbox_row.to_string(),
             "INSERT INTO counters SELECT event_id, 1 FROM webhook_events".into(),
             "INSERT OR REPLACE INTO counters (name, value) VALUES ('x', 1)".into(),
-            "UPDATE accounts SET credits = credits + 1".into(),
+            "UPDATE counters SET value = value + 1".into(),
         ] {
             assert_eq!(store.check_statement(&sql, 0), Ok(false), "{sql}");
         }
@@ -1375,9 +1416,14 @@ mod console_plans {
             crate::store::retention::clear_payloads_batch(s, 400000).unwrap();
         });
         assert_eq!(found, [true; 8], "each read found what is there");
-        assert_eq!(plans.len(), 16, "{plans:#?}");
+        assert_eq!(plans.len(), 17, "{plans:#?}");
         assert_by_key(&plans);
-        let retention = &plans[plans.len() - 2..];
+        let ledger = |sql: &str| {
+            sql.starts_with("DELETE FROM webhook_events")
+                || sql.starts_with("UPDATE webhook_events")
+        };
+        let retention: Vec<_> = plans.iter().filter(|(sql, _)| ledger(sql)).collect();
+        assert_eq!(retention.len(), 2, "{plans:#?}");
         for (sql, plan) in retention {
             assert!(
                 plan.iter()
@@ -1385,6 +1431,14 @@ mod console_plans {
                 "{sql}: {plan:?}"
             );
         }
+        // The signatures' tokens go by age too, found through their age index.
+        let (sql, plan) = &plans[plans.len() - 2];
+        assert!(sql.contains("hookledger_signature_tokens"), "{sql}");
+        assert!(
+            plan.iter()
+                .all(|s| !s.starts_with("SCAN hookledger_signature_tokens")),
+            "{sql}: {plan:?}"
+        );
     }
 
     #[test]
@@ -1395,6 +1449,7 @@ mod console_plans {
         let plans = explained(&conn, |s| {
             console::summaries(s, &sources, 10_000).unwrap();
             console::refused(s, crate::refusals::UNKNOWN_SOURCE, 10_000).unwrap();
+            crate::store::listings::outbox_dead(s, 20).unwrap();
         });
         assert_searched(&plans);
         let filter = EventFilter {

@@ -35,6 +35,10 @@ pub fn store() -> Store {
     static STORE: OnceLock<Store> = OnceLock::new();
     *STORE.get_or_init(|| match std::env::var("HOOKLEDGER_TEST_STORE").as_deref() {
         Err(_) | Ok("" | "sqlite") => Store::Sqlite,
+        Ok("postgres") if !cfg!(feature = "postgres") => panic!(
+            "HOOKLEDGER_TEST_STORE=postgres, but this build has no PostgreSQL store \
+             (--no-default-features)"
+        ),
         Ok("postgres") => {
             if let Err(e) = admin() {
                 let what = format!(
@@ -172,6 +176,10 @@ pub fn postgres_db_in(dir: &Path) -> String {
 /// run in both modes: whether the server at `HOOKLEDGER_TEST_POSTGRES` answers. Where none
 /// does the test is skipped with a message, or fails under `HOOKLEDGER_REQUIRE_POSTGRES`.
 pub fn postgres_reachable() -> bool {
+    if !cfg!(feature = "postgres") {
+        eprintln!("skipped: this build has no PostgreSQL store (--no-default-features)");
+        return false;
+    }
     static REACHABLE: OnceLock<Result<(), String>> = OnceLock::new();
     let reachable = REACHABLE.get_or_init(|| admin().map(drop).map_err(|e| pg_error(&e)));
     let what = match reachable {
