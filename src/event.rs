@@ -20,6 +20,8 @@ pub struct Event {
     pub kind: String,
     /// When the provider says the event happened (Unix seconds), if the scheme says.
     pub created: Option<i64>,
+    /// The exact bytes that were verified, as the provider sent them (also what is stored and
+    /// forwarded).
     pub body: bytes::Bytes,
 }
 
@@ -52,6 +54,12 @@ pub enum ParseError {
     /// Where this source reads the event id or type, the request has nothing.
     #[error("the request has no {0}, where this source reads the event's id or type")]
     Missing(String),
+    /// A batch body holds more events than its source takes (`key`); nothing was stored.
+    #[error(
+        "the body holds more than {limit} events, the most this source takes in one request \
+         ({key}); nothing was stored: send fewer per request, or raise {key}"
+    )]
+    TooManyEvents { limit: usize, key: String },
 }
 
 /// A JSON error: serde's message (which can quote the input) and where it happened.
@@ -99,6 +107,7 @@ impl ParseError {
                 detail.line, detail.column
             ),
             ParseError::Missing(what) => format!("the request has no {what}"),
+            too_many @ ParseError::TooManyEvents { .. } => too_many.to_string(),
         }
     }
 }

@@ -77,7 +77,7 @@ mod tests {
             .unwrap()
             .decode::<Settings>("h")
             .unwrap_err();
-        assert!(err.message.contains("unknown field `…`"), "{err}");
+        assert!(err.message.contains("unknown field `credit`"), "{err}");
         assert!(!err.message.contains("TOPSECRET"), "{err}");
     }
 }

@@ -42,12 +42,12 @@ impl fmt::Display for Secret {
 pub(crate) fn decode_standard_secret(secret: &str) -> Result<Vec<u8>, String> {
     let encoded = secret.strip_prefix("whsec_").unwrap_or(secret);
     let key = BASE64.decode(encoded).map_err(|_| {
-        "the forwarding secret must be whsec_ followed by standard base64 \
+        "the secret must be whsec_ followed by standard base64 \
          (generate one with: hookledger gen-secret)"
             .to_string()
     })?;
     if key.len() < 16 {
-        return Err("the forwarding secret must decode to at least 16 bytes".into());
+        return Err("the secret must decode to at least 16 bytes".into());
     }
     Ok(key)
 }

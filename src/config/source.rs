@@ -47,10 +47,12 @@ pub struct SourceConfig {
     /// Behind a proxy, the URL the request reached is not the one signed: hence a setting.
     #[serde(default)]
     pub public_url: Option<String>,
-    /// Schemes `hmac`, `token` and `basic`: where the event id is.
+    /// Where the event id is: needed by schemes `hmac`, `token` and `basic`; on the others,
+    /// over where the scheme reads it (`id = "body_sha256"` for a sender without ids).
     #[serde(default)]
     pub id: Option<Locator>,
-    /// Schemes `hmac`, `token` and `basic`: where the event type is.
+    /// Where the event type is, over where the scheme reads it. A request without one (or a
+    /// source that says nowhere) gets the source's name as its type.
     #[serde(default, rename = "type")]
     pub kind: Option<Locator>,
     /// The provider's API: the secret key of `reconcile` and of the fresh-state refresh (in a
@@ -83,6 +85,10 @@ pub struct SourceConfig {
     /// (`id = { json = "/sg_event_id" }`, `type = { json = "/event" }`).
     #[serde(default)]
     pub split: Option<String>,
+    /// With `split`: the most events one body may hold; a body with more is refused, 413
+    /// `too_many_events`, and nothing of it is stored. Default: 5,000.
+    #[serde(default)]
+    pub max_events: Option<usize>,
 }
 
 /// `reconcile = { every = "1h", since = "3d" }` of a source: how often the ledger is
@@ -350,17 +356,58 @@ pub enum HmacEncoding {
 }
 
 /// Where a value is: `{ header = "X-Acme-Delivery" }` or `{ json = "/id" }` (a JSON pointer
-/// into the body); for the event id also `{ body_sha256 = true }`: the hex SHA-256 of the raw
-/// body, for senders whose events carry no id. Then a resend of the same bytes is a duplicate,
+/// into the body); for the event id also `"body_sha256"` (or `{ body_sha256 = true }`): the hex
+/// SHA-256 of the raw body, for senders whose events carry no id. Then a resend of the same bytes is a duplicate,
 /// and any two different bodies are two events (a sender that stamps each retry with a new
 /// time in the body makes each retry a new event).
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case", deny_unknown_fields)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Locator {
     Header(String),
     Json(String),
     BodySha256(bool),
+}
+
+/// A [`Locator`] as a table: `{ header = "…" }`, `{ json = "…" }`, `{ body_sha256 = true }`.
+#[derive(Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+enum LocatorTable {
+    Header(String),
+    Json(String),
+    BodySha256(bool),
+}
+
+/// A [`Locator`] is a table, or the text `"body_sha256"` (the same as
+/// `{ body_sha256 = true }`).
+impl<'de> Deserialize<'de> for Locator {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Locator, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = Locator;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("{ header = \"X-...\" }, { json = \"/field\" } or \"body_sha256\"")
+            }
+            fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<Locator, E> {
+                match text {
+                    "body_sha256" => Ok(Locator::BodySha256(true)),
+                    // The text is not quoted back: a misplaced secret must not reach a log.
+                    _ => Err(E::custom(
+                        "must be the text body_sha256, or a table: { header = … } or { json = … }",
+                    )),
+                }
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<Locator, A::Error> {
+                let table =
+                    LocatorTable::deserialize(serde::de::value::MapAccessDeserializer::new(map))?;
+                Ok(match table {
+                    LocatorTable::Header(name) => Locator::Header(name),
+                    LocatorTable::Json(pointer) => Locator::Json(pointer),
+                    LocatorTable::BodySha256(on) => Locator::BodySha256(on),
+                })
+            }
+        }
+        deserializer.deserialize_any(Visitor)
+    }
 }
 
 impl HmacConfig {
@@ -444,6 +491,7 @@ impl SourceConfig {
             preset: None,
             handshake: None,
             split: None,
+            max_events: None,
         }
     }
 
@@ -623,47 +671,35 @@ impl SourceConfig {
                 );
             }
         }
-        if self.scheme.configured() {
-            for (field, locator) in [("id", &self.id), ("type", &self.kind)] {
-                match locator {
-                    None => refuse!(
-                        key(field),
-                        "missing: scheme {scheme} needs {field} = {{ header = \"X-...\" }} or \
-                         {{ json = \"/field\" }}"
-                    ),
-                    Some(Locator::Header(header)) => {
-                        check_header_name(&key(&format!("{field}.header")), header)?
-                    }
-                    Some(Locator::Json(pointer)) if !pointer.starts_with('/') => refuse!(
-                        key(&format!("{field}.json")),
-                        "must be a JSON pointer such as \"/id\""
-                    ),
-                    Some(Locator::Json(_)) => {}
-                    Some(Locator::BodySha256(_)) if field == "type" => refuse!(
-                        key("type.body_sha256"),
-                        "applies to id only (a type is read from a header or the body)"
-                    ),
-                    Some(Locator::BodySha256(on)) => {
-                        if !on {
-                            refuse!(
-                                key("id.body_sha256"),
-                                "must be true (or say where the id is: {{ header = \"X-...\" }})"
-                            );
-                        }
-                    }
+        if self.scheme.configured() && self.id.is_none() {
+            refuse!(
+                key("id"),
+                "missing: scheme {scheme} needs id = {{ header = \"X-...\" }}, \
+                 {{ json = \"/field\" }} or \"body_sha256\" (the hex SHA-256 of the body)"
+            );
+        }
+        // With `split`, they are read inside each element: see `validate_split`.
+        let places = [("id", &self.id), ("type", &self.kind)];
+        for (field, locator) in places.into_iter().filter(|_| self.split.is_none()) {
+            match locator {
+                None => {}
+                Some(Locator::Header(header)) => {
+                    check_header_name(&key(&format!("{field}.header")), header)?
                 }
-            }
-        } else {
-            for (field, set) in [
-                ("id", self.id.is_some() && self.split.is_none()),
-                ("type", self.kind.is_some() && self.split.is_none()),
-            ] {
-                if set {
-                    refuse!(
-                        key(field),
-                        "applies to schemes hmac, token and basic only, not {scheme}"
-                    );
-                }
+                Some(Locator::Json(pointer)) if !pointer.starts_with('/') => refuse!(
+                    key(&format!("{field}.json")),
+                    "must be a JSON pointer such as \"/id\""
+                ),
+                Some(Locator::Json(_)) => {}
+                Some(Locator::BodySha256(_)) if field == "type" => refuse!(
+                    key("type.body_sha256"),
+                    "applies to id only (a type is read from a header or the body)"
+                ),
+                Some(Locator::BodySha256(false)) => refuse!(
+                    key("id.body_sha256"),
+                    "must be true (or say where the id is: {{ header = \"X-...\" }})"
+                ),
+                Some(Locator::BodySha256(true)) => {}
             }
         }
         match self.scheme {
@@ -953,8 +989,17 @@ impl SourceConfig {
     fn validate_split(&self) -> Result<(), ConfigError> {
         let key = |field: &str| source_key(&self.name, field);
         let Some(pointer) = &self.split else {
+            if self.max_events.is_some() {
+                refuse!(
+                    key("max_events"),
+                    "applies to a source with split (a body that is an array of events) only"
+                );
+            }
             return Ok(());
         };
+        if self.max_events == Some(0) {
+            refuse!(key("max_events"), "must be at least 1");
+        }
         if !pointer.is_empty() && !pointer.starts_with('/') {
             refuse!(
                 key("split"),
@@ -1035,7 +1080,6 @@ mod split_and_handshake_tests {
                 "split = \"events\"\nid = { json = \"/id\" }\ntype = { json = \"/t\" }",
                 "source `sg`.split",
             ),
-            ("id = { json = \"/id\" }", "source `sg`.id"),
         ] {
             let err = source(keys).unwrap_err();
             assert_eq!(err.key, key, "{keys}: {err}");
@@ -1123,6 +1167,58 @@ mod tests {
     }
 
     #[test]
+    fn every_scheme_takes_id_and_type_overrides_and_a_bad_one_is_refused_by_its_key() {
+        let standard =
+            "scheme = \"standard\"\nsecrets = [\"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"]\n";
+        let stripe = "scheme = \"stripe\"\nsecrets = [\"secret_12345\"]\n";
+        for (text, key) in [
+            (
+                format!("{standard}id = \"body_sha256\"\ntype = {{ json = \"/kind\" }}"),
+                "ok",
+            ),
+            (
+                format!("{stripe}id = {{ header = \"X-Id\" }}\ntype = {{ header = \"X-T\" }}"),
+                "ok",
+            ),
+            (
+                format!("{standard}type = {{ json = \"kind\" }}"),
+                "source `s`.type.json",
+            ),
+            (
+                format!("{standard}id = {{ json = \"id\" }}"),
+                "source `s`.id.json",
+            ),
+            (
+                format!("{stripe}id = {{ header = \"bad header\" }}"),
+                "source `s`.id.header",
+            ),
+            (
+                format!("{stripe}type = \"body_sha256\""),
+                "source `s`.type.body_sha256",
+            ),
+            // Without a type, a configured scheme's events get the default type.
+            (
+                "scheme = \"basic\"\nsecrets = [\"user:secret_12345\"]\nid = \"body_sha256\""
+                    .into(),
+                "ok",
+            ),
+        ] {
+            assert_eq!(refused_at(&format!("{text}\n")), key, "{text}");
+        }
+        let source: SourceConfig =
+            toml::from_str("name = \"s\"\nscheme = \"stripe\"\nid = \"body_sha256\"").unwrap();
+        assert_eq!(source.id, Some(Locator::BodySha256(true)));
+        let err = super::super::Config::from_toml(
+            "[[source]]\nname = \"s\"\nscheme = \"stripe\"\nid = \"whsec_not_a_place\"",
+            Path::new("."),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("the text body_sha256, or a table"), "{err}");
+        assert!(!err.contains("whsec_"), "{err}");
+    }
+
+    #[test]
     fn twilio_needs_its_public_url_without_a_query() {
         let twilio = "scheme = \"twilio\"\nsecrets = [\"secret_12345\"]\n";
         for (text, key) in [
@@ -1152,7 +1248,7 @@ mod tests {
             ("scheme = \"basic\"\nsecrets = [\"user:secret_12345\"]\n", "ok"),
             ("scheme = \"basic\"\nsecrets = [\"secret_12345\"]\n", "source `s`.secrets"),
             ("scheme = \"basic\"\nsecrets = [\"u:p\"]\n", "source `s`.secrets"),
-            ("scheme = \"github\"\nsecrets = [\"secret_12345\"]\n", "source `s`.id"),
+            ("scheme = \"github\"\nsecrets = [\"secret_12345\"]\n", "ok"),
         ] {
             assert_eq!(refused_at(&format!("{text}{ids}")), key, "{text}");
         }

@@ -49,6 +49,8 @@ pub(crate) enum Place {
     Json(String),
     /// The hex SHA-256 of the raw body.
     BodySha256,
+    /// Not configured: never found (a type not configured is the source's default type).
+    Nowhere,
 }
 
 /// `name`, kept for the life of the process: sources are built once, at start-up.
@@ -66,18 +68,60 @@ impl Place {
         }
     }
 
-    fn what(&self) -> String {
+    pub(crate) fn what(&self) -> String {
         match self {
             Place::Header(name) => format!("{name} header"),
             Place::Json(pointer) => format!("`{pointer}` in the body"),
             Place::BodySha256 => "the body's SHA-256".into(),
+            Place::Nowhere => "place configured".into(),
+        }
+    }
+}
+
+/// Reads the values of a verified request at [`Place`]s; the body is parsed once, and only
+/// if a value is read from it (it need not be JSON otherwise).
+pub(crate) struct Reader<'r> {
+    headers: &'r HeaderMap,
+    body: &'r [u8],
+    json: Option<Option<serde_json::Value>>,
+}
+
+impl<'r> Reader<'r> {
+    pub(crate) fn new(headers: &'r HeaderMap, body: &'r [u8]) -> Reader<'r> {
+        Reader {
+            headers,
+            body,
+            json: None,
+        }
+    }
+
+    /// The value at `place` as text (a JSON number as written), if the request has one.
+    pub(crate) fn read(&mut self, place: &Place) -> Option<String> {
+        match place {
+            Place::Header(name) => header(self.headers, name)
+                .and_then(|v| std::str::from_utf8(v).ok())
+                .map(str::to_string),
+            Place::Json(pointer) => {
+                let body = self.body;
+                let value = self
+                    .json
+                    .get_or_insert_with(|| serde_json::from_slice(body).ok());
+                match value.as_ref()?.pointer(pointer)? {
+                    serde_json::Value::String(s) => Some(s.clone()),
+                    serde_json::Value::Number(n) => Some(n.to_string()),
+                    _ => None,
+                }
+            }
+            Place::BodySha256 => Some(hex::encode(Sha256::digest(self.body))),
+            Place::Nowhere => None,
         }
     }
 }
 
 /// The event id and type of a verified request, read from the places given (the first `id`
-/// place present is the id). GitHub's `action_suffix`: the type is followed by `.` and the
-/// body's `action` when it has one. `time_header`: an unsigned RFC 3339 event time.
+/// place present is the id). A type found nowhere is empty: the source's default type
+/// ([`crate::source::Source::envelope`]). GitHub's `action_suffix`: the type is followed by
+/// `.` and the body's `action` when it has one. `time_header`: an unsigned RFC 3339 event time.
 pub(crate) fn read_envelope(
     headers: &HeaderMap,
     body: &[u8],
@@ -86,36 +130,22 @@ pub(crate) fn read_envelope(
     action_suffix: bool,
     time_header: Option<&'static str>,
 ) -> Result<Envelope, ParseError> {
-    // The body is parsed only if a value is read from it (it need not be JSON otherwise).
-    let mut json: Option<Option<serde_json::Value>> = None;
-    let mut read = |place: &Place| -> Option<String> {
-        match place {
-            Place::Header(name) => header(headers, name)
-                .and_then(|v| std::str::from_utf8(v).ok())
-                .map(str::to_string),
-            Place::Json(pointer) => {
-                let value = json.get_or_insert_with(|| serde_json::from_slice(body).ok());
-                match value.as_ref()?.pointer(pointer)? {
-                    serde_json::Value::String(s) => Some(s.clone()),
-                    serde_json::Value::Number(n) => Some(n.to_string()),
-                    _ => None,
-                }
-            }
-            Place::BodySha256 => Some(hex::encode(Sha256::digest(body))),
-        }
-    };
+    let mut reader = Reader::new(headers, body);
+    let mut read = |place: &Place| reader.read(place);
     let id = ids
         .iter()
         .find_map(&mut read)
         .ok_or_else(|| ParseError::Missing(ids[0].what()))?;
     check_id("id", &id)?;
-    let mut kind = read(kind).ok_or_else(|| ParseError::Missing(kind.what()))?;
-    if action_suffix {
-        if let Some(action) = read(&Place::Json("/action".into())) {
-            kind = format!("{kind}.{action}");
+    let mut kind = read(kind).unwrap_or_default();
+    if !kind.is_empty() {
+        if action_suffix {
+            if let Some(action) = read(&Place::Json("/action".into())) {
+                kind = format!("{kind}.{action}");
+            }
         }
+        check_id("type", &kind)?;
     }
-    check_id("type", &kind)?;
     let created = time_header
         .and_then(|name| header(headers, name))
         .and_then(|v| std::str::from_utf8(v).ok())
@@ -234,15 +264,15 @@ impl BodyHmac {
         }
     }
 
-    /// A configured `hmac` source (validated: `id` and `type` are set, `public_url` is when
-    /// the template has `{url}`).
+    /// A configured `hmac` source (validated: `id` is set, `public_url` is when the template
+    /// has `{url}`; without a `type`, the source's default type).
     pub(crate) fn configured(
         keys: Vec<Secret>,
         hmac: &HmacConfig,
         public_url: Option<&str>,
         tolerance: u64,
         id: &Locator,
-        kind: &Locator,
+        kind: Option<&Locator>,
     ) -> BodyHmac {
         let signed = hmac
             .pieces()
@@ -279,7 +309,7 @@ impl BodyHmac {
             separator: hmac.separator.clone(),
             tolerance,
             id: vec![Place::from_locator(id)],
-            kind: Place::from_locator(kind),
+            kind: kind.map_or(Place::Nowhere, Place::from_locator),
             action_suffix: false,
             time_header: None,
         }
@@ -546,6 +576,7 @@ impl Scheme for BodyHmac {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::source::testing::refuses_missing_and_malformed;
 
     /// GitHub's published vector (docs: "Testing the webhook payload validation").
     #[test]
@@ -586,25 +617,15 @@ mod tests {
     #[test]
     fn precheck_refuses_a_missing_or_malformed_signature() {
         let scheme = BodyHmac::github(vec![Secret::new("It's a Secret to Everybody")]);
-        let mut headers = HeaderMap::new();
-        assert_eq!(
-            scheme.precheck(&headers, 0),
-            Err(VerifyError::MissingHeader(GITHUB_SIGNATURE))
+        refuses_missing_and_malformed(
+            &scheme,
+            GITHUB_SIGNATURE,
+            &[
+                "sha1=01dc10d0c83e72ed246219cdd91669667fe2ca59",
+                "sha256=zz",
+                "sha256=00",
+            ],
         );
-        for bad in [
-            "sha1=01dc10d0c83e72ed246219cdd91669667fe2ca59",
-            "sha256=zz",
-            "sha256=00",
-        ] {
-            headers.insert(GITHUB_SIGNATURE, bad.parse().unwrap());
-            assert!(
-                matches!(
-                    scheme.precheck(&headers, 0),
-                    Err(VerifyError::MalformedHeader { .. })
-                ),
-                "{bad}"
-            );
-        }
     }
 
     #[test]
@@ -666,7 +687,7 @@ mod tests {
             None,
             300,
             &Locator::Json("/id".into()),
-            &Locator::Json("/event/name".into()),
+            Some(&Locator::Json("/event/name".into())),
         );
         let body = br#"{"id":42,"event":{"name":"order.paid"}}"#;
         let mut headers = HeaderMap::new();
@@ -694,7 +715,7 @@ mod tests {
             Some("https://hooks.example.com/webhooks/sq"),
             300,
             &id,
-            &Locator::Json("/type".into()),
+            Some(&Locator::Json("/type".into())),
         )
     }
 

@@ -14,9 +14,10 @@
 //! What a match proves: that someone with the signing key made this timestamp and token. It
 //! proves nothing about `event-data`: Mailgun does not sign the event, so a body with a valid
 //! `signature` object and another `event-data` verifies too. What stops a captured request
-//! from being replayed (or its signature reused on another event) is the signed timestamp,
-//! refused outside the tolerance (default 5 min) either way, and the ledger's claim on
-//! `event-data.id`: an event id is processed once. Mailgun's own SDKs (the Python `mailgun`
+//! from being replayed is the signed timestamp, refused outside the tolerance (default 5 min)
+//! either way, and the ledger's claim on `event-data.id`: an event id is processed once. What
+//! stops its signature being reused on another event within the tolerance is the token, used
+//! once ([`Scheme::token`]): claimed with the event, a second event with it is refused. Mailgun's own SDKs (the Python `mailgun`
 //! package, npm `mailgun.js`) do not verify webhooks, so the published algorithm is the only
 //! reference; the tests compute it independently.
 //!
@@ -114,6 +115,12 @@ impl Scheme for Mailgun {
     fn sign(&self, _body: &[u8], _now: i64, _id: &str, _kind: &str) -> Vec<(String, String)> {
         // The signature is in the body (see `sign_body`); no header carries it.
         Vec::new()
+    }
+
+    /// Mailgun's advice: a token seen before is a replay, even within the tolerance.
+    fn token(&self, body: &[u8]) -> Option<String> {
+        let signed: Signed = serde_json::from_slice(body).ok()?;
+        Some(signed.signature?.token.into_owned())
     }
 
     fn sign_body(&self, body: &[u8], now: i64) -> Option<Vec<u8>> {

@@ -83,6 +83,14 @@ pub(crate) trait Scheme: Send + Sync + 'static {
     fn sign_body(&self, _body: &[u8], _now: i64) -> Option<Vec<u8>> {
         None
     }
+
+    /// The single-use token of a verified `body`'s signature, when the scheme signs a token
+    /// and a time rather than the event (Mailgun's): the same signature on another event is a
+    /// replay, refused by claiming the token with the event. `None` for a scheme that signs
+    /// the body itself.
+    fn token(&self, _body: &[u8]) -> Option<String> {
+        None
+    }
 }
 
 /// What a scheme reads from a verified request: the event id (the ledger key within its
@@ -108,6 +116,9 @@ pub(crate) struct Source {
     pub(crate) handshake: Option<Handshaker>,
     /// Where its events are when a body is an array of them.
     pub(crate) split: Option<Split>,
+    /// Where the config says the event id and type are, over the scheme's own places (`id`,
+    /// `type` on a scheme that reads its own; a configured scheme's are its own).
+    pub(crate) overrides: Overrides,
     /// The dictionary its payloads are compressed with, once trained (shared by every source
     /// of the server and the trainer that fills it in).
     pub(crate) payloads: Arc<Dictionaries>,
@@ -125,11 +136,64 @@ impl Source {
         // Compressed here, on the request's thread: the writer's thread has one job.
         let stored = self.payloads.compress(&self.name, &event.body);
         Ok(Submission {
+            token: self.scheme.token(&event.body),
             event,
             handlers,
             forward: self.forward,
             stored: Some(stored),
         })
+    }
+
+    /// What the ledger needs from a verified request: the scheme's envelope, with the id and
+    /// the type read where the config says instead, where it says. A type found nowhere is
+    /// the source's name (Svix's own example has none, nor do Slack's slash commands): an app
+    /// that takes several sources' events still tells them apart, and no provider's own type
+    /// is shadowed. An id found nowhere refuses the request.
+    pub(crate) fn envelope(
+        &self,
+        headers: &HeaderMap,
+        body: &[u8],
+    ) -> Result<Envelope, ParseError> {
+        let mut reader = hmac::Reader::new(headers, body);
+        let mut envelope = match &self.overrides.id {
+            None => self.scheme.envelope(headers, body)?,
+            Some(place) => {
+                let id = reader
+                    .read(place)
+                    .ok_or_else(|| ParseError::Missing(place.what()))?;
+                crate::event::check_id("id", &id)?;
+                // The scheme's own reading may fail for want of the id it reads: it is
+                // overridden, so what it read besides (type, time) is kept where it has any.
+                let own = self.scheme.envelope(headers, body).ok();
+                Envelope {
+                    id,
+                    kind: own.as_ref().map(|o| o.kind.clone()).unwrap_or_default(),
+                    created: own.and_then(|o| o.created),
+                }
+            }
+        };
+        if let Some(place) = &self.overrides.kind {
+            envelope.kind = reader.read(place).unwrap_or_default();
+            if !envelope.kind.is_empty() {
+                crate::event::check_id("type", &envelope.kind)?;
+            }
+        }
+        if envelope.kind.is_empty() {
+            envelope.kind = self.name.to_string();
+        }
+        Ok(envelope)
+    }
+
+    /// The headers that carry `id` and `kind` where the config puts them in headers over the
+    /// scheme's own (for `hookledger send`).
+    pub(crate) fn override_headers(&self, id: &str, kind: &str) -> Vec<(String, String)> {
+        [(&self.overrides.id, id), (&self.overrides.kind, kind)]
+            .into_iter()
+            .filter_map(|(place, value)| match place {
+                Some(hmac::Place::Header(name)) => Some((name.to_string(), value.to_string())),
+                _ => None,
+            })
+            .collect()
     }
 
     /// The answer to the verified request when it is a handshake its sender requires before
@@ -180,10 +244,8 @@ impl Source {
             SchemeName::Github => Box::new(hmac::BodyHmac::github(secrets)),
             SchemeName::Shopify => Box::new(hmac::BodyHmac::shopify(secrets)),
             SchemeName::Hmac => {
-                let (Some(body_hmac), Some(id), Some(kind)) =
-                    (&config.hmac, &config.id, &config.kind)
-                else {
-                    anyhow::bail!("source `{}`: hmac, id and type are needed", config.name);
+                let (Some(body_hmac), Some(id)) = (&config.hmac, &config.id) else {
+                    anyhow::bail!("source `{}`: hmac and id are needed", config.name);
                 };
                 Box::new(hmac::BodyHmac::configured(
                     secrets,
@@ -191,29 +253,28 @@ impl Source {
                     config.public_url.as_deref(),
                     tolerance,
                     id,
-                    kind,
+                    config.kind.as_ref(),
                 ))
             }
             SchemeName::Token => {
-                let (Some(token), Some(id), Some(kind)) = (&config.token, &config.id, &config.kind)
-                else {
-                    anyhow::bail!("source `{}`: token, id and type are needed", config.name);
+                let (Some(token), Some(id)) = (&config.token, &config.id) else {
+                    anyhow::bail!("source `{}`: token and id are needed", config.name);
                 };
                 Box::new(credential::Token {
                     keys: secrets,
                     header: hmac::leak(&token.header),
                     id: hmac::Place::from_locator(id),
-                    kind: hmac::Place::from_locator(kind),
+                    kind: kind_place(config),
                 })
             }
             SchemeName::Basic => {
-                let (Some(id), Some(kind)) = (&config.id, &config.kind) else {
-                    anyhow::bail!("source `{}`: id and type are needed", config.name);
+                let Some(id) = &config.id else {
+                    anyhow::bail!("source `{}`: id is needed", config.name);
                 };
                 Box::new(credential::Basic {
                     keys: secrets,
                     id: hmac::Place::from_locator(id),
-                    kind: hmac::Place::from_locator(kind),
+                    kind: kind_place(config),
                 })
             }
             SchemeName::Mailgun => Box::new(mailgun::Mailgun { secrets, tolerance }),
@@ -238,9 +299,37 @@ impl Source {
                 .zip(config.secrets.first())
                 .map(|(h, secret)| Handshaker::new(h, secret.clone())),
             split: split_of(config),
+            overrides: overrides_of(config),
             payloads,
         })
     }
+}
+
+/// Where the config says the event id and type are, over a scheme's own places.
+#[derive(Debug, Default)]
+pub(crate) struct Overrides {
+    id: Option<hmac::Place>,
+    kind: Option<hmac::Place>,
+}
+
+/// The `id` and `type` of `config` over its scheme's own: none on a configured scheme (they
+/// are its own places) or a batch (they are read inside each element).
+fn overrides_of(config: &SourceConfig) -> Overrides {
+    if config.scheme.configured() || config.split.is_some() {
+        return Overrides::default();
+    }
+    Overrides {
+        id: config.id.as_ref().map(hmac::Place::from_locator),
+        kind: config.kind.as_ref().map(hmac::Place::from_locator),
+    }
+}
+
+/// Where a configured scheme reads the type: nowhere without a `type` (the default type).
+fn kind_place(config: &SourceConfig) -> hmac::Place {
+    config
+        .kind
+        .as_ref()
+        .map_or(hmac::Place::Nowhere, hmac::Place::from_locator)
 }
 
 /// The split `config` describes: its `split` pointer, and the `id` and `type` JSON pointers
@@ -248,7 +337,14 @@ impl Source {
 fn split_of(config: &SourceConfig) -> Option<Split> {
     let array = config.split.as_deref()?;
     match (&config.id, &config.kind) {
-        (Some(Locator::Json(id)), Some(Locator::Json(kind))) => Some(Split::new(array, id, kind)),
+        (Some(Locator::Json(id)), Some(Locator::Json(kind))) => Some(
+            Split::new(array, id, kind).with_max(
+                config
+                    .max_events
+                    .unwrap_or(crate::config::DEFAULT_MAX_EVENTS),
+                format!("source `{}`.max_events", config.name),
+            ),
+        ),
         _ => None,
     }
 }
@@ -313,6 +409,38 @@ pub(crate) fn check_timestamp(t: i64, now: i64, tolerance: u64) -> Result<(), Ve
         return Err(VerifyError::InFuture { ahead, tolerance });
     }
     Ok(())
+}
+
+/// What the schemes' tests share.
+#[cfg(test)]
+pub(crate) mod testing {
+    use axum::http::HeaderMap;
+
+    use super::{Scheme, VerifyError};
+
+    /// `scheme`'s precheck refuses a request without `header` as missing, and one with each
+    /// of `bad` in it as malformed.
+    pub(crate) fn refuses_missing_and_malformed(
+        scheme: &dyn Scheme,
+        header: &'static str,
+        bad: &[&str],
+    ) {
+        let mut headers = HeaderMap::new();
+        assert_eq!(
+            scheme.precheck(&headers, 0),
+            Err(VerifyError::MissingHeader(header))
+        );
+        for bad in bad {
+            headers.insert(header, bad.parse().unwrap());
+            assert!(
+                matches!(
+                    scheme.precheck(&headers, 0),
+                    Err(VerifyError::MalformedHeader { .. })
+                ),
+                "{bad}"
+            );
+        }
+    }
 }
 
 #[cfg(test)]

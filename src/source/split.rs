@@ -16,6 +16,9 @@ pub(crate) struct Split {
     array: String,
     id: String,
     kind: String,
+    /// The most elements a body may hold, and the key that says so (for the refusal).
+    max: usize,
+    max_key: String,
 }
 
 impl Split {
@@ -27,7 +30,16 @@ impl Split {
             array: array.to_string(),
             id: id.to_string(),
             kind: kind.to_string(),
+            max: crate::config::DEFAULT_MAX_EVENTS,
+            max_key: "max_events".into(),
         }
+    }
+
+    /// At most `max` elements in a body, the limit set by the config key `key`.
+    pub(crate) fn with_max(mut self, max: usize, key: String) -> Split {
+        self.max = max;
+        self.max_key = key;
+        self
     }
 
     /// Each element of the verified `body`'s array, with its envelope and its own bytes, in
@@ -43,6 +55,12 @@ impl Split {
         }
         let elements: Vec<&RawValue> =
             serde_json::from_str(value.get()).map_err(|_| self.no_array())?;
+        if elements.len() > self.max {
+            return Err(ParseError::TooManyEvents {
+                limit: self.max,
+                key: self.max_key.clone(),
+            });
+        }
         if elements.is_empty() {
             return Err(ParseError::Missing(format!(
                 "event in the array at `{}` (it is empty)",
@@ -163,6 +181,25 @@ mod tests {
                 .unwrap()
                 .len(),
             1
+        );
+    }
+
+    #[test]
+    fn more_elements_than_the_limit_are_refused_naming_the_key() {
+        let split = Split::new("/", "/id", "/t").with_max(2, "source `s`.max_events".into());
+        assert_eq!(
+            ids(&split, r#"[{"id":"a","t":"x"},{"id":"b","t":"x"}]"#)
+                .unwrap()
+                .len(),
+            2
+        );
+        let three = r#"[{"id":"a","t":"x"},{"id":"b","t":"x"},{"id":"c","t":"x"}]"#;
+        assert_eq!(
+            ids(&split, three),
+            Err(ParseError::TooManyEvents {
+                limit: 2,
+                key: "source `s`.max_events".into()
+            })
         );
     }
 

@@ -176,8 +176,9 @@ impl Scheme for Standard {
     fn envelope(&self, headers: &HeaderMap, body: &[u8]) -> Result<Envelope, ParseError> {
         #[derive(Deserialize)]
         struct Body {
-            #[serde(rename = "type")]
-            kind: String,
+            /// Without one (Svix's own example has none): the source's default type.
+            #[serde(rename = "type", default)]
+            kind: Option<String>,
             timestamp: Option<serde_json::Value>,
         }
         // Verified, so one set is complete (the same one verify read).
@@ -185,13 +186,15 @@ impl Scheme for Standard {
         check_id(ID_HEADER, id)?;
         let body: Body = serde_json::from_slice(body).map_err(|e| ParseError::Envelope {
             what: "a Standard Webhooks event",
-            hint: "it must be JSON with a string `type`",
+            hint: "it must be JSON (a `type` in it, if any, a string)",
             detail: e.into(),
         })?;
-        check_id("type", &body.kind)?;
+        if let Some(kind) = &body.kind {
+            check_id("type", kind)?;
+        }
         Ok(Envelope {
             id: id.to_string(),
-            kind: body.kind,
+            kind: body.kind.unwrap_or_default(),
             created: body.timestamp.as_ref().and_then(event_time),
         })
     }

@@ -84,7 +84,7 @@ pub struct SignatureHeader {
 }
 
 /// Parses a `Stripe-Signature` value. A `v1` that is not 64 hex digits cannot match anything
-/// and is skipped, as Stripe's SDKs do; more than [`MAX_SIGNATURES`] `v1` entries is refused.
+/// and is skipped, as Stripe's SDKs do; more than 16 `v1` entries is refused.
 pub fn parse_header(value: &[u8]) -> Result<SignatureHeader, VerifyError> {
     let malformed = |reason| VerifyError::MalformedHeader {
         header: HEADER,
