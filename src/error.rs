@@ -85,7 +85,7 @@ impl From<anyhow::Error> for Error {
         let database = e.chain().any(|layer| {
             layer.is::<StoreError>()
                 || layer.is::<rusqlite::Error>()
-                || layer.is::<tokio_postgres::Error>()
+                || postgres_error(layer)
                 || layer.is::<r2d2::Error>()
         });
         if database {
@@ -126,6 +126,17 @@ impl Config {
             Config::parse(&text, &folder, &crate::source::catalog::keys())?,
             folder,
         ))
+    }
+}
+
+/// Whether `layer` is the PostgreSQL client's error (never, in a build without it).
+fn postgres_error(layer: &(dyn std::error::Error + 'static)) -> bool {
+    #[cfg(feature = "postgres")]
+    return layer.is::<tokio_postgres::Error>();
+    #[cfg(not(feature = "postgres"))]
+    {
+        let _ = layer;
+        false
     }
 }
 

@@ -1,59 +1,110 @@
-//! hookledger receives webhooks and makes each event change the app's data exactly once, on
-//! one SQLite file, or on PostgreSQL shared by several instances.
+//! hookledger receives webhooks and makes each event change your app's data **exactly once**:
+//! it verifies the provider's signature on the raw body, claims `(source, event id)` in a
+//! ledger in the same transaction as your effects, and answers the provider only after that
+//! transaction committed. A resend, a retry or a copy delivered twice at once is a duplicate
+//! that changes nothing. It runs on one SQLite file, or on PostgreSQL shared by several
+//! instances, with the same code.
 //!
-//! A request travels: `http/server.rs` (accept loop, limits) → `http/ingest.rs` (THE request
-//! path: source → body → verify → envelope → handlers prepare → writer → reply) → `source/`
-//! (verify and read) → `writer.rs` (queue, group commit) → `store/` (the transaction: claim →
-//! handlers → outbox row, `store/pipeline.rs`) → back in `http/error.rs` (the one table from
-//! an error to its status). After commit: `delivery/` and `retention.rs`.
+//! This page is for an app that embeds it. The `hookledger` binary (`serve`, the config file,
+//! the console) and the concepts are in the book (`docs/` in the repository); how the crate is
+//! built inside, and how to add a preset, a scheme, a store or a delivery target, is in
+//! `CONTRIBUTING.md`.
 //!
-//! The map, one layer per line, from the bottom: a module imports only modules on lines above
-//! its own (leaves import nothing of the crate).
-//! 1. `time.rs` (leaf): Unix seconds, RFC 3339. `log_budget.rs` (leaf): at most so many
-//!    lines of one kind a second, the rest counted. `trace.rs` (leaf): OpenTelemetry spans,
-//!    W3C `traceparent`, the OTLP/HTTP exporter thread.
-//! 2. `event.rs` (leaf): the verified [`Event`], the same for every source. `payload.rs`
-//!    (leaf): a body as it is stored (zstd, with the source's dictionary once it has one).
-//! 3. `sql/` (leaf): [`Tx`], parameters, rows and [`StoreError`]: what handlers and stores share.
-//! 4. `config/` (leaf): one [`Config`], every default with its reason; errors name their key;
-//!    a source's `preset` filled in from a catalog it is handed.
-//! 5. `outbox.rs`: an outbox row, the `Target` trait that attempts it, the retry schedule.
-//! 6. `handler/`: the [`Handler`] trait, run inside the claim's transaction; SQL effects.
-//! 7. `source/`: who sends and how their requests are verified and read: one scheme shape,
-//!    Stripe's, Standard Webhooks and the body HMACs behind it; the preset catalog (data).
-//! 8. `store/`: the seam (`Store::run_batch`: a store owns its transaction), the pipeline
-//!    written once, the SQL both stores share, `sqlite/` and `postgres/`, the contract suite
-//!    every store passes; the stores are opened once here.
-//! 9. `metrics.rs`: what `/metrics` and `/status` count.
-//! 10. `writer.rs`: the single writer thread, its queue and the replies after COMMIT (no SQL,
-//!     no provider, no transaction).
-//! 11. `delivery/command.rs`: the outbox target that runs a `[[delivery]]` `command` (argv, payload on
-//!     stdin, its process group killed past its timeout).
-//! 12. `delivery/mod.rs`: the outbox worker and its POST target.
-//! 13. `alerts.rs`: `[[alert]]`, one message per incident (rows going dead, a source
-//!     refused too often, an old backlog) and one when it clears, through the outbox.
-//!     `retention.rs`: pruning what the provider can no longer resend. `training.rs`: each
-//!     source's payload dictionary, trained once on its first payloads. `refusals.rs`: refused
-//!     requests counted in memory, kept in the database once a second for `/status`.
-//! 14. `stripe/`: the Stripe wing: billing (and its batch form), the refresh on ties, the API
-//!     client, reconcile, its settings, sample events; `stripe/mod.rs` is what the composition
-//!     root calls.
-//! 15. `error.rs`: [`Error`], what the library's public functions return; `Config::load`
-//!     (the file, with the catalog's presets).
-//! 16. `http/`: the webhook routes (`ingest.rs`) and the operators' (`ops/`).
-//! 17. `app.rs`: [`Hookledger`], the one composition root (serve, router, reconcile).
-//! 18. `dev/`: a client that signs and sends as a provider does.
-//! 19. `cli/`: the subcommands, each a call into the above.
+//! # The API
+//! - [`Hookledger`]: made with [`Hookledger::builder`] (or [`Hookledger::open`] from a
+//!   [`Config`]); [`Hookledger::router`] is an axum `Router` with `POST /webhooks/{source}`
+//!   to merge into your own server, [`Hookledger::serve`] runs it standalone, and
+//!   [`Hookledger::shutdown`] commits what is queued and stops.
+//! - Sources: [`SourceConfig::preset`] makes a source for one of the [`presets`] (GitHub,
+//!   Shopify, Slack, the Standard Webhooks senders, …) as `preset = "…"` in a config file
+//!   does; [`SourceConfig::stripe`], [`SourceConfig::hmac`], [`SourceConfig::token`] and
+//!   [`SourceConfig::new`] for the rest. A source's secrets are [`Secret`]s (several during
+//!   rotation: any one may match).
+//! - Effects: a [`Handler`] runs inside the claim's transaction with a [`Tx`] that runs SQL
+//!   (`$1` parameters, [`Value`]s in, [`Row`]s out) but cannot commit; an error rolls the
+//!   event back, and the provider's retry starts clean. [`Handler::prepare`] may decode the
+//!   body before the writer's transaction ([`Prepared`]). An [`EffectConfig`] is the same as
+//!   SQL from a config file.
+//! - Delivery after commit: [`ForwardConfig`] (every processed event, signed as Standard
+//!   Webhooks, to your app's URL) and [`DeliveryConfig`] (the outbox rows of one kind, to a
+//!   URL or a local command), each in a lane of its own ([`LaneKeys`]: concurrency, rate,
+//!   circuit breaker, coalescing), retried on a schedule, dead-lettered.
+//! - [`Config`] holds every setting, each with its default; [`Config::load`] reads a config
+//!   file. Every public function returns an [`Error`]; [`Error::Config`] names the key as a
+//!   config file writes it, before anything is opened.
 //!
-//! [`Event`]: crate::Event
-//! [`Tx`]: crate::Tx
-//! [`Error`]: crate::Error
+//! # An event
+//! A handler sees the verified [`Event`]: `source` (the source's name) and `id` (the
+//! provider's event id) are the ledger's key; `kind` is the event type (`invoice.paid`,
+//! GitHub's `push`); `created` the provider's event time, where its scheme has one (Unix
+//! seconds: guard snapshot state with it, so an older event never overwrites a newer one);
+//! `body` the exact bytes that were verified, to decode as the handler wishes.
+//!
+//! # Your tables
+//! Effects write your own tables, in the same database (that is what lets them commit with
+//! the claim). Make them with migrations: a folder of `*.sql` files applied once each, in name
+//! order, when hookledger opens ([`Builder::migrations`], or `[schema] migrations` in a config
+//! file), recorded so each runs once, also with several instances on PostgreSQL. SQL that
+//! SQLite and PostgreSQL both accept (`INSERT … ON CONFLICT … DO UPDATE`) runs on either.
+//!
+//! # Example
+//! Count events by type, exactly once each, in an app of your own:
+//!
+//! ```no_run
+//! use axum::{routing::get, Router};
+//! use hookledger::{Event, Handler, Hookledger, Prepared, Secret, SourceConfig, StoreError, Tx};
+//!
+//! struct CountByType;
+//!
+//! impl Handler for CountByType {
+//!     fn name(&self) -> &str {
+//!         "count-by-type"
+//!     }
+//!
+//!     fn handle(&self, tx: &Tx<'_>, event: &Event, _: Prepared) -> Result<(), StoreError> {
+//!         tx.execute(
+//!             "INSERT INTO events_by_type (event_type, n) VALUES ($1, 1)
+//!              ON CONFLICT (event_type) DO UPDATE SET n = events_by_type.n + 1",
+//!             &[&event.kind],
+//!         )?;
+//!         Ok(())
+//!     }
+//! }
+//!
+//! #[tokio::main]
+//! async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//!     // migrations/001_events_by_type.sql:
+//!     //   CREATE TABLE events_by_type (event_type TEXT PRIMARY KEY, n INTEGER NOT NULL);
+//!     let secret = Secret::new(std::env::var("GITHUB_WEBHOOK_SECRET")?);
+//!     let hookledger = Hookledger::builder()
+//!         .database("app.db")
+//!         .migrations("migrations")
+//!         .source(SourceConfig::preset("github", "gh", vec![secret])?)
+//!         .handler("gh", CountByType)
+//!         .build()?;
+//!     let app = Router::new()
+//!         .route("/", get(|| async { "the app's own page" }))
+//!         .merge(hookledger.router()); // POST /webhooks/gh
+//!     let listener = tokio::net::TcpListener::bind("127.0.0.1:3000").await?;
+//!     axum::serve(listener, app)
+//!         .with_graceful_shutdown(async {
+//!             let _ = tokio::signal::ctrl_c().await;
+//!         })
+//!         .await?;
+//!     hookledger.shutdown().await?; // what is queued commits; nothing acknowledged is lost
+//!     Ok(())
+//! }
+//! ```
+//!
+//! `examples/embed.rs` in the repository is such an app, whole, with a test that sends it
+//! events (one twice) and reads its table back.
+
+// How the modules below depend on each other (one layer each, a module importing only the
+// layers below it) is drawn in CONTRIBUTING.md, "The layers".
 
 mod alerts;
 mod app;
 mod cli;
-#[path = "delivery/command.rs"]
-mod command;
 mod config;
 mod delivery;
 mod dev;
@@ -65,6 +116,7 @@ mod log_budget;
 mod metrics;
 mod outbox;
 mod payload;
+mod preset;
 mod refusals;
 mod retention;
 mod source;
@@ -80,13 +132,14 @@ pub use app::{Builder, Hookledger, RunningServer};
 pub use config::Handshake;
 pub use config::{
     AlertConfig, Config, ConfigError, Database, DeliveryConfig, EffectConfig, ForwardConfig,
-    HandlerSettings, HmacAlgorithm, HmacConfig, HmacEncoding, HttpConfig, Locator, ReconcileConfig,
-    Refresh, RetentionConfig, SchemaConfig, SchemeName, Secret, SourceConfig, StorageConfig,
-    TimestampConfig, TokenConfig, WriterConfig,
+    HandlerSettings, HmacAlgorithm, HmacConfig, HmacEncoding, HttpConfig, LaneKeys, Locator,
+    ReconcileConfig, Refresh, RetentionConfig, SchemaConfig, SchemeName, Secret, SourceConfig,
+    StorageConfig, TimestampConfig, TokenConfig, WriterConfig,
 };
 pub use error::Error;
 pub use event::{Event, JsonError, ParseError};
 pub use handler::{Handler, Prepared};
+pub use preset::{presets, Preset};
 pub use source::VerifyError;
 pub use sql::{Dialect, FromValue, Param, Row, StoreError, ToParam, Tx, Value};
 pub use store::Outcome;

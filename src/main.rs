@@ -4,19 +4,26 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use hookledger::{init_logging, run_cli, Cli, CliCommand, Exit};
+use hookledger::{init_logging, run_cli, Cli, CliCommand, Exit, LogFormat};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    // The demo prints its own table; its server's log shows only warnings and errors.
+    // The demo prints its own table; its server's log shows only warnings and errors, and not
+    // the request lines (its table has every reply, the injected failure's 500 too).
     let default_level = match cli.command {
-        CliCommand::Demo => "warn",
+        CliCommand::Demo => "warn,hookledger::http::ingest=off",
         _ => "info",
     };
     init_logging(cli.log_format, default_level);
+    let json = cli.log_format == LogFormat::Json;
     match run_cli(cli) {
         Ok(Exit::Ok) => ExitCode::SUCCESS,
         Ok(Exit::Failed) => ExitCode::from(1),
+        // With `--log-format json` the error is a log line too: every line is JSON.
+        Err(e) if json => {
+            tracing::error!("{e:#}");
+            ExitCode::from(2)
+        }
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::from(2)
