@@ -15,6 +15,7 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
 
 use zstd::dict::{DecoderDictionary, EncoderDictionary};
@@ -216,13 +217,25 @@ fn remember(d: &Arc<Dictionary>) {
 #[derive(Debug, Default)]
 pub(crate) struct Dictionaries {
     by_source: RwLock<HashMap<Arc<str>, Arc<Dictionary>>>,
+    /// Payloads compressed without a dictionary since the start, all sources: the trainer
+    /// looks again soon once enough of them came (plain zstd costs about five times the
+    /// instructions of zstd with a dictionary on a 2 KB body, measured with callgrind).
+    plain: AtomicU64,
 }
 
 impl Dictionaries {
     /// `body` of `source` as it is stored.
     pub(crate) fn compress(&self, source: &str, body: &[u8]) -> Stored {
         let dict = self.get(source);
+        if dict.is_none() {
+            self.plain.fetch_add(1, Ordering::Relaxed);
+        }
         compress(body, dict.as_deref())
+    }
+
+    /// Payloads compressed without a dictionary since the start.
+    pub(crate) fn plain(&self) -> u64 {
+        self.plain.load(Ordering::Relaxed)
     }
 
     pub(crate) fn get(&self, source: &str) -> Option<Arc<Dictionary>> {

@@ -668,7 +668,7 @@ fn print_ratios(rows: &[Row]) {
 }
 
 /// CPU, kernel, filesystem and fsync time of the disk under `dir`.
-fn print_machine(dir: &Path) -> anyhow::Result<()> {
+pub(crate) fn print_machine(dir: &Path) -> anyhow::Result<()> {
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
         .and_then(|s| {
@@ -738,7 +738,6 @@ impl Server {
         args: &[&str],
         cgroup: Option<&Path>,
     ) -> anyhow::Result<Server> {
-        let log = std::fs::File::create(log_path)?;
         let mut command = match cgroup {
             None => Command::new(exe),
             Some(group) => {
@@ -749,28 +748,83 @@ impl Server {
                 sh
             }
         };
-        let mut child = command
+        command
             .arg("serve")
             .args(["--listen", "127.0.0.1:0", "--admin-listen", "off"])
             .args(["--stripe-secret", SECRET, "--db"])
             .arg(db)
             .args(args)
-            .env_remove("RUST_LOG")
+            .env_remove("RUST_LOG");
+        Server::spawn(command, exe, log_path, false).map(|(server, _)| server)
+    }
+
+    /// `exe serve --config config` and nothing else: no other flag and nothing from this
+    /// process's environment (only `PATH`), so two releases read the same settings from the
+    /// same file. The config must set `listen` and `admin_listen` to `127.0.0.1:0`; returns
+    /// once the admin listener's `/readyz` answers 200 (at most 60 s).
+    pub(crate) fn start_with_config(
+        exe: &Path,
+        config: &Path,
+        log_path: &Path,
+    ) -> anyhow::Result<Server> {
+        let mut command = Command::new(exe);
+        command.env_clear().arg("serve").arg("--config").arg(config);
+        if let Some(path) = std::env::var_os("PATH") {
+            command.env("PATH", path);
+        }
+        let (server, admin) = Server::spawn(command, exe, log_path, true)?;
+        let admin = admin.context("no admin address")?;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !ready(admin) {
+            if Instant::now() > deadline {
+                bail!(
+                    "{} did not answer 200 on /readyz within 60 s; its log:\n{}",
+                    exe.display(),
+                    log_tail(log_path)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(server)
+    }
+
+    /// Starts `command` (a `serve`) and reads the address it announces on stdout, and with
+    /// `admin` the admin address on the line after it.
+    fn spawn(
+        mut command: Command,
+        exe: &Path,
+        log_path: &Path,
+        admin: bool,
+    ) -> anyhow::Result<(Server, Option<SocketAddr>)> {
+        let log = std::fs::File::create(log_path)?;
+        let mut child = command
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(log)
             .spawn()
             .with_context(|| format!("starting {}", exe.display()))?;
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().context("server stdout")?).read_line(&mut line)?;
-        let Some(addr) = line.trim().strip_prefix("hookledger listening on ") else {
-            let _ = child.kill();
-            bail!("the server did not start (see {})", log_path.display());
+        let mut out = BufReader::new(child.stdout.take().context("server stdout")?);
+        let mut announced = |prefix: &str| -> Option<SocketAddr> {
+            let mut line = String::new();
+            out.read_line(&mut line).ok()?;
+            line.trim().strip_prefix(prefix)?.parse().ok()
         };
-        Ok(Server {
-            addr: addr.parse()?,
-            child,
-        })
+        let addr = announced("hookledger listening on ");
+        let admin = if admin {
+            announced("hookledger admin on ").map(Some)
+        } else {
+            Some(None)
+        };
+        let (Some(addr), Some(admin)) = (addr, admin) else {
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!(
+                "the server did not start (see {}):\n{}",
+                log_path.display(),
+                log_tail(log_path)
+            );
+        };
+        Ok((Server { addr, child }, admin))
     }
 
     /// A number field of `/proc/<pid>/status` (Linux), e.g. `VmHWM` in KiB.
@@ -812,4 +866,37 @@ impl Server {
         }
         Ok(started.elapsed())
     }
+}
+
+impl Drop for Server {
+    /// A server left running by an error (a failed check, a lost connection) is killed.
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Whether `GET /readyz` on `admin` answers 200.
+fn ready(admin: SocketAddr) -> bool {
+    use std::io::{Read, Write};
+    let Ok(mut s) = std::net::TcpStream::connect_timeout(&admin, Duration::from_secs(1)) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
+    if s.write_all(b"GET /readyz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .is_err()
+    {
+        return false;
+    }
+    let mut head = [0u8; 12];
+    s.read_exact(&mut head).is_ok() && head.starts_with(b"HTTP/1.1 200")
+}
+
+/// The last 20 lines of a server's log, for an error that says why it did not start.
+fn log_tail(log_path: &Path) -> String {
+    let text = std::fs::read_to_string(log_path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(20)..].join("\n")
 }

@@ -3,6 +3,7 @@
 //! measure is what ships. Exit code: 0 ok, 1 the ledger check lost events, 2 could not run.
 
 mod bench;
+mod compare;
 mod growth;
 mod lanes;
 mod loadgen;
@@ -46,6 +47,10 @@ enum Command {
     /// forwarding (outbox drained), on SQLite (file + write-ahead log after a checkpoint) and
     /// with --postgres on PostgreSQL; run it with two binaries for a before/after.
     Storage(StorageArgs),
+    /// Two `hookledger` binaries (e.g. the last release and a change) under the same load in
+    /// alternating rounds, a fresh database each run: median events/s with its range, p50 and
+    /// p99, NEW/OLD; on SQLite or (--store postgres) PostgreSQL.
+    Compare(compare::CompareArgs),
 }
 
 #[derive(Debug, Args)]
@@ -163,6 +168,7 @@ fn main() -> ExitCode {
         Command::Prune(args) => prune::run(args),
         Command::Lanes(args) => lanes(args),
         Command::Storage(args) => storage(args),
+        Command::Compare(args) => compare::run(&args),
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,
