@@ -3,8 +3,10 @@
 # runs what it installed as its systemd unit would, without systemd: `hookledger --version`,
 # then the unit's ExecStart as the `hookledger` user, on /etc/hookledger/hookledger.toml, with
 # the unit's LoadCredential= files handed over in $CREDENTIALS_DIRECTORY. One Stripe event
-# signed here (Python's hmac) is claimed once: the ledger row is read with sqlite3. Then the
-# package is purged, and what the test made removed.
+# signed here (Python's hmac) is claimed once: the ledger row is read with sqlite3. The
+# package is under 8 MB (no debug info), starts with only the shipped config's credentials
+# (Stripe's secret and the admin token: a Stripe-only user edits nothing), and `dpkg --purge`
+# removes the secret files. Then what the test made is removed.
 # Needs root, dpkg, adduser, python3 and sqlite3. Refuses to run where hookledger is installed
 # or has a database in /var/lib/hookledger. Usage: scripts/deb-test.sh
 set -euo pipefail
@@ -23,9 +25,11 @@ if ! command -v cargo-deb >/dev/null; then
   cargo install --locked cargo-deb@3.8.0
 fi
 # The path of the .deb is the last line cargo-deb prints.
-deb=$(cargo deb --locked -p hookledger | tail -n 1)
+deb=$(cargo deb --locked -p hookledger --profile deb | tail -n 1)
 [[ -f "$deb" ]] || { echo "deb-test: cargo deb made no package: $deb" >&2; exit 1; }
-echo "deb-test: built $deb"
+size=$(stat -c %s "$deb")
+echo "deb-test: built $deb ($size bytes)"
+(( size < 8 * 1024 * 1024 )) || { echo "deb-test: FAIL: $deb is $size bytes, not under 8 MB" >&2; exit 1; }
 dpkg-deb --info "$deb" | sed -n '/Package:/,$p'
 dpkg-deb --contents "$deb"
 
@@ -79,6 +83,9 @@ while IFS=: read -r name path; do
   install -o hookledger -g hookledger -m 0400 "$path" "$credentials/$name"
 done < <(sed -n 's/^LoadCredential=//p' "$unit")
 [[ ${#made_secrets[@]} -gt 0 ]] || fail "the unit loads no credential"
+# As shipped: Stripe's secret and the admin token, nothing else to make or edit.
+[[ "${made_secrets[*]}" == "/etc/hookledger/stripe-webhook-secret /etc/hookledger/admin-token" ]] ||
+  fail "the shipped unit loads: ${made_secrets[*]}"
 
 # The unit's ExecStart, as its user, in its working directory, on free ports (the config's
 # 8080 and 9090 may be taken here).
@@ -91,7 +98,8 @@ workdir=$(sed -n 's/^WorkingDirectory=//p' "$unit")
 server=$!
 addr=""
 for _ in $(seq 100); do
-  addr=$(sed -n 's/^hookledger listening on //p' "$WORK/stdout")
+  # The unit logs JSON (--log-format json): the address is the line {"listen":"IP:PORT"}.
+  addr=$(sed -n 's/^{"listen":"\([^"]*\)"}$/\1/p' "$WORK/stdout")
   [[ -z $addr ]] || break
   kill -0 "$server" 2>/dev/null || { cat "$WORK/stderr" >&2; fail "serve exited"; }
   sleep 0.1
@@ -137,4 +145,11 @@ if grep -qF "$STRIPE_SECRET" "$WORK/stdout" "$WORK/stderr"; then fail "the secre
 kill -TERM "$server"
 wait "$server" || fail "serve exited with $? on SIGTERM"
 server=""
+
+# A purge removes the secret files made for the unit (the database and the user stay).
+dpkg --purge hookledger
+for f in "${made_secrets[@]}"; do
+  [[ ! -e $f ]] || fail "dpkg --purge left $f"
+done
+[[ ! -e /etc/hookledger ]] || fail "dpkg --purge left /etc/hookledger: $(ls -A /etc/hookledger)"
 echo "deb-test: ok"
