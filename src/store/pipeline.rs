@@ -31,15 +31,14 @@ pub(crate) trait Batch {
     /// broken connection): then no savepoint can be rolled back to, and the batch is lost.
     fn lost(&self) -> bool;
 
-    /// Runs `handler` on a new event, with the store's own checks around it.
+    /// Runs `handler` on a new event, with the store's own checks around it (each store's
+    /// own: its time limit, and on SQLite the authorizer's guard).
     fn run_handler(
         &mut self,
         handler: &dyn Handler,
         event: &Event,
         prepared: Prepared,
-    ) -> Result<(), StoreError> {
-        handler.handle(&Tx::new(self.session()), event, prepared)
-    }
+    ) -> Result<(), StoreError>;
 
     /// Runs `handler` on several new events at once ([`Handler::handle_all`]), with the
     /// store's own checks around it. (A batch runs together on PostgreSQL only.)
