@@ -32,6 +32,11 @@ echo "deb-test: built $deb ($size bytes)"
 (( size < 8 * 1024 * 1024 )) || { echo "deb-test: FAIL: $deb is $size bytes, not under 8 MB" >&2; exit 1; }
 dpkg-deb --info "$deb" | sed -n '/Package:/,$p'
 dpkg-deb --contents "$deb"
+# The socket unit beside the service (systemd holds the webhook port across restarts).
+for unit in hookledger.service hookledger.socket; do
+  dpkg-deb --contents "$deb" | grep -q "/lib/systemd/system/$unit\$" ||
+    { echo "deb-test: FAIL: the package has no $unit" >&2; exit 1; }
+done
 
 user_existed=$(getent passwd hookledger >/dev/null && echo yes || echo no)
 WORK=$(mktemp -d)

@@ -14,7 +14,7 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -81,6 +81,9 @@ pub struct Hookledger {
     lock: ServeGuard,
     /// When it was opened (Unix seconds): the console's uptime.
     started_at: i64,
+    /// Set when [`Hookledger::serve`]'s shutdown begins: `/readyz` answers 503 from then on,
+    /// so that a balancer stops sending here while the requests in flight drain.
+    stopping: Arc<AtomicBool>,
 }
 
 /// Builds a [`Hookledger`] in code: its config (or parts of it) and the app's own Rust
@@ -305,6 +308,7 @@ impl Hookledger {
             workers,
             lock: guard,
             started_at: crate::time::unix_now(),
+            stopping: Arc::default(),
         })
     }
 
@@ -334,6 +338,7 @@ impl Hookledger {
             sources: self.config.sources.iter().map(|s| s.name.clone()).collect(),
             targets: shown_targets(&self.config),
             started_at: self.started_at,
+            stopping: self.stopping.clone(),
         })
     }
 
@@ -366,6 +371,11 @@ impl Hookledger {
         listener: TcpListener,
         shutdown: impl Future<Output = ()>,
     ) -> Result<(), Error> {
+        let stopping = self.stopping.clone();
+        let shutdown = async move {
+            shutdown.await;
+            stopping.store(true, Ordering::SeqCst);
+        };
         server::serve(listener, self.app.clone(), &self.config.http, shutdown).await;
         self.shutdown().await
     }

@@ -3,6 +3,7 @@
 mod admin;
 mod common;
 pub(crate) mod demo;
+mod listeners;
 mod logging;
 mod reconcile;
 mod send;

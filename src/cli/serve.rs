@@ -530,19 +530,45 @@ pub(super) fn run(args: ServeArgs, log_format: super::LogFormat) -> anyhow::Resu
         }
     }
 
+    // Sockets passed as systemd passes them (socket activation, or our own restart) win over
+    // `listen` and `admin_listen`; read before anything is opened, so a bad one stops here.
+    let passed = super::listeners::passed()?;
+    let mut config = config;
+    if let Some(webhook) = &passed.webhook {
+        config.listen = webhook
+            .local_addr()
+            .context("the webhook socket of LISTEN_FDS")?;
+    }
+    if let Some(admin) = &passed.admin {
+        let at = admin
+            .local_addr()
+            .context("the admin socket of LISTEN_FDS")?;
+        if !at.ip().is_loopback() && config.admin_token.is_none() {
+            bail!(
+                "the admin socket passed in LISTEN_FDS is on {at}, not a loopback address: set \
+                 admin_token too (env:NAME or file:PATH), since /metrics and /status show event \
+                 ids and errors to whoever reaches them, or listen on 127.0.0.1"
+            );
+        }
+        config.admin_listen = Some(at);
+    }
+
     let hookledger = Hookledger::open(config.clone()).map_err(|e| flags.explain(e))?;
     let hookledger_admin = hookledger.admin_router();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    runtime.block_on(async {
-        let listener = tokio::net::TcpListener::bind(config.listen)
-            .await
-            .with_context(|| format!("cannot listen on {}", config.listen))?;
+    let restart = runtime.block_on(async {
+        let listener = match passed.webhook {
+            Some(passed) => from_std(passed)?,
+            None => tokio::net::TcpListener::bind(config.listen)
+                .await
+                .with_context(|| format!("cannot listen on {}", config.listen))?,
+        };
         let addr = listener.local_addr()?;
         // Signals are handled from before the address is announced: a SIGTERM sent as soon as
         // it is seen still stops the server gracefully.
-        let shutdown = shutdown_signal()?;
+        let stop = stop_signal()?;
         tracing::info!(
             version = env!("CARGO_PKG_VERSION"),
             listen = %addr,
@@ -562,14 +588,23 @@ pub(super) fn run(args: ServeArgs, log_format: super::LogFormat) -> anyhow::Resu
                 source.secrets.len()
             );
         }
-        let admin = match config.admin_listen {
-            Some(at) => Some(
+        let admin = match (passed.admin, config.admin_listen) {
+            (Some(passed), _) => Some(from_std(passed)?),
+            (None, Some(at)) => Some(
                 tokio::net::TcpListener::bind(at)
                     .await
                     .with_context(|| format!("cannot listen on {at} (--admin-listen)"))?,
             ),
-            None => None,
+            (None, None) => None,
         };
+        // Copies of the listening sockets, kept open through a restart's drain so that the
+        // connections arriving meanwhile wait in the queue for the next process.
+        // A stop that is not a restart closes them at once (new connections are refused, as
+        // when nothing listens).
+        let held = std::sync::Arc::new(std::sync::Mutex::new(Some(Held::of(
+            &listener,
+            admin.as_ref(),
+        )?)));
         log::info!("database {}", config.database);
         // Machine-readable lines for scripts and tests that start us on port 0 (JSON with
         // `--log-format json`, so that every line we print is).
@@ -589,36 +624,94 @@ pub(super) fn run(args: ServeArgs, log_format: super::LogFormat) -> anyhow::Resu
                 crate::http::server::serve_admin(admin, hookledger_admin, &http).await;
             });
         }
+        let (stopped, mut how) = tokio::sync::oneshot::channel();
+        let keep = held.clone();
+        let shutdown = async move {
+            let signal = stop.await;
+            if signal == Stop::Exit {
+                drop(keep.lock().map(|mut held| held.take()));
+            }
+            let _ = stopped.send(signal);
+        };
         hookledger.serve(listener, shutdown).await?;
-        anyhow::Ok(())
+        let held = held.lock().ok().and_then(|mut held| held.take());
+        anyhow::Ok(held.filter(|_| how.try_recv() == Ok(Stop::Restart)))
     })?;
+    if let Some(held) = restart {
+        // Nothing of this process runs on: the exec ends its threads, and the held sockets
+        // are the new one's.
+        runtime.shutdown_timeout(Duration::from_secs(1));
+        return Err(super::listeners::restart_in_place(held.webhook, held.admin));
+    }
     Ok(Exit::Ok)
 }
 
-/// A future that resolves on SIGTERM, SIGINT or SIGHUP (a closed terminal or `systemctl
-/// reload` alike: hookledger has nothing to reload, so it stops gracefully rather than die).
-/// The handlers are installed here, before serving, so a failure to install them stops
-/// start-up (exit 2) instead of a panic.
-fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
-    #[cfg(unix)]
-    let (mut term, mut hangup) = {
-        use tokio::signal::unix::{signal, SignalKind};
-        (
-            signal(SignalKind::terminate()).context("installing the SIGTERM handler")?,
-            signal(SignalKind::hangup()).context("installing the SIGHUP handler")?,
-        )
-    };
+/// A passed listening socket, for tokio.
+fn from_std(listener: std::net::TcpListener) -> anyhow::Result<tokio::net::TcpListener> {
+    listener.set_nonblocking(true)?;
+    Ok(tokio::net::TcpListener::from_std(listener)?)
+}
+
+/// Duplicates of the listening sockets, for [`super::listeners::restart_in_place`].
+struct Held {
+    webhook: std::net::TcpListener,
+    admin: Option<std::net::TcpListener>,
+}
+
+impl Held {
+    fn of(
+        webhook: &tokio::net::TcpListener,
+        admin: Option<&tokio::net::TcpListener>,
+    ) -> anyhow::Result<Held> {
+        use std::os::fd::AsFd;
+        let copy = |l: &tokio::net::TcpListener| -> anyhow::Result<std::net::TcpListener> {
+            let fd = l
+                .as_fd()
+                .try_clone_to_owned()
+                .context("duplicating a listening socket")?;
+            Ok(std::net::TcpListener::from(fd))
+        };
+        Ok(Held {
+            webhook: copy(webhook)?,
+            admin: admin.map(copy).transpose()?,
+        })
+    }
+}
+
+/// How a stop was asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stop {
+    /// SIGTERM, SIGINT or SIGHUP (a closed terminal or `systemctl reload` alike: hookledger
+    /// does not reload yet, so it stops gracefully rather than die): drain and exit.
+    Exit,
+    /// SIGUSR2: drain, then run the same command line again in place, on the same listening
+    /// sockets (held open meanwhile: no connection is refused).
+    Restart,
+}
+
+/// A future that resolves on the first stop signal. The handlers are installed here, before
+/// serving, so a failure to install them stops start-up (exit 2) instead of a panic.
+fn stop_signal() -> anyhow::Result<impl std::future::Future<Output = Stop>> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    let mut hangup = signal(SignalKind::hangup()).context("installing the SIGHUP handler")?;
+    let mut restart =
+        signal(SignalKind::user_defined2()).context("installing the SIGUSR2 handler")?;
     Ok(async move {
-        let ctrl_c = tokio::signal::ctrl_c();
-        #[cfg(unix)]
-        tokio::select! {
-            _ = ctrl_c => {}
-            _ = term.recv() => {}
-            _ = hangup.recv() => {}
+        let stop = tokio::select! {
+            _ = tokio::signal::ctrl_c() => Stop::Exit,
+            _ = term.recv() => Stop::Exit,
+            _ = hangup.recv() => Stop::Exit,
+            _ = restart.recv() => Stop::Restart,
+        };
+        match stop {
+            Stop::Exit => log::info!("shutdown signal received"),
+            Stop::Restart => log::info!(
+                "restart signal received (SIGUSR2): finishing the requests in flight, then \
+                 starting again on the same sockets"
+            ),
         }
-        #[cfg(not(unix))]
-        let _ = ctrl_c.await;
-        log::info!("shutdown signal received");
+        stop
     })
 }
 

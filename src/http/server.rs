@@ -41,6 +41,10 @@ const MAX_HEADER_BYTES: usize = 16 * 1024;
 /// the read timeout plus the busy timeout, so a request that is being answered gets its answer.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
 
+/// How long the open connections get, once a stop begins, to begin their requests before the
+/// graceful shutdown closes those that have none in flight.
+const SETTLE: Duration = Duration::from_millis(500);
+
 /// The admin listener's connection cap: operators and a metrics scraper need a few.
 pub(crate) const ADMIN_MAX_CONNECTIONS: usize = 64;
 
@@ -172,6 +176,12 @@ async fn accept_loop(
     }
     drop(listener);
     log::info!("shutting down: no new connections, finishing requests in flight");
+    // A connection accepted just now may not have sent its request yet, and a graceful
+    // shutdown closes a connection with no request begun: its client would read an EOF.
+    // Open connections get a moment to begin theirs first.
+    if slots.available_permits() < limits.max_connections {
+        tokio::time::sleep(SETTLE).await;
+    }
     tokio::select! {
         () = graceful.shutdown() => {}
         () = tokio::time::sleep(SHUTDOWN_GRACE) => {

@@ -41,6 +41,7 @@ mod presets;
 mod proxies;
 mod receiver;
 mod reconcile;
+mod restarts;
 mod sdks;
 mod secrets;
 mod sendgrid;

@@ -189,6 +189,20 @@ fn the_systemd_unit_is_hardened_loads_each_secret_of_its_config_and_verifies() {
     );
     // The book's deploy command needs a path allowed past ProtectSystem=strict: the unit says how.
     assert!(unit.contains("ReadWritePaths=/srv/app"), "{unit}");
+    // The webhook port is the socket unit's, named as serve takes it, on the config's address.
+    assert!(unit.contains("Requires=hookledger.socket\n"), "{unit}");
+    let socket = std::fs::read_to_string(deploy("hookledger.socket")).unwrap();
+    assert!(socket.contains("FileDescriptorName=webhook\n"), "{socket}");
+    assert!(socket.contains("Service=hookledger.service\n"), "{socket}");
+    let listen = config
+        .lines()
+        .find_map(|l| l.strip_prefix("listen"))
+        .and_then(|l| l.split('"').nth(1))
+        .expect("a listen address in the config");
+    assert!(
+        socket.contains(&format!("ListenStream={listen}\n")),
+        "the socket unit does not listen on the config's {listen}: {socket}"
+    );
 
     if !prerequisite(
         installed("systemd-analyze"),
@@ -204,9 +218,15 @@ fn the_systemd_unit_is_hardened_loads_each_secret_of_its_config_and_verifies() {
         unit.replace("/usr/bin/hookledger", env!("CARGO_BIN_EXE_hookledger")),
     )
     .unwrap();
+    std::fs::copy(
+        deploy("hookledger.socket"),
+        dir.path().join("hookledger.socket"),
+    )
+    .unwrap();
     let out = std::process::Command::new("systemd-analyze")
         .arg("verify")
         .arg(&copy)
+        .arg(dir.path().join("hookledger.socket"))
         .output()
         .unwrap();
     let said =
@@ -217,6 +237,7 @@ fn the_systemd_unit_is_hardened_loads_each_secret_of_its_config_and_verifies() {
     );
     // It exits 0 over directives it ignores; it names the file when it does.
     assert!(!said.contains("hookledger.service"), "{said}");
+    assert!(!said.contains("hookledger.socket"), "{said}");
 }
 
 fn deploy(name: &str) -> std::path::PathBuf {

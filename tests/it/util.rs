@@ -281,6 +281,26 @@ impl Server {
         self.stderr.lock().unwrap().clone()
     }
 
+    /// Its process id.
+    #[allow(dead_code)] // for the restart tests
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Whether its process is still running.
+    #[allow(dead_code)] // for the restart tests
+    pub fn alive(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_none()
+    }
+
+    /// Waits (at most 30 s) for an exit a signal sent elsewhere asked for; its exit code.
+    #[allow(dead_code)] // for the restart tests
+    pub fn wait_exit(&mut self) -> Option<i32> {
+        wait_for(Duration::from_secs(30), || self.child.try_wait().unwrap())
+            .expect("server did not exit")
+            .code()
+    }
+
     /// SIGKILL: no shutdown code runs.
     pub fn kill(&mut self) {
         let _ = self.child.kill();

@@ -1,6 +1,7 @@
 //! `/readyz` and `/metrics`: what probes and scrapers call.
 
 use std::path::Path;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -24,6 +25,9 @@ const READY_TIMEOUT: Duration = Duration::from_secs(10);
 pub(crate) const MIN_FREE_BYTES: u64 = 1024 * 1024;
 
 pub(super) async fn ready(State(admin): State<Arc<Admin>>) -> Response {
+    if admin.stopping.load(Ordering::SeqCst) {
+        return not_ready(&StoreError::ShuttingDown);
+    }
     if let Some(file) = admin.reader.file() {
         if let Err(full) = room_for(file) {
             return not_ready(&full);

@@ -1,6 +1,7 @@
 //! What the admin routes share: their state, a read of the ledger and a change committed
 //! through the writer.
 
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use axum::http::{header, StatusCode};
@@ -30,6 +31,8 @@ pub(crate) struct Admin {
     pub(crate) targets: Vec<(String, String)>,
     /// When this process started (Unix seconds), for its uptime.
     pub(crate) started_at: i64,
+    /// Set once this instance has begun to stop: `/readyz` is 503 from then on.
+    pub(crate) stopping: Arc<AtomicBool>,
 }
 
 /// `read` on a pooled read connection, on a blocking thread. `Err` is a 503: the page or the
