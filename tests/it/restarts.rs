@@ -374,3 +374,89 @@ fn sockets_passed_to_another_process_are_left_alone_and_serve_binds_its_own() {
     );
     assert_eq!(ledger_count(&server.db()), 1);
 }
+
+/// After kill -9 (no filter saved) on a ledger of 300,000 claims, `serve` does not read them
+/// all before it listens: the first requests are answered exactly (a resend of an old claim
+/// `duplicate`, a new event `processed`) while the filter is built in the background, and
+/// after it is taken too. How soon is the bench's to measure (`hookledger-bench start`).
+#[test]
+fn after_kill_9_a_large_ledger_is_served_at_once_while_its_filter_is_built_behind() {
+    if store() == Store::Postgres {
+        eprintln!("skipped on PostgreSQL: its unique index is the claim, it builds no filter");
+        return;
+    }
+    let dir = test_dir();
+    let mut first = Server::start_in(dir.path(), &[]);
+    let old = "evt_fill_000000123456";
+    {
+        let db = first.db_path();
+        let mut conn = rusqlite::Connection::open(db).unwrap();
+        let tx = conn.transaction().unwrap();
+        let mut insert = tx
+            .prepare(
+                "INSERT INTO webhook_events (source, event_id, event_type, created, received_at)
+                 VALUES ('stripe', ?1, 'invoice.paid', ?2, ?2)",
+            )
+            .unwrap();
+        for i in 0..300_000 {
+            insert
+                .execute(rusqlite::params![
+                    format!("evt_fill_{i:012}"),
+                    now() - 86_400
+                ])
+                .unwrap();
+        }
+        drop(insert);
+        tx.commit().unwrap();
+    }
+    assert_outcome(
+        &first.send(&paid("evt_before_the_kill")),
+        "evt_before_the_kill",
+        "processed",
+    );
+    first.kill();
+
+    let server = Server::start_in(dir.path(), &[]);
+    assert_outcome(&server.send(&paid(old)), old, "duplicate");
+    assert_outcome(
+        &server.send(&paid("evt_before_the_kill")),
+        "evt_before_the_kill",
+        "duplicate",
+    );
+    assert_outcome(
+        &server.send(&paid("evt_first_new")),
+        "evt_first_new",
+        "processed",
+    );
+    let log = server.log();
+    assert!(
+        log.contains("is built in the background") && !log.contains("built in the background in"),
+        "served before the filter was built: {log}"
+    );
+    wait_for(Duration::from_secs(60), || {
+        // The writer takes the filter at its next transaction.
+        let _ = server.send(&paid(&format!("evt_nudge_{}", now())));
+        server
+            .log()
+            .contains("claim(s) built in the background in")
+            .then_some(())
+    })
+    .unwrap_or_else(|| panic!("the filter was not taken: {}", server.log()));
+    assert_outcome(&server.send(&paid(old)), old, "duplicate");
+    assert_outcome(
+        &server.send(&paid("evt_first_new")),
+        "evt_first_new",
+        "duplicate",
+    );
+    assert_outcome(&server.send(&paid("evt_after")), "evt_after", "processed");
+    let db = server.db();
+    let filled: i64 = db.one(
+        "SELECT count(*) FROM webhook_events WHERE event_id LIKE 'evt_fill_%'",
+        &[],
+    );
+    assert_eq!(filled, 300_000);
+    // Each event answered `processed` once, and granted its credits once.
+    let processed = ledger_count(&db) - filled;
+    assert!(processed >= 4, "{processed}");
+    assert_eq!(credits(&db, "acct_1"), 100 * processed);
+}

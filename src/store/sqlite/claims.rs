@@ -28,9 +28,20 @@
 //! - A claim whose key is not UTF-8 text (a BLOB, invalid UTF-8: written by other code) is
 //!   skipped and counted, never an error: no event hookledger receives has that key.
 //!
+//! ## Serving while the filter is built
+//! Building the filter reads every key (about 20 s for 20 M claims). The writer's store does
+//! not wait for it: it opens with the blocks alone and seeks every block on every claim (the
+//! exact path a CLI command's store always takes), while a thread of its own reads the keys
+//! on a read connection, in chunks of increasing `id` (each a short read transaction, so the
+//! WAL is not held back), and hands the filter over ([`Building`]). At the start of its next
+//! transaction the writer takes it and adds the claims past the highest id it read, as a
+//! catch-up does. What the chunks could miss is what a catch-up misses (a claim written below
+//! an id read, or a key rewritten): the triggers count it in `rewrites`, and a filter whose
+//! build saw another count is dropped and built again. A claim deleted meanwhile stays in it:
+//! a false positive.
+//!
 //! ## A restart without reading every claim
-//! Building the filter reads every key (about 20 s for 20 M claims, before `serve` listens).
-//! So at a clean stop ([`Claims::save`]) the writer saves it, with `seen`, in
+//! A clean restart need not read every key at all. So at a clean stop ([`Claims::save`]) the writer saves it, with `seen`, in
 //! `hookledger_claims_filter`; the next start ([`Claims::open`]) loads it, deletes the row in
 //! the same transaction, and adds the claims with `id > seen` (made after the save, by
 //! anyone). Why that is the same filter a build would give: ids are AUTOINCREMENT, never
@@ -56,9 +67,12 @@
 //! no new row) the next start builds it from the ledger, as before there was a saved one.
 
 use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
 use std::time::Instant;
 
-use rusqlite::{Connection, OptionalExtension};
+use rusqlite::{Connection, OpenFlags, OptionalExtension};
 
 use super::bloom::{key_hash, Bloom, FORMAT, HASHES};
 use crate::event::Event;
@@ -134,10 +148,23 @@ enum Restored {
     Loaded { saved: i64, added: u64 },
 }
 
+/// Whether and how a store's [`Claims`] gets a filter.
+pub(crate) enum Filter {
+    /// None: every claim seeks every block (a CLI command's store).
+    Never,
+    /// Built (or loaded) before the open returns (an in-memory database).
+    Now,
+    /// Loaded if one was saved, else built on a thread of its own from the database file at
+    /// this path while the store serves without one (the writer's store).
+    Behind(PathBuf),
+}
+
 /// What the writer knows of the ledger's keys, between its transactions.
 pub(crate) struct Claims {
     /// Every key in the ledger (and a few no longer there); `None`: seek every block.
     filter: Option<Bloom>,
+    /// The filter being built in the background, until the writer takes it.
+    building: Option<Building>,
     /// The blocks the ledger holds claims of (and perhaps a few it no longer does).
     blocks: BTreeSet<i64>,
     /// The highest `id` the filter and the blocks cover.
@@ -161,11 +188,12 @@ pub(crate) struct Claims {
 }
 
 impl Claims {
-    /// Reads the blocks, and with `filter`, every key of the ledger into a new filter (the
-    /// writer's store; a CLI command's does without).
-    pub(crate) fn open(conn: &Connection, filter: bool) -> rusqlite::Result<Claims> {
+    /// Reads the blocks and, as `filter` says, a saved filter, every key of the ledger, or
+    /// neither (then a build starts in the background, or none).
+    pub(crate) fn open(conn: &Connection, filter: Filter) -> rusqlite::Result<Claims> {
         let mut claims = Claims {
             filter: None,
+            building: None,
             blocks: BTreeSet::new(),
             seen: 0,
             data_version: 0,
@@ -176,15 +204,73 @@ impl Claims {
             #[cfg(test)]
             restored: false,
         };
-        if filter && claims.restore(conn) {
+        if !matches!(filter, Filter::Never) && claims.restore(conn) {
             #[cfg(test)]
             {
                 claims.restored = true;
             }
             return Ok(claims);
         }
-        claims.load(conn, filter)?;
+        match filter {
+            Filter::Behind(path) => {
+                claims.load(conn, false)?;
+                claims.building = Some(Building::start(path, claims.seen)?);
+            }
+            filter => claims.load(conn, matches!(filter, Filter::Now))?,
+        }
         Ok(claims)
+    }
+
+    /// Takes the filter built in the background if it is done (with `wait`, once it is):
+    /// adds the claims made since its build read past them, or, when other code rewrote
+    /// claims meanwhile (the build may have missed one), starts the build again.
+    fn take_built(&mut self, conn: &Connection, wait: bool) -> rusqlite::Result<()> {
+        let Some(building) = &self.building else {
+            return Ok(());
+        };
+        let built = match wait {
+            true => building.built.recv().ok(),
+            false => match building.built.try_recv() {
+                Ok(built) => Some(built),
+                Err(mpsc::TryRecvError::Empty) => return Ok(()),
+                Err(mpsc::TryRecvError::Disconnected) => None,
+            },
+        };
+        self.building = None;
+        match built {
+            Some(Ok(built)) => self.install(conn, built),
+            Some(Err(e)) => {
+                log::warn!("ledger: building the filter failed ({e}); every claim seeks");
+                Ok(())
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// Takes `built` as the filter, with the claims made since its build read past them; or,
+    /// when other code rewrote claims meanwhile (the build may have missed one), builds again.
+    fn install(&mut self, conn: &Connection, built: Built) -> rusqlite::Result<()> {
+        if rewrites(conn)? != built.rewrites {
+            log::warn!(
+                "ledger: claims were rewritten while the filter was built; building it again"
+            );
+            self.building = Some(Building::start(built.path, self.seen)?);
+            return Ok(());
+        }
+        let serving_since = self.seen;
+        self.filter = Some(built.bloom);
+        self.seen = built.seen;
+        self.skipped(built.unreadable);
+        let added = self.catch_up(conn)?;
+        self.seen = self.seen.max(serving_since);
+        log::info!(
+            "ledger: filter of {} claim(s) built in the background in {:.1} s ({} MiB), {added} \
+             added since",
+            built.claims,
+            built.took.as_secs_f64(),
+            self.filter.as_ref().map_or(0, Bloom::bytes) >> 20
+        );
+        Ok(())
     }
 
     /// Loads the filter saved at the last clean stop (and deletes it, in the same
@@ -418,6 +504,7 @@ impl Claims {
     pub(crate) fn begin(&mut self, conn: &Connection) -> rusqlite::Result<()> {
         self.pending = None;
         self.claimed = false;
+        self.take_built(conn, false)?;
         if self.filter.as_ref().is_some_and(Bloom::is_full) {
             return self.load(conn, true);
         }
@@ -560,6 +647,118 @@ impl Claims {
     pub(crate) fn has_filter(&self) -> bool {
         self.filter.is_some()
     }
+
+    /// Waits for the filter being built in the background, and takes it.
+    #[cfg(test)]
+    pub(crate) fn wait_for_filter(&mut self, conn: &Connection) {
+        while self.building.is_some() {
+            self.take_built(conn, true).unwrap();
+        }
+    }
+}
+
+/// Claims read a chunk by the background build: each chunk its own short read transaction.
+const CHUNK: i64 = 1 << 16;
+
+/// A filter being built on a thread of its own; dropping it stops the build.
+struct Building {
+    built: mpsc::Receiver<rusqlite::Result<Built>>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+/// What a background build read.
+struct Built {
+    /// The database file it read.
+    path: PathBuf,
+    bloom: Bloom,
+    /// The highest id it read.
+    seen: i64,
+    /// `hookledger_ledger.rewrites` before it read the first chunk.
+    rewrites: i64,
+    claims: u64,
+    unreadable: u64,
+    took: std::time::Duration,
+}
+
+impl Building {
+    /// Starts building the filter of the ledger at `path`, which holds about the claims up to
+    /// `seen` now.
+    fn start(path: PathBuf, seen: i64) -> rusqlite::Result<Building> {
+        let conn = Connection::open_with_flags(
+            &path,
+            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let (send, built) = mpsc::sync_channel(1);
+        let stopped = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("hookledger-filter".into())
+            .spawn(move || {
+                if let Some(built) = build(&conn, path, &stopped).transpose() {
+                    let _ = send.send(built);
+                }
+            })
+            .map_err(|e| rusqlite::Error::ToSqlConversionFailure(Box::new(e)))?;
+        log::info!(
+            "ledger: serving while the filter of up to {seen} claim(s) is built in the background \
+             (until then each claim seeks every block)"
+        );
+        Ok(Building {
+            built,
+            stop,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for Building {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// Reads every key of the ledger on `conn` (to the file at `path`), a chunk of ids at a time;
+/// `None` when stopped.
+fn build(conn: &Connection, path: PathBuf, stop: &AtomicBool) -> rusqlite::Result<Option<Built>> {
+    let started = Instant::now();
+    let rewrites = rewrites(conn)?;
+    let mut bloom = Bloom::with_capacity(capacity_for(claims_at_most(conn)?));
+    let mut chunk = conn.prepare(
+        "SELECT id, source, event_id FROM webhook_events WHERE id > ?1 ORDER BY id LIMIT ?2",
+    )?;
+    let (mut seen, mut claims, mut unreadable) = (i64::MIN, 0u64, 0u64);
+    loop {
+        if stop.load(Ordering::Relaxed) {
+            return Ok(None);
+        }
+        let mut rows = chunk.query(rusqlite::params![seen, CHUNK])?;
+        let mut read = 0;
+        while let Some(row) = rows.next()? {
+            seen = row.get(0)?;
+            match key_of(row.get_ref(1)?, row.get_ref(2)?) {
+                Some(hash) => bloom.insert(hash),
+                None => unreadable += 1,
+            }
+            read += 1;
+        }
+        claims += read;
+        if read < CHUNK as u64 {
+            break;
+        }
+    }
+    Ok(Some(Built {
+        path,
+        bloom,
+        seen: seen.max(0),
+        rewrites,
+        claims,
+        unreadable,
+        took: started.elapsed(),
+    }))
 }
 
 /// The columns of `hookledger_claims_filter` that [`saved_of`] reads.
@@ -846,8 +1045,11 @@ mod tests {
         let path = dir.path().join("h.db");
         prefilled(&path);
         let mut store = SqliteStore::open(&path, DEFAULT_BUSY_TIMEOUT).unwrap();
-        assert!(store.claims.has_filter());
         assert_eq!(store.claims.blocks.len(), 30);
+        // Exact before the filter is there (each claim seeks every block), and after.
+        assert_eq!(claim(&mut store, "evt_12", LATER), Outcome::Duplicate);
+        built(&mut store);
+        assert!(store.claims.has_filter());
         for day in [0, 17, 29] {
             assert_eq!(
                 claim(&mut store, &format!("evt_{day}"), LATER),
@@ -906,6 +1108,54 @@ mod tests {
         assert_eq!(claims, 2);
     }
 
+    /// Claims made and rewritten while the filter is built in the background: the filter
+    /// the writer takes holds them all (a rewrite meanwhile makes it build again).
+    #[test]
+    fn claims_made_and_rewritten_during_the_background_build_are_in_the_filter_it_takes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("h.db");
+        prefilled(&path);
+        let mut store = SqliteStore::open(&path, DEFAULT_BUSY_TIMEOUT).unwrap();
+        built(&mut store);
+        let other = rusqlite::Connection::open(&path).unwrap();
+        // A build that read the ledger before this writer's and another's claims.
+        let read_then = |store: &mut SqliteStore| {
+            store.claims.filter = None;
+            let stop = std::sync::atomic::AtomicBool::new(false);
+            super::build(&other, path.clone(), &stop).unwrap().unwrap()
+        };
+        let early = read_then(&mut store);
+        assert_eq!(claim(&mut store, "evt_during", LATER), Outcome::Processed);
+        other
+            .execute(
+                "INSERT INTO webhook_events (source, event_id, event_type, received_at)
+                 VALUES ('src', 'evt_theirs', 't', ?1)",
+                [LATER],
+            )
+            .unwrap();
+        store.claims.install(&store.conn, early).unwrap();
+        assert!(store.claims.building.is_none(), "taken as it is");
+        for id in ["evt_during", "evt_theirs", "evt_0", "evt_29"] {
+            assert!(in_filter(&mut store, id), "{id}");
+        }
+        assert!(!in_filter(&mut store, "evt_never"));
+
+        // A key rewritten in place after the build read it: built again.
+        let early = read_then(&mut store);
+        other
+            .execute(
+                "UPDATE webhook_events SET event_id = 'evt_renamed' WHERE event_id = 'evt_5'",
+                [],
+            )
+            .unwrap();
+        store.claims.install(&store.conn, early).unwrap();
+        assert!(store.claims.building.is_some(), "built again");
+        assert!(in_filter(&mut store, "evt_renamed"));
+        assert_eq!(claim(&mut store, "evt_renamed", LATER), Outcome::Duplicate);
+        assert_eq!(claim(&mut store, "evt_after", LATER), Outcome::Processed);
+        assert!(in_filter(&mut store, "evt_after"));
+    }
+
     /// Whether the writer's store at `path` has a saved filter waiting.
     fn saved_rows(path: &Path) -> i64 {
         rusqlite::Connection::open(path)
@@ -916,8 +1166,14 @@ mod tests {
             .unwrap()
     }
 
-    /// Whether the store's own filter (not the seek behind it) holds `id`.
-    fn in_filter(store: &SqliteStore, id: &str) -> bool {
+    /// The store once it took the filter built in the background.
+    fn built(store: &mut SqliteStore) {
+        store.claims.wait_for_filter(&store.conn);
+    }
+
+    /// Whether the store's own filter (not the seek behind it) holds `id`, once it has one.
+    fn in_filter(store: &mut SqliteStore, id: &str) -> bool {
+        built(store);
         let filter = store.claims.filter.as_ref().expect("the writer's filter");
         filter.may_contain(key_hash("src", id))
     }
@@ -929,6 +1185,7 @@ mod tests {
         let mut store = SqliteStore::open(path, DEFAULT_BUSY_TIMEOUT).unwrap();
         assert!(!store.claims.restored, "nothing saved yet: built");
         assert_eq!(claim(&mut store, "evt_mine", LATER), Outcome::Processed);
+        built(&mut store);
         store.close();
         drop(store);
         assert_eq!(saved_rows(path), 1);
@@ -960,21 +1217,21 @@ mod tests {
         assert_eq!(store.claims.seen, max_id);
         assert_eq!(store.claims.blocks.len(), 30);
         for day in 0..30 {
-            assert!(in_filter(&store, &format!("evt_{day}")));
+            assert!(in_filter(&mut store, &format!("evt_{day}")));
         }
-        assert!(in_filter(&store, "evt_mine"));
-        assert!(in_filter(&store, "evt_after_save"));
-        assert!(!in_filter(&store, "evt_never"));
+        assert!(in_filter(&mut store, "evt_mine"));
+        assert!(in_filter(&mut store, "evt_after_save"));
+        assert!(!in_filter(&mut store, "evt_never"));
         for id in ["evt_0", "evt_29", "evt_mine", "evt_after_save"] {
             assert_eq!(claim(&mut store, id, LATER), Outcome::Duplicate);
         }
         assert_eq!(claim(&mut store, "evt_new", LATER), Outcome::Processed);
         drop(store); // no clean stop: nothing saved
 
-        let store = SqliteStore::open(&path, DEFAULT_BUSY_TIMEOUT).unwrap();
+        let mut store = SqliteStore::open(&path, DEFAULT_BUSY_TIMEOUT).unwrap();
         assert!(!store.claims.restored, "built again");
-        assert!(in_filter(&store, "evt_new"));
-        assert!(in_filter(&store, "evt_after_save"));
+        assert!(in_filter(&mut store, "evt_new"));
+        assert!(in_filter(&mut store, "evt_after_save"));
     }
 
     /// A saved filter that does not fit is deleted and the filter built from the ledger: bits
@@ -1009,7 +1266,7 @@ mod tests {
             let mut store = SqliteStore::open(&path, DEFAULT_BUSY_TIMEOUT).unwrap();
             assert!(!store.claims.restored, "{sql}: built");
             assert_eq!(saved_rows(&path), 0, "{sql}: deleted");
-            assert!(in_filter(&store, "evt_3"), "{sql}");
+            assert!(in_filter(&mut store, "evt_3"), "{sql}");
             assert_eq!(claim(&mut store, "evt_3", LATER), Outcome::Duplicate);
         }
     }
@@ -1030,6 +1287,7 @@ mod tests {
             )
             .unwrap();
         let mut store = SqliteStore::open(&path, DEFAULT_BUSY_TIMEOUT).unwrap();
+        built(&mut store);
         let filter = store.claims.filter.as_ref().unwrap();
         assert_eq!(filter.counts(), (32, super::capacity_for(32)));
         assert!(filter.bytes() < 8 << 20, "{} bytes", filter.bytes());
@@ -1051,6 +1309,7 @@ mod tests {
         drop(cli);
         assert_eq!(saved_rows(&path), 0);
         let mut store = SqliteStore::open(&path, DEFAULT_BUSY_TIMEOUT).unwrap();
+        built(&mut store);
         store.close();
         drop(store);
         let mut cli = SqliteStore::open_existing(&path).unwrap();

@@ -46,7 +46,7 @@ use crate::store::pipeline;
 use crate::store::seam::{Done, OutboxReader, Poll, Store, Work};
 
 use checkpoint::Checkpointer;
-use claims::Claims;
+use claims::{Claims, Filter};
 use tx::HandlerGuard;
 
 /// Append-only. Never edit a released entry; add a new one.
@@ -138,8 +138,9 @@ impl SqliteStore {
         wal_limit: u64,
     ) -> anyhow::Result<SqliteStore> {
         let mut store = SqliteStore::open_for_cli(path, busy_timeout)?;
-        // The writer's claims consult the filter of every key: built once here.
-        store.claims = Claims::open(&store.conn, true)
+        // The writer's claims consult the filter of every key: loaded if saved, else built
+        // in the background while they seek.
+        store.claims = Claims::open(&store.conn, Filter::Behind(path.to_path_buf()))
             .with_context(|| format!("cannot read the ledger of {}", path.display()))?;
         store.checkpoints = Some(
             Checkpointer::start(&store.conn, busy_timeout, wal_limit)
@@ -189,7 +190,7 @@ impl SqliteStore {
         migrate_at(&mut conn, log::Level::Debug)?;
         let mut store = SqliteStore::new(conn)?;
         store.log_level = log::Level::Debug;
-        store.claims = Claims::open(&store.conn, true)?;
+        store.claims = Claims::open(&store.conn, Filter::Now)?;
         Ok(store)
     }
 
@@ -212,7 +213,7 @@ impl SqliteStore {
         }))?;
         let interrupt = handler.clone();
         conn.progress_handler(PROGRESS_STEPS, Some(move || interrupt.past_deadline()))?;
-        let claims = Claims::open(&conn, false)?;
+        let claims = Claims::open(&conn, Filter::Never)?;
         Ok(SqliteStore {
             conn,
             handler,
