@@ -31,10 +31,13 @@ size=$(stat -c %s "$deb")
 echo "deb-test: built $deb ($size bytes)"
 (( size < 8 * 1024 * 1024 )) || { echo "deb-test: FAIL: $deb is $size bytes, not under 8 MB" >&2; exit 1; }
 dpkg-deb --info "$deb" | sed -n '/Package:/,$p'
-dpkg-deb --contents "$deb"
-# The socket unit beside the service (systemd holds the webhook port across restarts).
+contents=$(dpkg-deb --contents "$deb")
+echo "$contents"
+# The socket unit beside the service (systemd holds the webhook port across restarts). The
+# listing is read whole first: `grep -q` would quit early, and under pipefail the broken pipe
+# it leaves dpkg-deb would fail the check.
 for unit in hookledger.service hookledger.socket; do
-  dpkg-deb --contents "$deb" | grep -q "/lib/systemd/system/$unit\$" ||
+  grep -q "/lib/systemd/system/$unit\$" <<<"$contents" ||
     { echo "deb-test: FAIL: the package has no $unit" >&2; exit 1; }
 done
 
