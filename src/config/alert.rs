@@ -26,7 +26,7 @@ pub(crate) const DEFAULT_BACKLOG_AGE: Duration = Duration::from_secs(15 * 60);
 pub(crate) const DEFAULT_ALERT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// One `[[alert]]`: a URL, the message's shape, and what it is told of.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 #[non_exhaustive]
 pub struct AlertConfig {

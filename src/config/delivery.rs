@@ -115,7 +115,7 @@ mod keyed {
 }
 
 /// Where and how to forward processed events to the app.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 #[non_exhaustive]
 pub struct ForwardConfig {
@@ -135,7 +135,7 @@ pub struct ForwardConfig {
 /// Where outbox rows of one `kind`, queued by effects, are delivered: as `forward` rows are
 /// (signed, retried, dead-lettered), to their own URL, or to a local `command` (argv, never a
 /// shell) that reads the payload on stdin. A delivery has `url` or `command`, not both.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 #[non_exhaustive]
 pub struct DeliveryConfig {

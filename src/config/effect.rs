@@ -8,7 +8,7 @@ use serde::Deserialize;
 use super::{refuse, ConfigError};
 
 /// SQL run, in config order, for the events of `source` whose type `on` matches.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 #[non_exhaustive]
 pub struct EffectConfig {
@@ -23,7 +23,7 @@ pub struct EffectConfig {
 }
 
 /// The app's own schema.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct SchemaConfig {

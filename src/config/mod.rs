@@ -21,6 +21,7 @@ mod file;
 pub(crate) use file::preset_source;
 mod handler;
 mod rate;
+mod reload;
 mod secret;
 mod source;
 
@@ -48,6 +49,7 @@ pub use error::ConfigError;
 pub(crate) use error::{refuse, source_key};
 pub use handler::HandlerSettings;
 pub(crate) use rate::Rate;
+pub(crate) use reload::{change, Change};
 pub use secret::Secret;
 pub(crate) use secret::{decode_standard_key, decode_standard_secret, StandardKey};
 pub use source::Handshake;
@@ -117,7 +119,7 @@ fn admin_listen<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<SocketA
 const NOT_A_DURATION: &str = "is not a duration (like 500ms, 5s, 2m, 1h, 3d)";
 
 /// Everything `serve` needs. `Debug` shows no secret.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct Config {
@@ -163,7 +165,7 @@ pub struct Config {
 }
 
 /// The webhook listener and its limits.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct HttpConfig {
@@ -176,7 +178,7 @@ pub struct HttpConfig {
 }
 
 /// The database.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct StorageConfig {
@@ -200,7 +202,7 @@ pub struct StorageConfig {
 }
 
 /// The writer's batches and queue.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct WriterConfig {
@@ -215,7 +217,7 @@ pub struct WriterConfig {
 }
 
 /// What the ledger remembers.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct RetentionConfig {

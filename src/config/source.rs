@@ -10,7 +10,7 @@ use super::{
 };
 
 /// One sender: `POST /webhooks/{name}`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 #[non_exhaustive]
 pub struct SourceConfig {
@@ -185,7 +185,7 @@ impl SchemeName {
 
 /// An HMAC over the body, or over a template of the body, a signed timestamp, the event id
 /// and the public URL, as most providers and in-house senders make it.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 #[non_exhaustive]
 pub struct HmacConfig {
