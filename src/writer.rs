@@ -90,8 +90,14 @@ fn claim_key<'w>(work: &'w Work<'_>) -> Option<(&'w str, &'w str)> {
 #[allow(clippy::large_enum_variant)]
 enum Message {
     Job(Job),
+    /// Work that needs the store itself between two transactions (a reload compiles the new
+    /// effects against it, and applies the migrations of new handlers).
+    Lend(Lend),
     Close,
 }
+
+/// What [`WriterHandle::lend`] runs on the writer's thread.
+type Lend = Box<dyn FnOnce(&mut dyn Store) + Send>;
 
 /// The sending side of the writer's queue. Cloned by every producer; the writer ends when the
 /// last clone is dropped or when [`Writer::join`] closes it, after the jobs queued before.
@@ -150,6 +156,22 @@ impl WriterHandle {
             return Err(StoreError::ShuttingDown);
         }
         Ok(rx)
+    }
+
+    /// Runs `work` on the writer's thread with its store, between two transactions, and
+    /// blocks until it returned. For background threads (a reload), never for a request.
+    pub(crate) fn lend<T: Send + 'static>(
+        &self,
+        work: impl FnOnce(&mut dyn Store) -> T + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let (reply, rx) = oneshot::channel();
+        let lend: Lend = Box::new(move |store| {
+            let _ = reply.send(work(store));
+        });
+        if self.queue.send(Message::Lend(lend)).is_err() {
+            return Err(StoreError::ShuttingDown);
+        }
+        rx.blocking_recv().map_err(|_| StoreError::ShuttingDown)
     }
 
     /// Jobs queued and not yet taken by the writer: 0 when it is idle or busy with its last
@@ -239,11 +261,24 @@ fn run(
     let batch_max = batch_max.max(1);
     let mut batch = Vec::with_capacity(batch_max);
     let mut closing = false;
-    while let Ok(Message::Job(first)) = rx.recv() {
+    let mut lent: Vec<Lend> = Vec::new();
+    loop {
+        let first = match rx.recv() {
+            Ok(Message::Job(job)) => job,
+            Ok(Message::Lend(lend)) => {
+                lend(&mut *store);
+                continue;
+            }
+            Ok(Message::Close) | Err(_) => break,
+        };
         batch.push(first);
         while batch.len() < batch_max {
             match rx.try_recv() {
                 Ok(Message::Job(job)) => batch.push(job),
+                Ok(Message::Lend(lend)) => {
+                    lent.push(lend);
+                    break;
+                }
                 Ok(Message::Close) => {
                     closing = true;
                     break;
@@ -268,6 +303,7 @@ fn run(
                         metrics.queue_depth.dec();
                         fail(job, &busy);
                     }
+                    Ok(Message::Lend(lend)) => lent.push(lend),
                     Ok(Message::Close) => {
                         closing = true;
                         break;
@@ -276,11 +312,15 @@ fn run(
                 }
             },
         }
+        for lend in lent.drain(..) {
+            lend(&mut *store);
+        }
         if closing {
             break;
         }
     }
     // Jobs still queued (after a close) are answered unrun: `ShuttingDown`.
+    // Work lent the store after a close is dropped unrun: its caller sees `ShuttingDown`.
     for message in rx.try_iter() {
         if let Message::Job(job) = message {
             metrics.queue_depth.dec();
