@@ -35,7 +35,7 @@ use crate::http::ingest::Ingest;
 use crate::http::server;
 use crate::metrics::Metrics;
 use crate::retention::Retention;
-use crate::source::Source;
+use crate::source::{LiveSources, Source, Sources};
 use crate::store::{self, Reader, ServeGuard, Store};
 use crate::stripe;
 /// What a reconcile found and did.
@@ -70,8 +70,10 @@ pub struct Hookledger {
     writer_handle: writer::WriterHandle,
     /// Pooled read connections: the admin pages, reconcile's lookups.
     reader: Reader,
-    /// Each source with its handlers, by name.
-    sources: HashMap<Arc<str>, Arc<Source>>,
+    /// Each source with its handlers, by name, as opened (for reconcile).
+    sources: Sources,
+    /// What the request path reads, and a reload swaps.
+    reload: Reloader,
     /// What `/metrics` and `/status` show.
     metrics: Arc<Metrics>,
     /// Background work that stops before the writer: the outbox worker, retention, a
@@ -232,12 +234,12 @@ impl Hookledger {
         } = store::open(&config.database, &config.storage, access.store())?;
         writer.limit_handlers(config.writer.effect_timeout);
         let wal_behind = writer.wal_behind();
-        let sources = with_handlers(&config, &mut *writer, sources, handlers)?;
+        let sources = with_handlers(&config, &mut *writer, sources, handlers.clone())?;
         let names: Vec<Arc<str>> = sources.keys().cloned().collect();
         crate::training::load(&reader, &names, &dictionaries)
             .context("cannot read the payload dictionaries")?;
         let metrics =
-            Arc::new(Metrics::new(sources.keys(), spans_dropped).with_wal(writer.wal_watch()));
+            Arc::new(Metrics::new(&in_order(&config), spans_dropped).with_wal(writer.wal_watch()));
         let serving = access == Access::Serve;
         let (waker, woken) = delivery::Worker::channel();
         let on_commit = waker.clone();
@@ -279,7 +281,7 @@ impl Hookledger {
                 handle.clone(),
                 reader.clone(),
                 names,
-                dictionaries,
+                dictionaries.clone(),
             )?));
             workers.extend(stripe::background(&config, &sources, &handle, &reader)?);
             workers.push(Box::new(crate::refusals::Flusher::spawn(
@@ -287,8 +289,19 @@ impl Hookledger {
                 handle.clone(),
             )?));
         }
+        let live = Arc::new(LiveSources::from_pointee(sources.clone()));
+        metrics.config_loaded(crate::time::unix_now(), None);
+        let reload = Reloader(Arc::new(Reload {
+            live: live.clone(),
+            writer: handle.clone(),
+            handlers,
+            forward,
+            dictionaries: dictionaries.clone(),
+            metrics: metrics.clone(),
+            serving: std::sync::Mutex::new(config.clone()),
+        }));
         let ingest = Arc::new(Ingest {
-            sources: sources.clone(),
+            sources: live,
             http: config.http.clone(),
             budget: BodyBudget::new(config.http.body_budget),
             writer: handle.clone(),
@@ -304,12 +317,18 @@ impl Hookledger {
             writer_handle: handle,
             reader,
             sources,
+            reload,
             metrics,
             workers,
             lock: guard,
             started_at: crate::time::unix_now(),
             stopping: Arc::default(),
         })
+    }
+
+    /// What applies a config read again to this running instance (`serve`'s SIGHUP).
+    pub fn reloader(&self) -> Reloader {
+        self.reload.clone()
     }
 
     /// The routes (`POST /webhooks/{source}`, `/healthz`), to mount in an app's own axum
@@ -335,7 +354,6 @@ impl Hookledger {
                 .config
                 .admin_listen
                 .is_some_and(|at| !at.ip().is_loopback()),
-            sources: self.config.sources.iter().map(|s| s.name.clone()).collect(),
             targets: shown_targets(&self.config),
             started_at: self.started_at,
             stopping: self.stopping.clone(),
@@ -413,6 +431,145 @@ impl Hookledger {
         writer.join();
         drop(lock);
     }
+}
+
+/// Applies a config read again to a running [`Hookledger`]: sources added and removed,
+/// secrets rotated, handlers and effects changed are swapped in place between two requests
+/// (a request keeps the source it started with); what the background threads were started
+/// with is for a restart (see [`crate::config::Change`]). Clones share one instance.
+#[derive(Clone)]
+pub struct Reloader(Arc<Reload>);
+
+struct Reload {
+    live: Arc<LiveSources>,
+    writer: writer::WriterHandle,
+    /// The app's Rust handlers, attached again to the sources they name.
+    handlers: Vec<(String, Arc<dyn Handler>)>,
+    forward: bool,
+    dictionaries: Arc<crate::payload::Dictionaries>,
+    metrics: Arc<Metrics>,
+    /// The config the request path serves; one reload at a time holds it.
+    serving: std::sync::Mutex<Config>,
+}
+
+/// What a reload did.
+#[derive(Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Reloaded {
+    /// The new config is the one serving.
+    Unchanged,
+    /// The sources were swapped: the names of those added, removed and changed.
+    Swapped {
+        added: Vec<String>,
+        removed: Vec<String>,
+        changed: Vec<String>,
+    },
+    /// Nothing was applied: these keys need a restart (the same sockets: SIGUSR2 for `serve`).
+    NeedsRestart(Vec<String>),
+}
+
+impl Reloader {
+    /// Checks `new` as a start would, then applies it, or refuses it with the key named and
+    /// leaves the serving config as it is. `sha256`: of the file it was read from, for
+    /// `/status`. Blocks (on the writer, which compiles the new effects between two
+    /// transactions): call it from a thread of its own.
+    pub fn reload(&self, new: Config, sha256: Option<String>) -> Result<Reloaded, Error> {
+        let reloaded = self.apply(new, sha256);
+        if reloaded.is_err() {
+            self.0.metrics.reload_refused();
+        }
+        reloaded
+    }
+
+    fn apply(&self, new: Config, sha256: Option<String>) -> Result<Reloaded, Error> {
+        let reload = &*self.0;
+        let mut serving = reload.serving.lock().unwrap_or_else(|e| e.into_inner());
+        new.validate()?;
+        stripe::check(&new)?;
+        if new.sources.is_empty() {
+            return Err(crate::config::ConfigError::new(
+                "source",
+                "the new config has no source: the running config is kept",
+            )
+            .into());
+        }
+        for (source, handler) in &reload.handlers {
+            if !new.sources.iter().any(|s| s.name == *source) {
+                return Err(anyhow::anyhow!(
+                    "handler `{}`: there is no source `{source}` in the new config",
+                    handler.name()
+                )
+                .into());
+            }
+        }
+        let sources = match crate::config::change(&serving, &new)? {
+            crate::config::Change::Nothing => {
+                reload
+                    .metrics
+                    .config_loaded(crate::time::unix_now(), sha256);
+                return Ok(Reloaded::Unchanged);
+            }
+            crate::config::Change::Restart(keys) => {
+                // The restart reads the file again: what would stop its start-up (a source
+                // that does not build) is refused here, while this process still serves.
+                sources_of(&new, reload.forward, &reload.dictionaries)?;
+                return Ok(Reloaded::NeedsRestart(keys));
+            }
+            crate::config::Change::Sources => {
+                sources_of(&new, reload.forward, &reload.dictionaries)?
+            }
+        };
+        let handlers = reload.handlers.clone();
+        let checked = new.clone();
+        let sources = reload
+            .writer
+            .lend(move |store| with_handlers(&checked, store, sources, handlers))
+            .map_err(anyhow::Error::from)??;
+        let (old, now) = (&serving.sources, &new.sources);
+        let named = |list: &[SourceConfig], other: &[SourceConfig]| -> Vec<String> {
+            list.iter()
+                .filter(|s| !other.iter().any(|o| o.name == s.name))
+                .map(|s| s.name.clone())
+                .collect()
+        };
+        let changed = now
+            .iter()
+            .filter(|s| old.iter().any(|o| o.name == s.name && o != *s))
+            .map(|s| s.name.clone())
+            .collect();
+        let done = Reloaded::Swapped {
+            added: named(now, old),
+            removed: named(old, now),
+            changed,
+        };
+        reload.metrics.set_sources(&in_order(&new));
+        reload.live.store(Arc::new(sources));
+        *serving = new;
+        reload
+            .metrics
+            .config_loaded(crate::time::unix_now(), sha256);
+        Ok(done)
+    }
+
+    /// Records that the serving config came from a file of this hash (`serve`, at start).
+    pub(crate) fn loaded_from(&self, sha256: Option<String>) {
+        let (at, _) = self.0.metrics.config();
+        self.0.metrics.config_loaded(at, sha256);
+    }
+
+    /// Counts a reload refused (for `/metrics`): by the caller, who read the file.
+    pub(crate) fn refused(&self) {
+        self.0.metrics.reload_refused();
+    }
+}
+
+/// The names of `config`'s sources, in its order.
+fn in_order(config: &Config) -> Vec<Arc<str>> {
+    config
+        .sources
+        .iter()
+        .map(|s| Arc::from(s.name.as_str()))
+        .collect()
 }
 
 /// Each source of `config`, with its built-in handlers: built before the database is opened,

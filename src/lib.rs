@@ -128,7 +128,7 @@ mod trace;
 mod training;
 mod writer;
 
-pub use app::{Builder, Hookledger, RunningServer};
+pub use app::{Builder, Hookledger, Reloaded, Reloader, RunningServer};
 pub use config::Handshake;
 pub use config::{
     AlertConfig, Config, ConfigError, Database, DeliveryConfig, EffectConfig, ForwardConfig,

@@ -14,7 +14,7 @@
 //! kept up to date on the hot path.
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -219,10 +219,17 @@ pub(crate) struct Metrics {
     lanes: Mutex<BTreeMap<String, Lane>>,
     outbox_rows: Family<OutboxLabels, Gauge>,
     outbox_oldest_pending: Gauge,
-    /// One per configured source: only those can reach a handler.
-    activity: HashMap<Arc<str>, Mutex<Activity>>,
+    /// One per configured source: only those can reach a handler (a reload changes which).
+    activity: RwLock<HashMap<Arc<str>, Mutex<Activity>>>,
     /// The `type` label values of each configured source so far (at most [`MAX_TYPES`]).
-    types: HashMap<Arc<str>, Mutex<HashSet<String>>>,
+    types: RwLock<HashMap<Arc<str>, Mutex<HashSet<String>>>>,
+    /// When the serving config was loaded (Unix seconds), and the SHA-256 of its file.
+    config_loaded: Gauge,
+    config_sha256: Mutex<Option<String>>,
+    /// The configured sources' names, in config order (the console lists them so).
+    names: RwLock<Vec<Arc<str>>>,
+    /// Reloads refused (a bad file, a key that cannot change live).
+    reloads_refused: Counter,
     /// The label of requests for a source that does not exist.
     unknown_source: Arc<str>,
     /// SQLite's write-ahead log as its checkpointer sees it ([`Metrics::with_wal`]), with the
@@ -237,7 +244,6 @@ pub(crate) struct Metrics {
 }
 
 impl Metrics {
-    /// Metrics for `sources` (the configured source names).
     /// Metrics for `sources` (the configured source names); `spans_dropped` is the trace
     /// exporter's count of the spans it dropped.
     pub(crate) fn new<'a>(
@@ -364,6 +370,20 @@ impl Metrics {
              not take them (0 when traces are off)",
             spans_dropped,
         );
+        let config_loaded = Gauge::default();
+        registry.register(
+            "config_loaded_timestamp_seconds",
+            "When the serving config was loaded, at the start or by the last reload that \
+             applied (Unix seconds)",
+            config_loaded.clone(),
+        );
+        let reloads_refused = Counter::default();
+        registry.register(
+            "config_reloads_refused",
+            "Reloads refused: a bad file, or a key that cannot change while serving (the \
+             running config kept serving)",
+            reloads_refused.clone(),
+        );
         Metrics {
             registry,
             events,
@@ -376,14 +396,22 @@ impl Metrics {
             lanes: Mutex::default(),
             outbox_rows,
             outbox_oldest_pending,
-            activity: sources
-                .iter()
-                .map(|s| ((*s).clone(), Mutex::default()))
-                .collect(),
-            types: sources
-                .iter()
-                .map(|s| ((*s).clone(), Mutex::default()))
-                .collect(),
+            activity: RwLock::new(
+                sources
+                    .iter()
+                    .map(|s| ((*s).clone(), Mutex::default()))
+                    .collect(),
+            ),
+            types: RwLock::new(
+                sources
+                    .iter()
+                    .map(|s| ((*s).clone(), Mutex::default()))
+                    .collect(),
+            ),
+            config_loaded,
+            config_sha256: Mutex::new(None),
+            names: RwLock::new(sources.iter().map(|s| (*s).clone()).collect()),
+            reloads_refused,
             unknown_source,
             wal: None,
             scrape: Mutex::new(()),
@@ -469,7 +497,7 @@ impl Metrics {
         if seen.outcome == Outcome::Failed {
             self.reject(source, seen.reason);
         }
-        if let Some(activity) = self.activity.get(source) {
+        if let Some(activity) = read(&self.activity).get(source) {
             lock(activity).record(seen);
         }
     }
@@ -477,7 +505,8 @@ impl Metrics {
     /// The `type` label of `kind` for `source`: itself while the source has fewer than
     /// [`MAX_TYPES`] others, else [`OTHER_TYPE`].
     fn type_label(&self, source: &Arc<str>, kind: &str) -> String {
-        let Some(types) = self.types.get(source) else {
+        let all = read(&self.types);
+        let Some(types) = all.get(source) else {
             return OTHER_TYPE.to_string();
         };
         let mut types = lock(types);
@@ -497,7 +526,7 @@ impl Metrics {
         let source = source.unwrap_or(&self.unknown_source);
         self.observe(source, seconds);
         self.reject(source, reason);
-        if let Some(activity) = self.activity.get(source) {
+        if let Some(activity) = read(&self.activity).get(source) {
             lock(activity).rejected += 1;
         }
     }
@@ -564,16 +593,52 @@ impl Metrics {
     /// Each configured source's requests refused before an event could be read, since the
     /// start (the alerts sample them).
     pub(crate) fn refusals(&self) -> Vec<(Arc<str>, u64)> {
-        self.activity
+        read(&self.activity)
             .iter()
             .map(|(name, a)| (name.clone(), lock(a).rejected))
             .collect()
     }
 
+    /// After a reload: the activity of exactly `sources` (a kept source keeps its own).
+    pub(crate) fn set_sources<'a>(&self, sources: impl IntoIterator<Item = &'a Arc<str>>) {
+        let sources: Vec<&Arc<str>> = sources.into_iter().collect();
+        fn keep<T: Default>(map: &RwLock<HashMap<Arc<str>, Mutex<T>>>, names: &[&Arc<str>]) {
+            let mut map = map.write().unwrap_or_else(|e| e.into_inner());
+            map.retain(|name, _| names.contains(&name));
+            for name in names {
+                map.entry((*name).clone()).or_default();
+            }
+        }
+        keep(&self.activity, &sources);
+        keep(&self.types, &sources);
+        *self.names.write().unwrap_or_else(|e| e.into_inner()) =
+            sources.into_iter().cloned().collect();
+    }
+
+    /// The configured sources' names, in config order.
+    pub(crate) fn source_names(&self) -> Vec<String> {
+        read(&self.names).iter().map(|s| s.to_string()).collect()
+    }
+
+    /// The serving config was loaded at `at` (Unix seconds), from a file with this hash.
+    pub(crate) fn config_loaded(&self, at: i64, sha256: Option<String>) {
+        self.config_loaded.set(at);
+        *lock(&self.config_sha256) = sha256;
+    }
+
+    /// When the serving config was loaded, and the SHA-256 of its file (none without one).
+    pub(crate) fn config(&self) -> (i64, Option<String>) {
+        (self.config_loaded.get(), lock(&self.config_sha256).clone())
+    }
+
+    /// A reload was refused.
+    pub(crate) fn reload_refused(&self) {
+        self.reloads_refused.inc();
+    }
+
     /// A copy of each source's activity, in name order.
     pub(crate) fn activity(&self) -> Vec<(Arc<str>, Activity)> {
-        let mut all: Vec<_> = self
-            .activity
+        let mut all: Vec<_> = read(&self.activity)
             .iter()
             .map(|(name, a)| (name.clone(), lock(a).clone()))
             .collect();
@@ -664,6 +729,10 @@ pub(crate) fn to_prometheus_text(openmetrics: &str) -> String {
 /// The lock, also after a panic elsewhere: what it guards is counts, never half-written.
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn read<T>(lock: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    lock.read().unwrap_or_else(|e| e.into_inner())
 }
 
 #[cfg(test)]

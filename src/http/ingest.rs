@@ -4,7 +4,6 @@
 //! events, cut it into its elements) → prepare the handlers → submit to the writer → answer
 //! after COMMIT.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -21,7 +20,7 @@ use crate::http::error::{IngestError, Rejection};
 use crate::log_budget::LogBudget;
 use crate::metrics::{self, Metrics, Seen};
 use crate::refusals::Refusals;
-use crate::source::{Challenge, Source, Split};
+use crate::source::{Challenge, LiveSources, Source, Split};
 use crate::sql::StoreError;
 use crate::store::Outcome;
 use crate::time::unix_now;
@@ -30,7 +29,8 @@ use crate::writer::WriterHandle;
 
 /// What the request path needs, shared by all requests.
 pub(crate) struct Ingest {
-    pub(crate) sources: HashMap<Arc<str>, Arc<Source>>,
+    /// The sources by name, swapped whole by a reload between two requests.
+    pub(crate) sources: Arc<LiveSources>,
     pub(crate) http: HttpConfig,
     pub(crate) budget: BodyBudget,
     pub(crate) writer: WriterHandle,
@@ -59,7 +59,9 @@ pub(crate) async fn webhook(
             .and_then(SpanContext::from_traceparent);
         (tracer, tracer.begin("webhook", trace::SERVER, parent))
     });
-    let Some(source) = ingest.sources.get(name.as_str()) else {
+    // A copy of the one source: a reload may swap the map while this request runs.
+    let source = ingest.sources.load().get(name.as_str()).cloned();
+    let Some(source) = source else {
         let rejection = Rejection::unknown_source();
         ingest.refusals.record_unknown(&name, unix_now());
         let seconds = started.elapsed().as_secs_f64();
@@ -89,7 +91,7 @@ pub(crate) async fn webhook(
     let context = span
         .as_ref()
         .map(|(tracer, span)| (&***tracer, span.context));
-    let result = receive(&ingest, source, request, context).await;
+    let result = receive(&ingest, &source, request, context).await;
     let seconds = started.elapsed().as_secs_f64();
     let name = &source.name;
     let traced = span.is_some().then(|| Traced::of(&result));

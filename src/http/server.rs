@@ -83,7 +83,7 @@ pub(crate) fn router(ingest: Arc<Ingest>) -> Router {
 
 /// Another method than POST on `/webhooks/{source}`: 405 for a source, 404 for the rest.
 async fn wrong_method(State(ingest): State<Arc<Ingest>>, Path(name): Path<String>) -> Response {
-    if ingest.sources.contains_key(name.as_str()) {
+    if ingest.sources.load().contains_key(name.as_str()) {
         Rejection::method_not_allowed().into_response()
     } else {
         Rejection::unknown_source().into_response()

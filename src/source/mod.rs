@@ -102,6 +102,13 @@ pub struct Envelope {
     pub created: Option<i64>,
 }
 
+/// Each source with its handlers, by name.
+pub(crate) type Sources = std::collections::HashMap<Arc<str>, Arc<Source>>;
+
+/// The sources the request path reads: one pointer, swapped whole by a reload (a request
+/// takes its source's `Arc` and keeps it to its answer).
+pub(crate) type LiveSources = arc_swap::ArcSwap<Sources>;
+
 /// A named sender: `POST /webhooks/{name}`.
 pub(crate) struct Source {
     pub(crate) name: Arc<str>,

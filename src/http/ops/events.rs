@@ -97,7 +97,7 @@ fn form(h: &mut String, admin: &Admin, f: &EventFilter) {
         "<form method=get action=/events id=filter><label>Source <select name=source>\
          <option value=\"\">any</option>",
     );
-    for s in &admin.sources {
+    for s in &admin.metrics.source_names() {
         let selected = if f.source.as_deref() == Some(s) {
             " selected"
         } else {

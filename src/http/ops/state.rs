@@ -25,8 +25,6 @@ pub(crate) struct Admin {
     pub(crate) token: Option<Secret>,
     /// `/metrics` and `/status` need the token too (the listener is not on loopback).
     pub(crate) reads_need_token: bool,
-    /// The configured sources' names, in order.
-    pub(crate) sources: Vec<String>,
     /// Each delivery kind's target as shown: a URL (without credentials or query) or a command.
     pub(crate) targets: Vec<(String, String)>,
     /// When this process started (Unix seconds), for its uptime.

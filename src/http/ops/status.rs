@@ -5,7 +5,7 @@
 //! and failures are not in the ledger). Then the outbox (rows per kind and status, the dead
 //! rows with their last error and a command's output; each delivery kind's lane: its pending
 //! rows, paused while its breaker is open, attempts in flight) and the retention horizon;
-//! version and uptime in the header.
+//! version, uptime and when the config was loaded (with its file's hash) in the header.
 //!
 //! `POST /status/retry-dead` (the page's button) puts every dead row back to pending through
 //! the writer. It needs the admin token in the form's `token` field or as a bearer token, never
@@ -44,7 +44,7 @@ struct Stored {
 
 pub(super) async fn page(State(admin): State<Arc<Admin>>, RawQuery(query): RawQuery) -> Response {
     let now = unix_now();
-    let names = admin.sources.clone();
+    let names = admin.metrics.source_names();
     let lanes: Vec<String> = admin.metrics.lanes().into_keys().collect();
     let read = read_ledger(&admin, move |conn| {
         let sources = crate::store::console::summaries(conn, &names, now)?;
@@ -95,6 +95,16 @@ fn render(
         format_time(now),
         esc(&admin.database.to_string()),
     );
+    let (loaded_at, sha256) = admin.metrics.config();
+    let _ = write!(
+        h,
+        "<p class=note id=config>config loaded {} UTC",
+        format_time(loaded_at)
+    );
+    if let Some(sha256) = sha256 {
+        let _ = write!(h, " · file sha256 <code>{}</code>", esc(&sha256));
+    }
+    h.push_str(" (SIGHUP reads it again)</p>");
     if let Some(n) = revived {
         let rows = if n == 1 { "row" } else { "rows" };
         let _ = write!(
