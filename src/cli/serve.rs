@@ -17,7 +17,7 @@ use super::common::{from_environment, Exit};
 
 /// The flags of `serve`. Each is optional: a flag that is given replaces the config file's
 /// value (or the default), one that is not leaves it.
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct ServeArgs {
     /// A TOML config file with [[source]] entries (see docs/src/configuration.md
     /// and examples/hookledger.toml); flags and environment variables override it.
@@ -512,7 +512,8 @@ fn admin_listen(value: &str) -> Result<AdminListen, String> {
 
 /// Runs `serve`: the flags over the defaults, then open, listen and serve until a signal.
 pub(super) fn run(args: ServeArgs, log_format: super::LogFormat) -> anyhow::Result<Exit> {
-    let (config, flags) = args.config()?;
+    let sha256 = file_sha256(args.config.as_deref())?;
+    let (config, flags) = args.clone().config()?;
     if config.sources.is_empty() {
         bail!(
             "no source to receive from: set STRIPE_WEBHOOK_SECRET=whsec_... (comma-separated \
@@ -555,6 +556,17 @@ pub(super) fn run(args: ServeArgs, log_format: super::LogFormat) -> anyhow::Resu
 
     let hookledger = Hookledger::open(config.clone()).map_err(|e| flags.explain(e))?;
     let hookledger_admin = hookledger.admin_router();
+    let reloader = hookledger.reloader();
+    reloader.loaded_from(sha256);
+    let read_again = ReadAgain {
+        args,
+        listen: passed.webhook.is_some().then_some(config.listen),
+        admin_listen: passed
+            .admin
+            .is_some()
+            .then_some(config.admin_listen)
+            .flatten(),
+    };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
@@ -568,7 +580,7 @@ pub(super) fn run(args: ServeArgs, log_format: super::LogFormat) -> anyhow::Resu
         let addr = listener.local_addr()?;
         // Signals are handled from before the address is announced: a SIGTERM sent as soon as
         // it is seen still stops the server gracefully.
-        let stop = stop_signal()?;
+        let stop = stop_signal(reloader, read_again)?;
         tracing::info!(
             version = env!("CARGO_PKG_VERSION"),
             listen = %addr,
@@ -681,34 +693,161 @@ impl Held {
 /// How a stop was asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Stop {
-    /// SIGTERM, SIGINT or SIGHUP (a closed terminal or `systemctl reload` alike: hookledger
-    /// does not reload yet, so it stops gracefully rather than die): drain and exit.
+    /// SIGTERM or SIGINT: drain and exit.
     Exit,
-    /// SIGUSR2: drain, then run the same command line again in place, on the same listening
-    /// sockets (held open meanwhile: no connection is refused).
+    /// SIGUSR2, or a SIGHUP whose new config changes what only a start reads: drain, then
+    /// run the same command line again in place, on the same listening sockets (held open
+    /// meanwhile: no connection is refused).
     Restart,
 }
 
-/// A future that resolves on the first stop signal. The handlers are installed here, before
+/// What a SIGHUP reads again: the config file with the flags over it, as at start, and the
+/// addresses of the sockets passed in (they win over the file's, as at start).
+struct ReadAgain {
+    args: ServeArgs,
+    listen: Option<SocketAddr>,
+    admin_listen: Option<SocketAddr>,
+}
+
+impl ReadAgain {
+    /// The config as a start now would read it, and the hash of its file.
+    fn read(&self) -> anyhow::Result<(Config, Option<String>)> {
+        let sha256 = file_sha256(self.args.config.as_deref())?;
+        let (mut config, flags) = self.args.clone().config()?;
+        if let Some(at) = self.listen {
+            config.listen = at;
+        }
+        if self.admin_listen.is_some() {
+            config.admin_listen = self.admin_listen;
+        }
+        // A flag's error names the flag, as at start (checked here for that; the reload
+        // checks again).
+        config.validate().map_err(|e| flags.explain(e.into()))?;
+        Ok((config, sha256))
+    }
+
+    /// Reads the config again and applies it: `Some(Stop::Restart)` when it changes what
+    /// only a start reads. A refusal is logged with its key; the running config serves on.
+    fn reload(&self, reloader: &crate::app::Reloader) -> Option<Stop> {
+        let refused = |err: anyhow::Error| {
+            tracing::error!(
+                "reload refused: {err:#}; the running config keeps serving (fix the file and \
+                 send SIGHUP again)"
+            );
+        };
+        let (config, sha256) = match self.read() {
+            Ok(read) => read,
+            Err(err) => {
+                reloader.refused();
+                refused(err);
+                return None;
+            }
+        };
+        match reloader.reload(config, sha256) {
+            Ok(crate::app::Reloaded::Unchanged) => {
+                log::info!("reload: the config is unchanged");
+                None
+            }
+            Ok(crate::app::Reloaded::Swapped {
+                added,
+                removed,
+                changed,
+            }) => {
+                log::info!(
+                    "reload: sources swapped in place (added: [{}], removed: [{}], changed: \
+                     [{}]); the requests in flight finish on the config they began with",
+                    added.join(", "),
+                    removed.join(", "),
+                    changed.join(", ")
+                );
+                None
+            }
+            Ok(crate::app::Reloaded::NeedsRestart(keys)) => {
+                log::info!(
+                    "reload: {} changed, which only a start reads: restarting in place on the \
+                     same sockets (no connection is refused)",
+                    keys.join(", ")
+                );
+                Some(Stop::Restart)
+            }
+            Err(err) => {
+                refused(anyhow::Error::from(err));
+                None
+            }
+        }
+    }
+}
+
+/// The SHA-256 of the config file, in hex, for `/status` (none without a file).
+fn file_sha256(path: Option<&Path>) -> anyhow::Result<Option<String>> {
+    use sha2::{Digest, Sha256};
+    let Some(path) = path else { return Ok(None) };
+    let bytes = std::fs::read(path)
+        .with_context(|| format!("cannot read the config file {}", path.display()))?;
+    Ok(Some(hex::encode(Sha256::digest(bytes))))
+}
+
+/// A future that resolves on the first stop signal, and applies each SIGHUP meanwhile (a
+/// reload: on a thread of its own, one at a time; a SIGHUP during one runs it again after
+/// it, so the last file written is the one read). The handlers are installed here, before
 /// serving, so a failure to install them stops start-up (exit 2) instead of a panic.
-fn stop_signal() -> anyhow::Result<impl std::future::Future<Output = Stop>> {
+fn stop_signal(
+    reloader: crate::app::Reloader,
+    read_again: ReadAgain,
+) -> anyhow::Result<impl std::future::Future<Output = Stop>> {
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
     let mut hangup = signal(SignalKind::hangup()).context("installing the SIGHUP handler")?;
     let mut restart =
         signal(SignalKind::user_defined2()).context("installing the SIGUSR2 handler")?;
+    let read_again = std::sync::Arc::new(read_again);
+    let start = move || {
+        log::info!("SIGHUP: reading the config again");
+        let (reloader, read_again) = (reloader.clone(), read_again.clone());
+        Some(tokio::task::spawn_blocking(move || {
+            read_again.reload(&reloader)
+        }))
+    };
     Ok(async move {
-        let stop = tokio::select! {
-            _ = tokio::signal::ctrl_c() => Stop::Exit,
-            _ = term.recv() => Stop::Exit,
-            _ = hangup.recv() => Stop::Exit,
-            _ = restart.recv() => Stop::Restart,
+        let mut running: Option<tokio::task::JoinHandle<Option<Stop>>> = None;
+        let mut again = false;
+        let stop = loop {
+            let reloading = async {
+                match running.as_mut() {
+                    Some(reload) => reload.await.ok().flatten(),
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => break Stop::Exit,
+                _ = term.recv() => break Stop::Exit,
+                _ = restart.recv() => break Stop::Restart,
+                _ = hangup.recv() => {
+                    if running.is_some() {
+                        log::info!(
+                            "SIGHUP: a reload is running; it runs again once this one ends"
+                        );
+                        again = true;
+                        continue;
+                    }
+                    running = start();
+                }
+                outcome = reloading => {
+                    running = None;
+                    if let Some(stop) = outcome {
+                        break stop;
+                    }
+                    if std::mem::take(&mut again) {
+                        running = start();
+                    }
+                }
+            }
         };
         match stop {
             Stop::Exit => log::info!("shutdown signal received"),
             Stop::Restart => log::info!(
-                "restart signal received (SIGUSR2): finishing the requests in flight, then \
-                 starting again on the same sockets"
+                "restart: finishing the requests in flight, then starting again on the same \
+                 sockets"
             ),
         }
         stop

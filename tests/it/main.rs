@@ -41,6 +41,7 @@ mod presets;
 mod proxies;
 mod receiver;
 mod reconcile;
+mod reload;
 mod restarts;
 mod sdks;
 mod secrets;

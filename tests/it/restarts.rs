@@ -17,18 +17,18 @@ use crate::util::*;
 
 /// What a steady load saw.
 #[derive(Debug, Default)]
-struct Seen {
+pub(crate) struct Seen {
     /// Event ids answered 200 `processed`.
-    acknowledged: Vec<String>,
+    pub(crate) acknowledged: Vec<String>,
     /// Connections that could not be made (refused, reset before an answer, timed out).
-    failed: Vec<String>,
+    pub(crate) failed: Vec<String>,
     /// Answers other than 200.
-    not_2xx: Vec<String>,
+    pub(crate) not_2xx: Vec<String>,
 }
 
 /// Sends signed `invoice.paid` events to `addr` at about `per_second`, a new connection each
 /// (as providers do), from 4 threads, until `stop`.
-fn load(
+pub(crate) fn load(
     addr: SocketAddr,
     per_second: u32,
     prefix: &str,
@@ -89,7 +89,7 @@ fn load(
 }
 
 /// Waits until the load's threads have all finished their last request.
-fn finished(seen: &Arc<Mutex<Seen>>) -> Seen {
+pub(crate) fn finished(seen: &Arc<Mutex<Seen>>) -> Seen {
     // Each thread holds a clone until it ends; the load's joiner then drops the handles.
     wait_for(Duration::from_secs(60), || {
         (Arc::strong_count(seen) == 1).then_some(())
@@ -98,7 +98,7 @@ fn finished(seen: &Arc<Mutex<Seen>>) -> Seen {
     std::mem::take(&mut *seen.lock().unwrap())
 }
 
-fn assert_nothing_refused_or_lost(seen: &Seen, db: &Db, restarts: usize) {
+pub(crate) fn assert_nothing_refused_or_lost(seen: &Seen, db: &Db, restarts: usize) {
     assert!(
         seen.failed.is_empty(),
         "{} of {} requests could not connect or had no answer across {restarts} restarts: {:?}",
@@ -197,7 +197,7 @@ fn five_restarts_on_a_socket_held_as_systemd_holds_it_refuse_nothing_and_lose_no
 }
 
 /// The line each start logs.
-const STARTING: &str = concat!("hookledger ", env!("CARGO_PKG_VERSION"), " starting");
+pub(crate) const STARTING: &str = concat!("hookledger ", env!("CARGO_PKG_VERSION"), " starting");
 
 #[test]
 fn five_restarts_in_place_on_sigusr2_keep_the_pid_refuse_nothing_and_lose_nothing() {

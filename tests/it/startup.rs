@@ -308,25 +308,6 @@ fn a_read_only_database_file_stops_start_up_with_the_reason() {
     assert!(stderr.contains("is read-only"), "{stderr}");
 }
 
-/// SIGHUP (a closed terminal, `systemctl reload`) stops the server gracefully, like SIGTERM:
-/// exit code 0 and everything acknowledged kept.
-#[test]
-fn sighup_stops_gracefully_like_sigterm() {
-    let mut server = Server::start(&[]);
-    assert_outcome(&server.send(&paid("evt_hup")), "evt_hup", "processed");
-    assert_eq!(server.signal("HUP"), Some(0), "{}", server.log());
-    let log = wait_for(Duration::from_secs(5), || {
-        let log = server.log();
-        log.contains("hookledger stopped").then_some(log)
-    })
-    .unwrap_or_else(|| panic!("no graceful stop in the log: {}", server.log()));
-    assert!(log.contains("shutdown signal received"), "{log}");
-    assert_eq!(
-        server.db().strings("SELECT event_id FROM webhook_events"),
-        ["evt_hup"]
-    );
-}
-
 /// A config file that cannot work stops start-up, naming the source and the key, before
 /// anything is bound or created.
 #[test]

@@ -109,20 +109,40 @@ impl Server {
         server
     }
 
+    /// `hookledger serve --config FILE` and no other flag: the file says where it listens
+    /// (port 0, and its admin listener too) and names the database of `dir` ([`db_arg_in`]).
+    pub fn start_from_file(dir: &Path, config: &Path) -> Server {
+        let args = ["--config", config.to_str().unwrap()];
+        Server::spawn_with(dir, db_arg_in(dir), &args, &[("RUST_LOG", "info")], false)
+    }
+
     /// Runs `hookledger serve` in `dir` on `db_arg` and waits for its address.
     fn spawn(dir: &Path, db_arg: String, args: &[&str], env: &[(&str, &str)]) -> Server {
+        Server::spawn_with(dir, db_arg, args, env, true)
+    }
+
+    /// [`Server::spawn`]; without `own_flags`, only `args` (no `--db`, `--listen`, ...).
+    fn spawn_with(
+        dir: &Path,
+        db_arg: String,
+        args: &[&str],
+        env: &[(&str, &str)],
+        own_flags: bool,
+    ) -> Server {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_hookledger"));
-        // A free port each, so that servers can run side by side (unless `args` say where).
         cmd.arg("serve");
-        if !args.contains(&"--listen") {
-            cmd.arg("--listen").arg("127.0.0.1:0");
+        if own_flags {
+            // A free port each, so that servers can run side by side (unless `args` say
+            // where).
+            if !args.contains(&"--listen") {
+                cmd.arg("--listen").arg("127.0.0.1:0");
+            }
+            if !args.contains(&"--admin-listen") {
+                cmd.arg("--admin-listen").arg("127.0.0.1:0");
+            }
+            cmd.arg("--db").arg(&db_arg);
         }
-        if !args.contains(&"--admin-listen") {
-            cmd.arg("--admin-listen").arg("127.0.0.1:0");
-        }
-        cmd.arg("--db")
-            .arg(&db_arg)
-            .args(args)
+        cmd.args(args)
             .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
