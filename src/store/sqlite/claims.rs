@@ -261,6 +261,10 @@ impl Claims {
         self.filter = Some(built.bloom);
         self.seen = built.seen;
         self.skipped(built.unreadable);
+        // The blocks again: the build read claims other connections made meanwhile, in blocks
+        // the writer had not caught up with; the catch-up below starts past them, so without
+        // this their blocks would never be sought, and a resend of one would be claimed again.
+        self.read_blocks(conn)?;
         let added = self.catch_up(conn)?;
         self.seen = self.seen.max(serving_since);
         log::info!(
@@ -1154,6 +1158,49 @@ mod tests {
         assert_eq!(claim(&mut store, "evt_renamed", LATER), Outcome::Duplicate);
         assert_eq!(claim(&mut store, "evt_after", LATER), Outcome::Processed);
         assert!(in_filter(&mut store, "evt_after"));
+    }
+
+    /// A claim another connection made in a block above the writer's, read by the build
+    /// before the writer caught up with it: its block is sought once the filter is taken, so
+    /// its resend is a duplicate (the model test found it: `processed` again).
+    #[test]
+    fn a_block_only_the_background_build_read_is_sought_after_the_filter_is_taken() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("h.db");
+        prefilled(&path);
+        let mut store = SqliteStore::open(&path, DEFAULT_BUSY_TIMEOUT).unwrap();
+        built(&mut store);
+        let other = rusqlite::Connection::open(&path).unwrap();
+        let max: i64 = other
+            .query_row("SELECT max(id) FROM webhook_events", [], |r| r.get(0))
+            .unwrap();
+        // Two blocks above the rest: the writer's next claim lands in the higher one, so the
+        // unique index (which holds within a block) cannot catch a second `evt_above`.
+        let (above, higher) = (((max >> 16) + 3) << 16, ((max >> 16) + 5) << 16);
+        for (id, key) in [(above, "evt_above"), (higher, "evt_higher")] {
+            other
+                .execute(
+                    "INSERT INTO webhook_events (id, source, event_id, event_type, received_at)
+                     VALUES (?1, 'src', ?2, 't', ?3)",
+                    rusqlite::params![id, key, LATER],
+                )
+                .unwrap();
+        }
+        store.claims.filter = None;
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        let read = super::build(&other, path.clone(), &stop).unwrap().unwrap();
+        assert_eq!(read.seen, higher, "the build read both");
+        store.claims.install(&store.conn, read).unwrap();
+        assert_eq!(claim(&mut store, "evt_above", LATER), Outcome::Duplicate);
+        let db = rusqlite::Connection::open(&path).unwrap();
+        let copies: i64 = db
+            .query_row(
+                "SELECT count(*) FROM webhook_events WHERE event_id = 'evt_above'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(copies, 1);
     }
 
     /// Whether the writer's store at `path` has a saved filter waiting.

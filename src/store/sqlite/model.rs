@@ -274,3 +274,40 @@ fn the_claim_path_answers_as_a_set_of_keys_would() {
         })
         .unwrap();
 }
+
+/// The sequence the model found (shrunk): claims by another connection in blocks above the
+/// writer's, then the writer's claim of one of them.
+#[test]
+fn claims_by_another_connection_in_blocks_above_are_duplicates_for_the_writer() {
+    use Step::*;
+    let steps = [
+        Claim(14),
+        Other {
+            key: 17,
+            hole: false,
+        },
+        Other {
+            key: 4,
+            hole: false,
+        },
+        Claim(17),
+        Claim(10),
+        Kill,
+        Prune(6),
+        Claim(1),
+        Claim(7),
+        Claim(5),
+        Claim(22),
+        Restart,
+        Other {
+            key: 20,
+            hole: true,
+        },
+        Claim(14),
+        Claim(23),
+        Claim(19),
+        Claim(21),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    run(&steps, dir.path());
+}
