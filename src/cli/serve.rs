@@ -620,11 +620,21 @@ pub(super) fn run(args: ServeArgs, log_format: super::LogFormat) -> anyhow::Resu
         log::info!("database {}", config.database);
         // Machine-readable lines for scripts and tests that start us on port 0 (JSON with
         // `--log-format json`, so that every line we print is).
+        // Written, not `println!`: a stdout nobody reads any more (the starter read the first
+        // lines and closed its pipe, then a restart in place prints them again) must not stop
+        // the server.
         let json = log_format == super::LogFormat::Json;
-        let print = |key: &str, at: SocketAddr| match json {
-            true => println!("{}", serde_json::json!({ key: at.to_string() })),
-            false if key == "listen" => println!("hookledger listening on {at}"),
-            false => println!("hookledger {key} on {at}"),
+        let print = |key: &str, at: SocketAddr| {
+            use std::io::Write as _;
+            let line = match json {
+                true => serde_json::json!({ key: at.to_string() }).to_string(),
+                false if key == "listen" => format!("hookledger listening on {at}"),
+                false => format!("hookledger {key} on {at}"),
+            };
+            let mut out = std::io::stdout().lock();
+            if let Err(e) = writeln!(out, "{line}").and_then(|()| out.flush()) {
+                log::warn!("cannot print the address to stdout ({e}): {line}");
+            }
         };
         print("listen", addr);
         if let Some(admin) = admin {

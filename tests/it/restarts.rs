@@ -234,6 +234,68 @@ fn five_restarts_in_place_on_sigusr2_keep_the_pid_refuse_nothing_and_lose_nothin
     assert_ledger_checks(&server.db_arg());
 }
 
+/// A starter that read the address and closed its end of stdout (a script, `| head -1`):
+/// the restart in place prints the address again into the closed pipe, and serves on.
+#[test]
+fn a_restart_in_place_serves_on_when_nobody_reads_its_stdout_any_more() {
+    let dir = test_dir();
+    let log = dir.path().join("serve.log");
+    let mut child = serve_command(db_arg_in(dir.path()))
+        .env("STRIPE_WEBHOOK_SECRET", SECRET)
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    // The reader is dropped here: the pipe's read end is closed.
+    let addr = printed_addr(&line, "listen").expect("an address");
+    let post = |id: &str| {
+        let body = paid(id);
+        ureq::post(&format!("http://{addr}/webhooks/stripe"))
+            .set("Stripe-Signature", &signature(&body))
+            .send_bytes(&body)
+            .map(|r| r.into_string().unwrap_or_default())
+    };
+    assert!(post("evt_before").unwrap().contains("processed"));
+    Command::new("kill")
+        .args(["-USR2", &child.id().to_string()])
+        .status()
+        .unwrap();
+    let logged = || std::fs::read_to_string(&log).unwrap_or_default();
+    wait_for(Duration::from_secs(30), || {
+        (logged().matches(STARTING).count() == 2).then_some(())
+    })
+    .unwrap_or_else(|| panic!("no second start: {}", logged()));
+    let answer = wait_for(Duration::from_secs(10), || post("evt_after").ok());
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "it exited: {}",
+        logged()
+    );
+    assert!(
+        answer.is_some_and(|a| a.contains("processed")),
+        "{}",
+        logged()
+    );
+    assert!(
+        logged().contains("cannot print the address to stdout"),
+        "{}",
+        logged()
+    );
+    Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+    let db = Db::open(&db_arg_in(dir.path()));
+    assert_eq!(ledger_count(&db), 2);
+}
+
 #[test]
 fn readyz_answers_503_from_the_moment_a_stop_begins() {
     let mut server = Server::start(&[]);
