@@ -260,6 +260,7 @@ fn a_restart_in_place_serves_on_when_nobody_reads_its_stdout_any_more() {
             .set("Stripe-Signature", &signature(&body))
             .send_bytes(&body)
             .map(|r| r.into_string().unwrap_or_default())
+            .map_err(|e| e.to_string())
     };
     assert!(post("evt_before").unwrap().contains("processed"));
     Command::new("kill")
