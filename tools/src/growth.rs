@@ -79,7 +79,7 @@ pub struct GrowthArgs {
 
 /// When the pre-filled claims were received.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-enum Received {
+pub(crate) enum Received {
     Spread,
     Now,
 }
@@ -284,7 +284,7 @@ fn print_run(run: &Run, claims: u64) {
     );
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
+pub(crate) fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     match v.len() {
         0 => f64::NAN,
@@ -321,7 +321,7 @@ fn print_summary(runs: &[Run], args: &GrowthArgs) {
 /// Asks the kernel to drop `path`'s (and its WAL's) clean pages from the page cache, so the
 /// next run reads them from the disk. GNU dd does it (posix_fadvise DONTNEED) without unsafe
 /// code here.
-fn drop_from_page_cache(path: &Path) -> anyhow::Result<()> {
+pub(crate) fn drop_from_page_cache(path: &Path) -> anyhow::Result<()> {
     let mut wal = path.as_os_str().to_owned();
     wal.push("-wal");
     for file in [path.to_path_buf(), PathBuf::from(wal)] {
@@ -601,36 +601,7 @@ impl Ledgers for SqliteLedgers {
         if self.keep && path.exists() {
             return Ok(Target::Sqlite(path));
         }
-        remove_sqlite(&path)?;
-        // The server creates and migrates the file: the schema is the shipped one.
-        Server::start(exe, &path, &[])?.stop()?;
-        let mut conn = rusqlite::Connection::open(&path)?;
-        conn.pragma_update(None, "synchronous", "OFF")?;
-        conn.pragma_update(None, "cache_size", -262_144)?;
-        let now = hookledger::internals::unix_now();
-        let mut rng = fastrand::Rng::with_seed(0x6c65_6467_6572);
-        const CHUNK: u64 = 200_000;
-        let mut i = 0;
-        while i < claims {
-            let tx = conn.transaction()?;
-            {
-                let mut insert = tx.prepare(
-                    "INSERT INTO webhook_events (source, event_id, event_type, created, received_at)
-                     VALUES ('stripe', ?1, 'invoice.paid', ?2, ?2)",
-                )?;
-                for j in i..(i + CHUNK).min(claims) {
-                    let at = received_at(j, claims, now, received);
-                    insert.execute(rusqlite::params![prefill_id(ids, j, claims, &mut rng), at])?;
-                }
-            }
-            tx.commit()?;
-            i += CHUNK;
-        }
-        conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))?;
-        drop(conn);
-        // Written with synchronous = OFF: on the disk before the runs, or the kernel writes
-        // gigabytes back during them (a 20 M fill made a server's stop wait 80 s on it).
-        std::fs::File::open(&path)?.sync_all()?;
+        fill_sqlite(exe, &path, ids, claims, received)?;
         Ok(Target::Sqlite(path))
     }
 
@@ -648,8 +619,50 @@ impl Ledgers for SqliteLedgers {
     }
 }
 
+/// A SQLite ledger at `path` made by `exe` (its schema) and filled with `claims` claims of
+/// Stripe with ids of shape `ids`, on the disk when it returns.
+pub(crate) fn fill_sqlite(
+    exe: &Path,
+    path: &Path,
+    ids: Ids,
+    claims: u64,
+    received: Received,
+) -> anyhow::Result<()> {
+    remove_sqlite(path)?;
+    // The server creates and migrates the file: the schema is the shipped one.
+    Server::start(exe, path, &[])?.stop()?;
+    let mut conn = rusqlite::Connection::open(path)?;
+    conn.pragma_update(None, "synchronous", "OFF")?;
+    conn.pragma_update(None, "cache_size", -262_144)?;
+    let now = hookledger::internals::unix_now();
+    let mut rng = fastrand::Rng::with_seed(0x6c65_6467_6572);
+    const CHUNK: u64 = 200_000;
+    let mut i = 0;
+    while i < claims {
+        let tx = conn.transaction()?;
+        {
+            let mut insert = tx.prepare(
+                "INSERT INTO webhook_events (source, event_id, event_type, created, received_at)
+                 VALUES ('stripe', ?1, 'invoice.paid', ?2, ?2)",
+            )?;
+            for j in i..(i + CHUNK).min(claims) {
+                let at = received_at(j, claims, now, received);
+                insert.execute(rusqlite::params![prefill_id(ids, j, claims, &mut rng), at])?;
+            }
+        }
+        tx.commit()?;
+        i += CHUNK;
+    }
+    conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))?;
+    drop(conn);
+    // Written with synchronous = OFF: on the disk before the runs, or the kernel writes
+    // gigabytes back during them (a 20 M fill made a server's stop wait 80 s on it).
+    std::fs::File::open(path)?.sync_all()?;
+    Ok(())
+}
+
 /// Removes a database file with its WAL, shared-memory and lock files.
-fn remove_sqlite(path: &Path) -> anyhow::Result<()> {
+pub(crate) fn remove_sqlite(path: &Path) -> anyhow::Result<()> {
     for suffix in ["", "-wal", "-shm", "-serve.lock"] {
         let mut p = path.as_os_str().to_owned();
         p.push(suffix);
