@@ -9,6 +9,7 @@ mod lanes;
 mod loadgen;
 mod plain;
 mod prune;
+mod start;
 mod storage;
 
 use std::net::SocketAddr;
@@ -51,6 +52,10 @@ enum Command {
     /// alternating rounds, a fresh database each run: median events/s with its range, p50 and
     /// p99, NEW/OLD; on SQLite or (--store postgres) PostgreSQL.
     Compare(compare::CompareArgs),
+    /// How soon `serve` answers after `kill -9` on a large ledger (no saved filter), for two
+    /// binaries side by side: the first `processed` and the first `duplicate` from the spawn,
+    /// the ledger read from the disk.
+    Start(start::StartArgs),
 }
 
 #[derive(Debug, Args)]
@@ -169,6 +174,7 @@ fn main() -> ExitCode {
         Command::Lanes(args) => lanes(args),
         Command::Storage(args) => storage(args),
         Command::Compare(args) => compare::run(&args),
+        Command::Start(args) => start::run(args),
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,
