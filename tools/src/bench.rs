@@ -827,6 +827,10 @@ impl Server {
         Ok((Server { addr, child }, admin))
     }
 
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// A number field of `/proc/<pid>/status` (Linux), e.g. `VmHWM` in KiB.
     fn status_field(&self, field: &str) -> Option<u64> {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).ok()?;

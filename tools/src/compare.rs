@@ -255,7 +255,7 @@ fn one_run(
 }
 
 /// The config file of one run: keys that `baee957`, `c0740cf` and later all read the same way.
-fn config_text(database: &str, secret: &str) -> String {
+pub(crate) fn config_text(database: &str, secret: &str) -> String {
     format!(
         "listen = \"127.0.0.1:0\"\n\
          admin_listen = \"127.0.0.1:0\"\n\

@@ -9,6 +9,7 @@ mod lanes;
 mod loadgen;
 mod plain;
 mod prune;
+mod restarts;
 mod start;
 mod storage;
 
@@ -56,6 +57,10 @@ enum Command {
     /// binaries side by side: the first `processed` and the first `duplicate` from the spawn,
     /// the ledger read from the disk.
     Start(start::StartArgs),
+    /// An open-loop load, a new connection per request, while `serve` restarts in place
+    /// (SIGUSR2), reloads (SIGHUP) or is stopped and started: refused, cut, non-2xx,
+    /// acknowledged and lost.
+    Restarts(restarts::RestartsArgs),
 }
 
 #[derive(Debug, Args)]
@@ -175,6 +180,7 @@ fn main() -> ExitCode {
         Command::Storage(args) => storage(args),
         Command::Compare(args) => compare::run(&args),
         Command::Start(args) => start::run(args),
+        Command::Restarts(args) => restarts::run(args),
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,
