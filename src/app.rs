@@ -583,8 +583,11 @@ fn sources_of(
         .sources
         .iter()
         .map(|c| {
+            // `[forward]` with routes forwards the events they match, not every one.
+            let all = forward && config.forward.as_ref().is_none_or(|f| f.on.is_none());
             let mut source =
-                Source::from_config(c, forward, config.http.max_body, dictionaries.clone())?;
+                Source::from_config(c, all, config.http.max_body, dictionaries.clone())?;
+            source.routes = crate::source::Routes::of(config, &c.name);
             for name in &c.handlers {
                 let handler = builtin_handler(name, config, c)
                     .map_err(|e| anyhow::anyhow!("source `{}`: handlers: {e}", c.name))?;

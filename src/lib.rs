@@ -133,8 +133,8 @@ pub use config::Handshake;
 pub use config::{
     AlertConfig, Config, ConfigError, Database, DeliveryConfig, EffectConfig, ForwardConfig,
     HandlerSettings, HmacAlgorithm, HmacConfig, HmacEncoding, HttpConfig, LaneKeys, Locator,
-    ReconcileConfig, Refresh, RetentionConfig, SchemaConfig, SchemeName, Secret, SourceConfig,
-    StorageConfig, TimestampConfig, TokenConfig, WriterConfig,
+    ReconcileConfig, Refresh, RetentionConfig, RouteConfig, RouteValues, SchemaConfig, SchemeName,
+    Secret, SourceConfig, StorageConfig, TimestampConfig, TokenConfig, WriterConfig,
 };
 pub use error::Error;
 pub use event::{Event, JsonError, ParseError};

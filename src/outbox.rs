@@ -14,6 +14,14 @@ use crate::sql::{StoreError, Tx};
 /// config's, which checks deliveries against them.
 pub(crate) use crate::config::{default_schedule, FORWARD};
 
+/// A row a route queues for a new event (`on = [...]` on `[forward]` or a `[[delivery]]`): its
+/// kind and the value of the route's `key` pointer, if it has one (the row's `coalesce_key`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Routed {
+    pub(crate) kind: Arc<str>,
+    pub(crate) coalesce_key: Option<String>,
+}
+
 /// A pending row, as the worker polls it: its id and what the attempt needs to know, not its
 /// payload. The worker reads the payload by id when it attempts the row, so a poll of many
 /// rows holds no payload at all.

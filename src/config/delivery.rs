@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::{
-    default_schedule, refuse, ConfigError, Rate, Secret, DEFAULT_BREAKER_COOLDOWN,
+    default_schedule, refuse, ConfigError, Rate, RouteConfig, Secret, DEFAULT_BREAKER_COOLDOWN,
     DEFAULT_BREAKER_FAILURES, DEFAULT_COMMAND_CONCURRENCY, DEFAULT_COMMAND_TIMEOUT,
     DEFAULT_CONCURRENCY, DEFAULT_FORWARD_TIMEOUT,
 };
@@ -127,6 +127,9 @@ pub struct ForwardConfig {
     pub schedule: Vec<Duration>,
     #[serde(default = "default_forward_timeout", with = "super::duration")]
     pub timeout: Duration,
+    /// Which events are forwarded (any entry that matches); default: every processed event.
+    #[serde(default)]
+    pub on: Option<Vec<RouteConfig>>,
     /// Its lane (attempts in flight, breaker, rate, coalescing); what is not set, the defaults.
     #[serde(flatten)]
     pub lane: LaneKeys,
@@ -164,6 +167,10 @@ pub struct DeliveryConfig {
     pub schedule: Option<Vec<Duration>>,
     #[serde(default, with = "super::option_duration")]
     pub timeout: Option<Duration>,
+    /// Which events queue a row of this kind (any entry that matches), in the claim's
+    /// transaction as an effect's `INSERT INTO outbox` would; default: only effects queue them.
+    #[serde(default)]
+    pub on: Option<Vec<RouteConfig>>,
     /// Its lane; what is not set is `[forward]`'s (a `command`'s: the defaults, one run at a
     /// time).
     #[serde(flatten)]
@@ -179,6 +186,7 @@ impl ForwardConfig {
             secret,
             schedule: default_schedule(),
             timeout: DEFAULT_FORWARD_TIMEOUT,
+            on: None,
             lane: LaneKeys::default(),
         }
     }
@@ -198,6 +206,12 @@ impl ForwardConfig {
     /// With this many attempts in flight at once.
     pub fn with_concurrency(mut self, concurrency: usize) -> Self {
         self.lane.concurrency = Some(concurrency);
+        self
+    }
+
+    /// Forwarding only the events one of `on` matches.
+    pub fn with_routes(mut self, on: Vec<RouteConfig>) -> Self {
+        self.on = Some(on);
         self
     }
 
@@ -228,8 +242,15 @@ impl DeliveryConfig {
             secret: None,
             schedule: None,
             timeout: None,
+            on: None,
             lane: LaneKeys::default(),
         }
+    }
+
+    /// A row of this kind for each new event one of `on` matches.
+    pub fn with_routes(mut self, on: Vec<RouteConfig>) -> Self {
+        self.on = Some(on);
+        self
     }
 
     /// Signed with `secret` rather than the `[forward]` one.

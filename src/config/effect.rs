@@ -146,12 +146,7 @@ impl EffectConfig {
 
     /// Whether events of type `kind` run this effect.
     pub(crate) fn matches(&self, kind: &str) -> bool {
-        self.on
-            .iter()
-            .any(|pattern| match pattern.strip_suffix('*') {
-                Some(prefix) => kind.starts_with(prefix),
-                None => pattern == kind,
-            })
+        super::route::type_matches(&self.on, kind)
     }
 
     /// Refuses what cannot work (the SQL itself is checked against the database later);
@@ -165,12 +160,7 @@ impl EffectConfig {
                 "names no [[source]] (the `name` of a [[source]] goes here)"
             );
         }
-        if self.on.is_empty() || self.on.iter().any(|p| p.trim().is_empty()) {
-            refuse!(key("on"), "must name event types, `prefix.*` or `*`");
-        }
-        if self.on.iter().any(|p| p.contains('*') && !p.ends_with('*')) {
-            refuse!(key("on"), "`*` may only end a pattern");
-        }
+        super::route::check_types(&key("on"), &self.on, false)?;
         let statements = split_statements(&self.sql);
         if statements.is_empty() {
             refuse!(key("sql"), "is empty");

@@ -22,6 +22,7 @@ pub(crate) use file::preset_source;
 mod handler;
 mod rate;
 mod reload;
+mod route;
 mod secret;
 mod source;
 
@@ -50,6 +51,8 @@ pub(crate) use error::{refuse, source_key};
 pub use handler::HandlerSettings;
 pub(crate) use rate::Rate;
 pub(crate) use reload::{change, Change};
+pub(crate) use route::type_matches as route_type_matches;
+pub use route::{RouteConfig, RouteValues};
 pub use secret::Secret;
 pub(crate) use secret::{decode_standard_key, decode_standard_secret, StandardKey};
 pub use source::Handshake;
@@ -430,6 +433,9 @@ impl Config {
         }
         if let Some(forward) = &self.forward {
             forward.target()?;
+            if let Some(on) = &forward.on {
+                route::validate("forward", on, &names)?;
+            }
         }
         for (i, delivery) in self.deliveries.iter().enumerate() {
             if delivery.kind.trim().is_empty()
@@ -450,6 +456,9 @@ impl Config {
             }
             if delivery.command_target()?.is_none() {
                 delivery.post_target(self.forward.as_ref())?;
+            }
+            if let Some(on) = &delivery.on {
+                route::validate(&format!("delivery `{}`", delivery.kind), on, &names)?;
             }
         }
         for (i, alert) in self.alerts.iter().enumerate() {

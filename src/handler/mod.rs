@@ -103,6 +103,8 @@ pub(crate) struct Submission {
     pub(crate) handlers: Vec<(Arc<dyn Handler>, Prepared)>,
     /// Queue a `forward` outbox row when the event is new.
     pub(crate) forward: bool,
+    /// The rows its routes queue when it is new (none unless a route matched it).
+    pub(crate) routed: Vec<crate::outbox::Routed>,
     /// The body as it is stored, made on the caller's thread (the writer's has better to
     /// do); `None`: the store compresses it without a dictionary.
     pub(crate) stored: Option<crate::payload::Stored>,

@@ -20,6 +20,7 @@ pub(crate) mod ecdsa;
 pub(crate) mod handshake;
 pub(crate) mod hmac;
 pub(crate) mod mailgun;
+mod route;
 pub(crate) mod split;
 pub(crate) mod standard;
 pub(crate) mod stripe;
@@ -34,6 +35,7 @@ use crate::event::{Event, ParseError};
 use crate::handler::{Handler, Submission};
 use crate::payload::Dictionaries;
 pub(crate) use handshake::{Challenge, Handshaker};
+pub(crate) use route::Routes;
 pub(crate) use split::Split;
 
 /// One signature scheme with its secrets and settings.
@@ -117,6 +119,8 @@ pub(crate) struct Source {
     pub(crate) handlers: Vec<Arc<dyn Handler>>,
     /// Queue every new event for delivery to the app.
     pub(crate) forward: bool,
+    /// The kinds its new events queue a row of when a route matches them.
+    pub(crate) routes: Routes,
     /// Largest body in bytes.
     pub(crate) max_body: usize,
     /// The handshake its sender posts before it delivers, if any.
@@ -144,6 +148,7 @@ impl Source {
         let stored = self.payloads.compress(&self.name, &event.body);
         Ok(Submission {
             token: self.scheme.token(&event.body),
+            routed: self.routes.rows(&event),
             event,
             handlers,
             forward: self.forward,
@@ -300,6 +305,7 @@ impl Source {
             scheme,
             handlers: Vec::new(),
             forward,
+            routes: Routes::default(),
             max_body: config.max_body(default_max_body),
             handshake: config
                 .handshake

@@ -65,6 +65,7 @@ pub(crate) fn submission(id: &str, forward: bool) -> Submission {
         },
         handlers: vec![(Arc::new(Record) as Arc<dyn Handler>, Prepared::none())],
         forward,
+        routed: Vec::new(),
         stored: None,
     }
 }

@@ -3,7 +3,7 @@
 //! store's own query (`due`): SQLite has one server, PostgreSQL leases rows to one of several.
 
 use crate::event::Event;
-use crate::outbox::{Attempt, Lease, FORWARD};
+use crate::outbox::{Attempt, Lease, Routed, FORWARD};
 use crate::sql::{Dialect, Session, StoreError, Tx};
 use crate::store::ledger;
 
@@ -56,6 +56,49 @@ pub(crate) fn enqueue_forward(
             &event.id,
             &event.kind,
             &EMPTY,
+            &now,
+        ],
+    )?;
+    Ok(inserted == 1)
+}
+
+/// Queues the row a route made for `event` inside the caller's transaction, due now, keyed
+/// by the event id like a `forward` row and with the route's `coalesce_key`. A `forward` row
+/// refers to its event's payload (retention keeps it for that kind); a row of another kind
+/// holds the body as it was verified, as an effect's `INSERT INTO outbox` does with `:body`.
+pub(crate) fn enqueue_routed(
+    tx: &dyn Session,
+    event: &Event,
+    routed: &Routed,
+    now: i64,
+) -> Result<bool, StoreError> {
+    let refers = &*routed.kind == FORWARD;
+    let sql = match refers {
+        true => {
+            "INSERT INTO outbox
+                 (kind, source, key, event_type, payload, payload_ref, coalesce_key, status,
+                  next_attempt_at, created_at)
+             VALUES ($1, $2, $3, $4, $5, 1, $6, 'pending', $7, $7)
+             ON CONFLICT (kind, source, key) DO NOTHING"
+        }
+        false => {
+            "INSERT INTO outbox
+                 (kind, source, key, event_type, payload, coalesce_key, status, next_attempt_at,
+                  created_at)
+             VALUES ($1, $2, $3, $4, $5, $6, 'pending', $7, $7)
+             ON CONFLICT (kind, source, key) DO NOTHING"
+        }
+    };
+    let payload: &[u8] = if refers { EMPTY } else { &event.body };
+    let inserted = tx.execute(
+        sql,
+        &[
+            &routed.kind,
+            &event.source,
+            &event.id,
+            &event.kind,
+            &payload,
+            &routed.coalesce_key,
             &now,
         ],
     )?;

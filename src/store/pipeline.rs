@@ -125,6 +125,7 @@ fn apply(
         event,
         handlers,
         forward,
+        routed,
         stored,
         token,
     } = submission;
@@ -144,6 +145,9 @@ fn apply(
     }
     if *forward {
         outbox::enqueue_forward(batch.session(), event, now)?;
+    }
+    for row in routed.iter() {
+        outbox::enqueue_routed(batch.session(), event, row, now)?;
     }
     Ok(Outcome::Processed)
 }
@@ -289,6 +293,12 @@ pub(crate) fn run_together(
         .collect();
     if !forwards.is_empty() {
         batch.enqueue_all(&forwards, now)?;
+    }
+    // Rows of routes, one statement each: few events have them.
+    for s in &fresh {
+        for row in &s.routed {
+            outbox::enqueue_routed(batch.session(), &s.event, row, now)?;
+        }
     }
     let mut new = new.into_iter();
     Ok(Some(

@@ -67,6 +67,7 @@ impl BillingWriter {
             event,
             handlers: vec![(self.billing.clone(), prepared)],
             forward: false,
+            routed: Vec::new(),
             stored,
         }))
     }

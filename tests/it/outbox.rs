@@ -796,3 +796,55 @@ fn rows_in_ten_thousand_kinds_are_summed_past_a_hundred_on_status_and_metrics() 
         "at most 99 junk kinds named"
     );
 }
+
+/// `[forward]` with `on`: only the events a route matches are forwarded, each row with the
+/// value at the route's `key` as its `coalesce_key`; the others are processed and queue nothing.
+#[test]
+fn forward_with_routes_delivers_only_the_events_they_match() {
+    let app = FakeApp::start(&[]);
+    let dir = test_dir();
+    let config = dir.path().join("hookledger.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"[[source]]
+name = "stripe"
+scheme = "stripe"
+secrets = ["env:STRIPE_WEBHOOK_SECRET"]
+
+[forward]
+url = "{}"
+secret = "{FORWARD_SECRET}"
+on = [{{ source = "stripe", types = ["invoice.paid"], key = "/data/object/customer",
+         when = {{ "/data/object/status" = ["paid", "open"] }} }}]
+"#,
+            app.url()
+        ),
+    )
+    .unwrap();
+    let server = Server::start_in(dir.path(), &["--config", config.to_str().unwrap()]);
+    let event = |id: &str, kind: &str| {
+        hookledger::internals::invoice_event(
+            id,
+            kind,
+            now(),
+            &format!("in_{id}"),
+            "cus_7",
+            "acct_1",
+        )
+        .into_bytes()
+    };
+    let paid = event("evt_routed", "invoice.paid");
+    assert_outcome(&server.send(&paid), "evt_routed", "processed");
+    let created = event("evt_not_routed", "invoice.created");
+    assert_outcome(&server.send(&created), "evt_not_routed", "processed");
+    app.wait_delivered(1, WAIT);
+    assert_eq!(app.deliveries()[0].body, paid);
+    let db = server.db();
+    let rows: Vec<(String, String)> = db.all(
+        "SELECT key, coalesce_key FROM outbox WHERE kind = 'forward'",
+        &[],
+    );
+    assert_eq!(rows, [("evt_routed".to_string(), "cus_7".to_string())]);
+    assert_eq!(db.count("SELECT count(*) FROM webhook_events"), 2);
+}

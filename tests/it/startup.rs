@@ -821,3 +821,37 @@ fn a_sqlite_only_build_refuses_a_postgres_database_naming_the_key() {
     assert!(err.contains("built without PostgreSQL"), "{err}");
     assert!(!err.contains("s3cr3t"), "{err}");
 }
+
+/// A route (`on`) that names no source, or a key that is not a JSON pointer, stops start-up
+/// naming its key, before the database is created; an unknown key in an entry is named too.
+#[test]
+fn a_route_that_cannot_work_stops_start_up_naming_its_key() {
+    let dir = test_dir();
+    for (on, named) in [
+        (
+            r#"[{ source = "gitlab", types = ["push"] }]"#,
+            "delivery `deploy`.on 1.source: names no [[source]]",
+        ),
+        (
+            r#"[{ source = "gh" }, { source = "gh", key = "ref" }]"#,
+            "delivery `deploy`.on 2.key: must be a JSON pointer",
+        ),
+        (
+            r#"[{ source = "gh", when = { "ref" = "refs/heads/main" } }]"#,
+            "delivery `deploy`.on 1.when.\"ref\": must be a JSON pointer",
+        ),
+        ("[]", "delivery `deploy`.on: is empty"),
+        (r#"[{ source = "gh", branch = "main" }]"#, "branch"),
+    ] {
+        let config = write(
+            dir.path(),
+            "hookledger.toml",
+            &format!(
+                "[[source]]\nname = \"gh\"\nscheme = \"github\"\nsecrets = [\"s3cr3t-s3cr3t\"]\n\
+                 [[delivery]]\nkind = \"deploy\"\ncommand = [\"/bin/true\"]\non = {on}\n"
+            ),
+        );
+        let err = refused(&["--config", &config], &[]);
+        assert!(err.contains(named), "{on}: {err}");
+    }
+}

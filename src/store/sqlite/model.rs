@@ -94,6 +94,7 @@ impl World {
             },
             handlers: Vec::new(),
             forward: false,
+            routed: Vec::new(),
             stored: None,
         });
         let now = self.now;

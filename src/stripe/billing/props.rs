@@ -318,6 +318,7 @@ proptest! {
                                 event,
                                 handlers: vec![(billing.clone(), prepared)],
                                 forward: false,
+                                routed: Vec::new(),
                                 stored: None,
                             }
                         })
