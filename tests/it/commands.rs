@@ -377,10 +377,6 @@ fn git(dir: &Path, args: &[&str]) -> String {
 /// with its `deploy.sh` (the checkout moves to the pushed commit).
 #[test]
 fn the_deploy_example_checks_out_the_pushed_commit() {
-    if store() == Store::Postgres {
-        eprintln!("skipped on PostgreSQL: the example's effect is SQLite's SQL");
-        return;
-    }
     if !prerequisite(
         installed("git") && installed("python3"),
         "HOOKLEDGER_REQUIRE_GIT",
@@ -435,6 +431,29 @@ fn the_deploy_example_checks_out_the_pushed_commit() {
     assert_eq!(git(&app, &["rev-parse", "HEAD"]), pushed, "checked out");
     let out = output(&db, "d-example").unwrap();
     assert!(out.contains(&format!("deployed {pushed}")), "{out}");
+    // Its route, not SQL, queued the row: the push's body, its ref as the coalescing key.
+    let (payload, coalesce_key, event_type): (Vec<u8>, String, String) = db.one(
+        "SELECT payload, coalesce_key, event_type FROM outbox WHERE key = 'd-example'",
+        &[],
+    );
+    assert_eq!(payload, body.as_bytes());
+    assert_eq!(
+        (coalesce_key.as_str(), event_type.as_str()),
+        ("refs/heads/main", "push")
+    );
+    // A resend is a duplicate and a push to another branch is processed: neither queues a row.
+    assert_outcome(
+        &push(&server, "d-example", body.as_bytes()),
+        "d-example",
+        "duplicate",
+    );
+    let other = body.replace("refs/heads/main", "refs/heads/dev");
+    assert_outcome(
+        &push(&server, "d-dev", other.as_bytes()),
+        "d-dev",
+        "processed",
+    );
+    assert_eq!(db.count("SELECT count(*) FROM outbox"), 1);
 }
 
 /// SIGTERM while a command runs: the server waits for that run (its result is recorded) and
