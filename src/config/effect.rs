@@ -14,7 +14,7 @@ use super::{refuse, ConfigError};
 pub struct EffectConfig {
     pub source: String,
     /// Exact types, `prefix.*` patterns, or `*`; one string or a list.
-    #[serde(deserialize_with = "one_or_many")]
+    #[serde(deserialize_with = "super::route::strings")]
     pub on: Vec<String>,
     /// One or more statements separated by `;`, with the named parameters `:source`,
     /// `:event_id`, `:event_type`, `:created` (NULL if the scheme has no event time) and
@@ -226,19 +226,6 @@ pub(crate) fn split_statements(sql: &str) -> Vec<String> {
         statements.push(current.trim().to_string());
     }
     statements
-}
-
-fn one_or_many<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum Written {
-        One(String),
-        Many(Vec<String>),
-    }
-    Ok(match Written::deserialize(d)? {
-        Written::One(one) => vec![one],
-        Written::Many(many) => many,
-    })
 }
 
 #[cfg(test)]

@@ -141,7 +141,8 @@ pub(crate) fn type_matches(patterns: &[String], kind: &str) -> bool {
         })
 }
 
-fn strings<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+/// One string or a list of them, as a list.
+pub(super) fn strings<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
     #[derive(Deserialize)]
     #[serde(untagged)]
     enum Written {
