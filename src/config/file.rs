@@ -687,6 +687,28 @@ gh_old_secret_in_rotation
             Some("0123456789abcdef0123")
         );
 
+        // A delivery's signing key from a credential too, as a source's secret is.
+        let key = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+        std::fs::write(dir.path().join("receipts-key"), format!("{key}\n")).unwrap();
+        let delivery = |secret: &str| {
+            format!(
+                "[[delivery]]\nkind = \"receipts\"\nurl = \"http://127.0.0.1:1/r\"\n\
+                 secret = \"credential:{secret}\"\n"
+            )
+        };
+        let config = Config::from_toml(&delivery("receipts-key"), Path::new("/nonexistent"));
+        assert_eq!(
+            config.unwrap().deliveries[0]
+                .secret
+                .as_ref()
+                .unwrap()
+                .expose(),
+            key
+        );
+        let err = Config::from_toml(&delivery("nope"), dir.path()).unwrap_err();
+        assert_eq!(err.key, "delivery `receipts`.secret", "{err}");
+        assert!(err.message.contains("/nope"), "{err}");
+
         let missing = text.replace("credential:gh-webhook-secret", "credential:nope");
         let err = Config::from_toml(&missing, dir.path()).unwrap_err();
         assert_eq!(err.key, "source `gh`.secrets");

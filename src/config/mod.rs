@@ -928,8 +928,9 @@ mod tests {
         }
     }
 
+    /// (`credential:` is in `file.rs`, the one test that sets `CREDENTIALS_DIRECTORY`.)
     #[test]
-    fn a_delivery_secret_is_read_from_env_file_or_credential_as_forward_s_is() {
+    fn a_delivery_secret_is_read_from_env_or_file_as_forward_s_is() {
         let dir = std::env::temp_dir().join(format!("hookledger-dsecret-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let key = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
