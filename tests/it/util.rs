@@ -797,10 +797,15 @@ pub fn free_addr() -> std::net::SocketAddr {
 /// An app that is down (its port refuses connections) and the serve arguments to forward to
 /// it: many short retries, so no row runs out of schedule before the app is back. For an app
 /// that stays down: one that comes back is [`FakeApp::start_down`] (the port is kept).
+///
+/// The port is bound and never listened on, for the life of the test process: a connection
+/// to it is refused, and no other program can take it meanwhile (a port let go could be bound
+/// by another and answer).
 pub fn down_app() -> (std::net::SocketAddr, Vec<String>) {
-    let parked = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let parked = tokio::net::TcpSocket::new_v4().unwrap();
+    parked.bind("127.0.0.1:0".parse().unwrap()).unwrap();
     let addr = parked.local_addr().unwrap();
-    drop(parked);
+    std::mem::forget(parked);
     (addr, down_app_args(&format!("http://{addr}/hooks")))
 }
 
