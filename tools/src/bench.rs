@@ -711,6 +711,8 @@ fn fsync_probe(dir: &Path) -> anyhow::Result<String> {
 pub(crate) struct Server {
     child: Child,
     pub(crate) addr: SocketAddr,
+    /// The admin listener's address, for a server started from a config that sets one.
+    pub(crate) admin: Option<SocketAddr>,
 }
 
 impl Server {
@@ -755,7 +757,7 @@ impl Server {
             .arg(db)
             .args(args)
             .env_remove("RUST_LOG");
-        Server::spawn(command, exe, log_path, false).map(|(server, _)| server)
+        Server::spawn(command, exe, log_path, false)
     }
 
     /// `exe serve --config config` and nothing else: no other flag and nothing from this
@@ -772,8 +774,8 @@ impl Server {
         if let Some(path) = std::env::var_os("PATH") {
             command.env("PATH", path);
         }
-        let (server, admin) = Server::spawn(command, exe, log_path, true)?;
-        let admin = admin.context("no admin address")?;
+        let server = Server::spawn(command, exe, log_path, true)?;
+        let admin = server.admin.context("no admin address")?;
         let deadline = Instant::now() + Duration::from_secs(60);
         while !ready(admin) {
             if Instant::now() > deadline {
@@ -795,7 +797,7 @@ impl Server {
         exe: &Path,
         log_path: &Path,
         admin: bool,
-    ) -> anyhow::Result<(Server, Option<SocketAddr>)> {
+    ) -> anyhow::Result<Server> {
         let log = std::fs::File::create(log_path)?;
         let mut child = command
             .stdin(Stdio::null())
@@ -824,7 +826,7 @@ impl Server {
                 log_tail(log_path)
             );
         };
-        Ok((Server { addr, child }, admin))
+        Ok(Server { addr, admin, child })
     }
 
     pub(crate) fn pid(&self) -> u32 {
