@@ -272,7 +272,7 @@ pub(crate) fn config_text(database: &str, secret: &str) -> String {
 }
 
 /// `value` as a TOML basic string.
-fn toml_string(value: &str) -> String {
+pub(crate) fn toml_string(value: &str) -> String {
     let mut out = String::from("\"");
     for c in value.chars() {
         match c {
