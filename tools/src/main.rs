@@ -2,6 +2,7 @@
 //! real `hookledger` binary over HTTP (the bench starts it as a child process), so what they
 //! measure is what ships. Exit code: 0 ok, 1 the ledger check lost events, 2 could not run.
 
+mod batch;
 mod bench;
 mod compare;
 mod console;
@@ -66,6 +67,10 @@ enum Command {
     /// 100,000 in 500 other kinds) while the worker fails attempts: median, p99, slowest; the
     /// run fails if one took over 100 ms.
     Console(console::ConsoleArgs),
+    /// What one big batch body costs the other sources: Stripe events at a fixed rate, alone
+    /// and while 5,000-element HubSpot-shaped bodies are posted back to back, for one or two
+    /// binaries: the Stripe events' median, p99 and slowest, and each body's time.
+    Batch(batch::BatchArgs),
 }
 
 #[derive(Debug, Args)]
@@ -187,6 +192,7 @@ fn main() -> ExitCode {
         Command::Start(args) => start::run(args),
         Command::Console(args) => console::run(args),
         Command::Restarts(args) => restarts::run(args),
+        Command::Batch(args) => batch::run(args),
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,
