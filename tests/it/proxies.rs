@@ -146,7 +146,7 @@ fn rewrite(text: &str, from: &str, to: &str, times: Option<usize>) -> String {
 }
 
 /// A free port on 127.0.0.1 for a proxy to listen on (bound and let go: the proxy binds it
-/// next, and a test that lost the race fails at its start, with the proxy's log).
+/// next; [`Proxy::on_free_ports`] starts it again on new ports if another program took one).
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -173,68 +173,101 @@ impl Proxy {
         self.log.ends_with("caddy.log")
     }
 
-    /// nginx with `site` (a deploy file, rewritten) as its one server block.
-    fn nginx(site: &str, ports: (u16, u16), certificate: Certificate) -> Proxy {
-        let dir = test_dir();
-        let root = dir.path();
-        std::fs::write(root.join("site.conf"), site).unwrap();
-        let log = root.join("error.log");
-        // Workers run as root when the test does: they write the buffered bodies in this
-        // private temp directory, which `nobody` (nginx's default user) cannot enter.
-        std::fs::write(
-            root.join("nginx.conf"),
-            format!(
-                "user root;\npid {root}/nginx.pid;\nerror_log {log};\nevents {{}}\n\
-                 http {{\n  access_log off;\n  include {root}/site.conf;\n}}\n",
-                root = root.display(),
-                log = log.display(),
-            ),
-        )
-        .unwrap();
-        let child = Command::new("nginx")
-            .arg("-p")
-            .arg(root)
-            .arg("-c")
-            .arg(root.join("nginx.conf"))
-            .args(["-g", "daemon off;"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawning nginx");
-        Proxy::ready(child, ports, certificate, log, dir)
+    /// nginx with the deploy file `file` (rewritten by [`nginx_site`]) as its one server
+    /// block, on free ports.
+    fn nginx(file: &str, upstreams: &[(&str, SocketAddr)]) -> Proxy {
+        Proxy::on_free_ports(|ports| {
+            let certificate = certificate();
+            let site = nginx_site(file, ports, &certificate, upstreams);
+            let dir = test_dir();
+            let root = dir.path();
+            std::fs::write(root.join("site.conf"), site).unwrap();
+            let log = root.join("error.log");
+            // Workers run as root when the test does: they write the buffered bodies in this
+            // private temp directory, which `nobody` (nginx's default user) cannot enter.
+            std::fs::write(
+                root.join("nginx.conf"),
+                format!(
+                    "user root;\npid {root}/nginx.pid;\nerror_log {log};\nevents {{}}\n\
+                     http {{\n  access_log off;\n  include {root}/site.conf;\n}}\n",
+                    root = root.display(),
+                    log = log.display(),
+                ),
+            )
+            .unwrap();
+            let child = Command::new("nginx")
+                .arg("-p")
+                .arg(root)
+                .arg("-c")
+                .arg(root.join("nginx.conf"))
+                .args(["-g", "daemon off;"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("spawning nginx");
+            Proxy::ready(child, ports, certificate, log, dir)
+        })
     }
 
-    /// Caddy with `caddyfile` (a deploy file, rewritten).
-    fn caddy(caddyfile: &str, ports: (u16, u16), certificate: Certificate) -> Proxy {
-        let dir = test_dir();
-        let root = dir.path();
-        let config = root.join("Caddyfile");
-        let log = root.join("caddy.log");
-        std::fs::write(&config, caddyfile).unwrap();
-        let child = Command::new("caddy")
-            .args(["run", "--adapter", "caddyfile", "--config"])
-            .arg(&config)
-            .env("HOME", root)
-            .env("XDG_DATA_HOME", root)
-            .env("XDG_CONFIG_HOME", root)
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .expect("spawning caddy");
-        Proxy::ready(child, ports, certificate, log, dir)
+    /// Caddy with the deploy file `file` (rewritten by [`caddyfile`]), on free ports.
+    fn caddy(file: &str, upstreams: &[(&str, SocketAddr)]) -> Proxy {
+        Proxy::on_free_ports(|ports| {
+            let certificate = certificate();
+            let dir = test_dir();
+            let root = dir.path();
+            let storage = root.join("storage");
+            let config = root.join("Caddyfile");
+            let log = root.join("caddy.log");
+            let text = caddyfile(file, ports, &certificate, &storage, upstreams);
+            std::fs::write(&config, text).unwrap();
+            let child = Command::new("caddy")
+                .args(["run", "--adapter", "caddyfile", "--config"])
+                .arg(&config)
+                .env("HOME", root)
+                .env("XDG_DATA_HOME", root)
+                .env("XDG_CONFIG_HOME", root)
+                .stdout(Stdio::null())
+                .stderr(std::fs::File::create(&log).unwrap())
+                .spawn()
+                .expect("spawning caddy");
+            Proxy::ready(child, ports, certificate, log, dir)
+        })
     }
 
-    /// Waits until the proxy accepts connections on both ports (plain, TLS).
+    /// A proxy from `start` on two free ports. A free port is let go before the proxy binds
+    /// it (nginx and Caddy bind their own listeners), and another program may take it in
+    /// between: a proxy that exits because its address is in use is started again on new
+    /// ports, up to five times. Any other failure fails the test with the proxy's log.
+    fn on_free_ports(mut start: impl FnMut((u16, u16)) -> Result<Proxy, String>) -> Proxy {
+        let mut last = String::new();
+        for _ in 0..5 {
+            match start(ports()) {
+                Ok(proxy) => return proxy,
+                Err(log) if log.to_lowercase().contains("address already in use") => last = log,
+                Err(log) => panic!("the proxy did not listen: {log}"),
+            }
+        }
+        panic!("the proxy found its ports taken five times; the last log: {last}")
+    }
+
+    /// Waits until the proxy accepts connections on both ports (plain, TLS); its log if it
+    /// exited or did not listen within 15 s.
     fn ready(
         mut child: Child,
         (port, tls_port): (u16, u16),
         certificate: Certificate,
         log: PathBuf,
         dir: TestDir,
-    ) -> Proxy {
+    ) -> Result<Proxy, String> {
         let listening = |port: u16| TcpStream::connect(SocketAddr::from(([127, 0, 0, 1], port)));
+        // nginx retries a bind for 2.5 s before it exits, and meanwhile another program
+        // answers on the port it wants: its first failed bind in the log ends the wait.
+        let taken = || {
+            let log = std::fs::read_to_string(&log).unwrap_or_default();
+            log.to_lowercase().contains("address already in use")
+        };
         let up = wait_for(Duration::from_secs(15), || {
-            if child.try_wait().unwrap().is_some() {
+            if child.try_wait().unwrap().is_some() || taken() {
                 return Some(false);
             }
             (listening(port).is_ok() && listening(tls_port).is_ok()).then_some(true)
@@ -242,19 +275,19 @@ impl Proxy {
         if up != Some(true) {
             let _ = child.kill();
             let _ = child.wait();
-            panic!(
-                "the proxy did not listen on {port}: {}",
+            return Err(format!(
+                "on ports {port} and {tls_port}: {}",
                 std::fs::read_to_string(&log).unwrap_or_default()
-            );
+            ));
         }
-        Proxy {
+        Ok(Proxy {
             child,
             port,
             tls_port,
             certificate,
             log,
             _dir: dir,
-        }
+        })
     }
 
     fn url(&self, path: &str) -> String {
@@ -696,10 +729,7 @@ fn nginx_conf_passes_every_source_up_to_its_cap() {
         return;
     }
     let server = example_server();
-    let (ports, certificate) = (ports(), certificate());
-    let upstream = [("127.0.0.1:8080", server.addr)];
-    let site = nginx_site("nginx.conf", ports, &certificate, &upstream);
-    let proxy = Proxy::nginx(&site, ports, certificate);
+    let proxy = Proxy::nginx("nginx.conf", &[("127.0.0.1:8080", server.addr)]);
     every_source_through(&proxy, &server.db(), &[&server]);
 }
 
@@ -709,10 +739,7 @@ fn caddyfile_passes_every_source_up_to_its_cap() {
         return;
     }
     let server = example_server();
-    let (ports, certificate, storage) = (ports(), certificate(), test_dir());
-    let upstream = [("127.0.0.1:8080", server.addr)];
-    let file = caddyfile("Caddyfile", ports, &certificate, storage.path(), &upstream);
-    let proxy = Proxy::caddy(&file, ports, certificate);
+    let proxy = Proxy::caddy("Caddyfile", &[("127.0.0.1:8080", server.addr)]);
     every_source_through(&proxy, &server.db(), &[&server]);
 }
 
@@ -722,14 +749,7 @@ fn nginx_instances_conf_passes_every_source_up_to_its_cap() {
         return;
     }
     let mut servers = instances();
-    let (ports, certificate) = (ports(), certificate());
-    let site = nginx_site(
-        "nginx-instances.conf",
-        ports,
-        &certificate,
-        &upstreams(&servers),
-    );
-    let proxy = Proxy::nginx(&site, ports, certificate);
+    let proxy = Proxy::nginx("nginx-instances.conf", &upstreams(&servers));
     let all: Vec<&Server> = servers.iter().collect();
     every_source_through(&proxy, &servers[0].db(), &all);
     // nginx resends at once: nothing to wait for.
@@ -742,15 +762,7 @@ fn caddyfile_instances_passes_every_source_up_to_its_cap() {
         return;
     }
     let mut servers = instances();
-    let (ports, certificate, storage) = (ports(), certificate(), test_dir());
-    let file = caddyfile(
-        "Caddyfile.instances",
-        ports,
-        &certificate,
-        storage.path(),
-        &upstreams(&servers),
-    );
-    let proxy = Proxy::caddy(&file, ports, certificate);
+    let proxy = Proxy::caddy("Caddyfile.instances", &upstreams(&servers));
     let all: Vec<&Server> = servers.iter().collect();
     every_source_through(&proxy, &servers[0].db(), &all);
     // Past one health_interval (5 s) and its health_timeout (2 s): Caddy has seen the
