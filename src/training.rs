@@ -76,6 +76,9 @@ pub(crate) fn train(
         dictionaries.set(source.clone(), dict);
         return Ok(true);
     }
+    if !reader.read(|conn| stored::has_samples(conn, source, SAMPLES))? {
+        return Ok(false);
+    }
     let samples = reader.read(|conn| stored::samples(conn, source, SAMPLES))?;
     if (samples.len() as i64) < SAMPLES {
         return Ok(false);

@@ -114,21 +114,40 @@ pub(crate) fn dictionary_of(
     }
 }
 
-/// A payload stored in more bytes than this is no sample: a dictionary is for the many small
-/// bodies, and `n` samples must fit in memory at once.
+/// A body larger than this is no sample: a dictionary is for the many small bodies, and `n`
+/// samples must fit in memory at once. Both its stored size and its size once decompressed
+/// are bounded: a 10 MiB body of one repeated byte is stored in a few hundred bytes.
 const MAX_SAMPLE: i64 = 64 * 1024;
 
-/// Up to `n` stored payloads of `source` (of at most [`MAX_SAMPLE`] bytes stored), as the
-/// bodies they were, to train on.
+/// Whether `source` has at least `n` stored payloads that may be samples, without reading
+/// one: the trainer looks often, and its samples are read only once there may be enough.
+pub(crate) fn has_samples(conn: &dyn Session, source: &str, n: i64) -> anyhow::Result<bool> {
+    let rows = conn.query(
+        "SELECT count(*) FROM (SELECT 1 FROM webhook_events
+         WHERE source = $1 AND payload IS NOT NULL AND length(payload) <= $3 LIMIT $2) AS s",
+        &[&source, &n, &MAX_SAMPLE],
+    )?;
+    let found = rows.first().map(|r| r.get::<i64>(0)).transpose()?;
+    Ok(found.unwrap_or(0) >= n)
+}
+
+/// Up to `n` stored payloads of `source` (of at most [`MAX_SAMPLE`] bytes, stored and as the
+/// body), as the bodies they were, to train on. A body over the bound is skipped by the size
+/// its frame's header states, before it is decompressed.
 pub(crate) fn samples(conn: &dyn Session, source: &str, n: i64) -> anyhow::Result<Vec<Vec<u8>>> {
     let rows = conn.query(
-        "SELECT payload, payload_codec, payload_dict FROM webhook_events
-         WHERE source = $1 AND payload IS NOT NULL AND length(payload) <= $3
-         ORDER BY received_at DESC LIMIT $2",
+        &format!(
+            "SELECT payload, payload_codec, payload_dict, {SIZE} FROM webhook_events
+             WHERE source = $1 AND payload IS NOT NULL AND length(payload) <= $3
+             ORDER BY received_at DESC LIMIT $2"
+        ),
         &[&source, &n, &MAX_SAMPLE],
     )?;
     let mut samples = Vec::with_capacity(rows.len());
     for row in &rows {
+        if body_size(row, 3)?.is_none_or(|size| size > MAX_SAMPLE) {
+            continue;
+        }
         // One unreadable payload is not a reason to have no dictionary.
         if let Ok(Some(body)) = read(conn, row, 0) {
             samples.push(body);

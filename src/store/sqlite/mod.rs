@@ -807,6 +807,60 @@ mod tests {
     use crate::outbox::FORWARD;
     use crate::store::outbox;
 
+    /// The trainer's samples are small bodies, by their size as bodies, not only as stored: a
+    /// 10 MiB body of one repeated byte is stored in a few hundred bytes, and 33 of them were
+    /// read and decompressed at every look of the trainer (every 10 s), 283 MB resident at
+    /// once while the outbox's payload budget held 64 MiB.
+    #[test]
+    fn samples_skip_a_body_over_the_sample_bound_that_compresses_below_it() {
+        use crate::payload;
+        use crate::store::payload as stored;
+        let store = SqliteStore::open_in_memory().unwrap();
+        let big = vec![b'x'; 10 << 20];
+        let bodies: [&[u8]; 3] = [b"{\"id\":\"evt_1\",\"a\":1}", &big, b"{\"id\":\"evt_3\"}"];
+        for (i, body) in bodies.iter().enumerate() {
+            let kept = payload::compress(body, None);
+            store
+                .conn
+                .execute(
+                    "INSERT INTO webhook_events (source, event_id, event_type, received_at, \
+                     payload, payload_codec, payload_dict) VALUES ('s', ?1, 't', ?2, ?3, ?4, ?5)",
+                    rusqlite::params![
+                        format!("evt_{i}"),
+                        i as i64,
+                        kept.bytes,
+                        kept.codec,
+                        kept.dict
+                    ],
+                )
+                .unwrap();
+        }
+        let stored_big: i64 = store
+            .conn
+            .query_row(
+                "SELECT length(payload) FROM webhook_events WHERE event_id = 'evt_1'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert!(
+            stored_big < 64 * 1024,
+            "the big body is stored small: {stored_big} bytes"
+        );
+        assert!(
+            stored::has_samples(&store.conn, "s", 3).unwrap(),
+            "three payloads stored small"
+        );
+        assert!(!stored::has_samples(&store.conn, "s", 4).unwrap());
+        let samples = stored::samples(&store.conn, "s", 3).unwrap();
+        let sizes: Vec<usize> = samples.iter().map(Vec::len).collect();
+        assert_eq!(
+            sizes,
+            [bodies[2].len(), bodies[0].len()],
+            "newest first, the big one skipped"
+        );
+    }
+
     /// Retention's batches alone commit without an fsync; a batch with anything else in it
     /// (an event, a delivery's result) commits FULL, and the connection is FULL again after a
     /// prune's batch.
