@@ -25,7 +25,7 @@ use anyhow::{bail, Context};
 use hookledger::Secret;
 
 use crate::bench::{Server, SECRET};
-use crate::loadgen::{self, Workload};
+use crate::loadgen::{self, percentile, Workload};
 
 /// The deliveries' signing secret (the target does not check it).
 pub(crate) const DELIVERY_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
@@ -265,14 +265,6 @@ fn send_at_rate(
         }
     }
     Ok(committed)
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    let at = ((sorted.len() as f64 * p / 100.0).ceil() as usize).clamp(1, sorted.len());
-    sorted[at - 1]
 }
 
 /// Commit-to-delivery latency of a healthy kind, alone and beside a dead or hanging one.
