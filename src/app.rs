@@ -34,12 +34,12 @@ use crate::http::body::BodyBudget;
 use crate::http::ingest::Ingest;
 use crate::http::server;
 use crate::metrics::Metrics;
+/// What a reconcile found and did.
+pub(crate) use crate::recover::Counts;
 use crate::retention::Retention;
 use crate::source::{LiveSources, Source, Sources};
 use crate::store::{self, Reader, ServeGuard, Store};
 use crate::stripe;
-/// What a reconcile found and did.
-pub(crate) use crate::stripe::reconcile::Counts;
 use crate::trace::Tracer;
 use crate::writer::{self, Background};
 

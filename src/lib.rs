@@ -117,6 +117,7 @@ mod metrics;
 mod outbox;
 mod payload;
 mod preset;
+mod recover;
 mod refusals;
 mod retention;
 mod source;
