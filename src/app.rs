@@ -284,6 +284,9 @@ impl Hookledger {
                 dictionaries.clone(),
             )?));
             workers.extend(stripe::background(&config, &sources, &handle, &reader)?);
+            for github in crate::recover::github::periodic(&config, &sources, &handle, &reader)? {
+                workers.push(Box::new(github));
+            }
             workers.push(Box::new(crate::refusals::Flusher::spawn(
                 refusals.clone(),
                 handle.clone(),
@@ -377,8 +380,12 @@ impl Hookledger {
         ) else {
             anyhow::bail!("there is no source `{name}`");
         };
-        let run = stripe::reconcile::Run::new(config, since, dry_run, api_base, api_key)?;
         let never = AtomicBool::new(false);
+        if config.scheme == crate::config::SchemeName::Github {
+            let run = crate::recover::github::Run::new(config, since, dry_run, api_base, api_key)?;
+            return Ok(run.once(source, &self.writer_handle, &self.reader, &never)?);
+        }
+        let run = stripe::reconcile::Run::new(config, since, dry_run, api_base, api_key)?;
         Ok(run.once(source, &self.writer_handle, &self.reader, &never)?)
     }
 

@@ -134,8 +134,8 @@ pub use config::Handshake;
 pub use config::{
     AlertConfig, Config, ConfigError, Database, DeliveryConfig, EffectConfig, ForwardConfig,
     HandlerSettings, HmacAlgorithm, HmacConfig, HmacEncoding, HttpConfig, LaneKeys, Locator,
-    ReconcileConfig, Refresh, RetentionConfig, RouteConfig, RouteValues, SchemaConfig, SchemeName,
-    Secret, SourceConfig, StorageConfig, TimestampConfig, TokenConfig, WriterConfig,
+    ReconcileConfig, RecoverMode, Refresh, RetentionConfig, RouteConfig, RouteValues, SchemaConfig,
+    SchemeName, Secret, SourceConfig, StorageConfig, TimestampConfig, TokenConfig, WriterConfig,
 };
 pub use error::Error;
 pub use event::{Event, JsonError, ParseError};

@@ -13,21 +13,25 @@ use super::common::Exit;
 
 #[derive(Debug, Args)]
 pub struct ReconcileArgs {
-    /// The stripe source to reconcile (a `[[source]]` of --config; without one, the quick
-    /// start's `stripe`).
+    /// The source to reconcile: a stripe source, or a github source with a `hook` (a
+    /// `[[source]]` of --config; without one, the quick start's `stripe`).
     #[arg(long, default_value = "stripe")]
     source: String,
-    /// How far back to look (e.g. 3d, 12h); Stripe keeps events for 30 days.
+    /// How far back to look (e.g. 3d, 12h); Stripe keeps events for 30 days, GitHub a hook's
+    /// deliveries for 3.
     #[arg(long, value_parser = config::parse_duration, default_value = "3d")]
     since: Duration,
     /// Count what would be applied; change nothing.
     #[arg(long)]
     dry_run: bool,
-    /// Stripe's API [default: the source's api_base, else https://api.stripe.com].
+    /// The provider's API [default: the source's api_base, else https://api.stripe.com or
+    /// https://api.github.com].
     #[arg(long)]
     api_base: Option<String>,
-    /// The secret API key, as env:NAME, file:PATH or credential:NAME [default: the source's api_key, else
-    /// env:STRIPE_API_KEY]. A restricted key that may read Events (and Subscriptions).
+    /// The secret API key, as env:NAME, file:PATH or credential:NAME [default: the source's
+    /// api_key, else (Stripe) env:STRIPE_API_KEY]. Stripe: a restricted key that may read
+    /// Events (and Subscriptions); GitHub: a token that may read the hook's deliveries (and
+    /// write them, to redeliver).
     #[arg(long, value_name = "env:NAME|file:PATH|credential:NAME")]
     api_key: Option<String>,
     /// Print the counts as one JSON object.
@@ -94,8 +98,13 @@ fn print(counts: &Counts, json: bool, dry_run: bool) -> anyhow::Result<()> {
         println!("{value}");
     } else {
         let applied = if dry_run { "would apply" } else { "applied" };
+        // Only a redeliver run asks for redeliveries; the other runs' line stays as it was.
+        let redelivered = match counts.redelivered {
+            0 => String::new(),
+            n => format!(", asked GitHub to redeliver {n}"),
+        };
         println!(
-            "found {}, {applied} {}, already present {}, failed {}",
+            "found {}, {applied} {}{redelivered}, already present {}, failed {}",
             counts.found, counts.applied, counts.already_present, counts.failed
         );
     }

@@ -58,8 +58,8 @@ pub(crate) use secret::{decode_standard_key, decode_standard_secret, StandardKey
 pub use source::Handshake;
 pub(crate) use source::{is_valid_name as is_valid_source_name, one_secret, Signed};
 pub use source::{
-    HmacAlgorithm, HmacConfig, HmacEncoding, Locator, ReconcileConfig, Refresh, SchemeName,
-    SourceConfig, TimestampConfig, TokenConfig,
+    HmacAlgorithm, HmacConfig, HmacEncoding, Locator, ReconcileConfig, RecoverMode, Refresh,
+    SchemeName, SourceConfig, TimestampConfig, TokenConfig,
 };
 
 use std::net::SocketAddr;

@@ -67,6 +67,15 @@ pub struct SourceConfig {
     /// `every`, looking back `since` (`reconcile = { every = "1h", since = "3d" }`).
     #[serde(default)]
     pub reconcile: Option<ReconcileConfig>,
+    /// GitHub's API: the webhook whose deliveries a reconcile lists
+    /// (`"repos/OWNER/REPO/HOOK_ID"` or `"orgs/ORG/HOOK_ID"`).
+    #[serde(default)]
+    pub hook: Option<String>,
+    /// GitHub's API: what a reconcile does with a delivery the ledger lacks: `"apply"` (the
+    /// default) reads the delivery's request and applies it as if it had arrived,
+    /// `"redeliver"` asks GitHub to deliver it again.
+    #[serde(default)]
+    pub mode: Option<RecoverMode>,
     /// The provider's API, with an `api_key` and a handler that keeps a snapshot of an
     /// object: when the object's current state is fetched after commit. Default: on ties.
     #[serde(default)]
@@ -89,6 +98,17 @@ pub struct SourceConfig {
     /// `too_many_events`, and nothing of it is stored. Default: 5,000.
     #[serde(default)]
     pub max_events: Option<usize>,
+}
+
+/// What a reconcile does with a delivery the ledger lacks, where the provider can redeliver.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RecoverMode {
+    /// Read the delivery from the API and apply it, as if it had arrived.
+    #[default]
+    Apply,
+    /// Ask the provider to deliver it again (it arrives as a webhook, signed).
+    Redeliver,
 }
 
 /// `reconcile = { every = "1h", since = "3d" }` of a source: how often the ledger is
@@ -487,6 +507,8 @@ impl SourceConfig {
             api_key: None,
             api_base: None,
             reconcile: None,
+            hook: None,
+            mode: None,
             refresh: Refresh::default(),
             preset: None,
             handshake: None,

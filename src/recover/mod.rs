@@ -2,19 +2,29 @@
 //! `reconcile` in the Stripe wing): what a run counts, the lookup that skips the events the
 //! ledger has, and the apply that claims the rest through the writer, as webhooks are.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
 use crate::event::Event;
 use crate::source::Source;
 use crate::store::ledger::by_key;
 use crate::store::{Outcome, Reader};
 use crate::writer::WriterHandle;
 
+pub(crate) mod github;
+
 /// What a run found and did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub(crate) struct Counts {
-    /// Events Stripe listed.
+    /// Events (GitHub: delivery GUIDs) the provider listed.
     pub(crate) found: u64,
-    /// Claimed and applied now (with `--dry-run`: would be).
+    /// Claimed and applied now (with `--dry-run`: would be, or would be redelivered).
     pub(crate) applied: u64,
+    /// Deliveries the provider was asked to deliver again (`mode = "redeliver"`): each comes
+    /// as a webhook of its own, claimed then.
+    pub(crate) redelivered: u64,
     /// Claimed already (by a webhook or an earlier run).
     pub(crate) already_present: u64,
     /// Not applied: unreadable, refused by a handler, or the database failed.
@@ -74,15 +84,9 @@ pub(crate) fn without_present(
 ) -> Vec<Event> {
     let mut missing = Vec::with_capacity(events.len());
     for event in events {
-        let present = reader.read(|ledger| {
-            Ok(ledger.query(
-                &by_key(ledger.dialect(), "1", "$1", "$2"),
-                &[&&*source.name, &event.id],
-            )?)
-        });
-        match present {
-            Ok(rows) if rows.is_empty() => missing.push(event),
-            Ok(_) => counts.already_present += 1,
+        match present(reader, &source.name, &event.id) {
+            Ok(false) => missing.push(event),
+            Ok(true) => counts.already_present += 1,
             Err(e) => {
                 log::error!("reconcile {} {}: {e}", source.name, event.id);
                 counts.failed += 1;
@@ -90,4 +94,81 @@ pub(crate) fn without_present(
         }
     }
     missing
+}
+
+/// Whether the ledger has claimed `(source, id)`.
+pub(crate) fn present(reader: &Reader, source: &str, id: &str) -> anyhow::Result<bool> {
+    let rows = reader.read(|ledger| {
+        Ok(ledger.query(&by_key(ledger.dialect(), "1", "$1", "$2"), &[&source, &id])?)
+    })?;
+    Ok(!rows.is_empty())
+}
+
+/// One provider's run over the events since a time (Unix seconds), until done or the flag
+/// is set: what it counted, or why it stopped.
+pub(crate) type RunFn = Box<dyn FnMut(i64, &AtomicBool) -> Result<Counts, String> + Send>;
+
+/// `serve`'s periodic reconcile of one source: a run over the last `since` at start-up (after
+/// downtime is when events were missed), then every `every`, on a thread of its own.
+pub(crate) struct Periodic {
+    stop: Arc<AtomicBool>,
+    wake: mpsc::SyncSender<()>,
+    thread: JoinHandle<()>,
+}
+
+impl Periodic {
+    /// Starts the thread of `source`; the first run starts at once. `stop` is the flag the
+    /// run's API client watches (a retry's pause ends when it is set).
+    pub(crate) fn spawn(
+        source: &str,
+        every: Duration,
+        since: Duration,
+        stop: Arc<AtomicBool>,
+        mut run: RunFn,
+    ) -> anyhow::Result<Periodic> {
+        let (wake, woken) = mpsc::sync_channel(1);
+        let flag = stop.clone();
+        let name = source.to_string();
+        let thread = std::thread::Builder::new()
+            .name(format!("hookledger-reconcile-{name}"))
+            .spawn(move || {
+                while !flag.load(Ordering::SeqCst) {
+                    let horizon = crate::time::unix_now() - since.as_secs() as i64;
+                    match run(horizon, &flag) {
+                        Ok(c) => log::info!(
+                            "reconcile {name}: found {}, applied {}, redelivered {}, already \
+                             present {}, failed {}",
+                            c.found,
+                            c.applied,
+                            c.redelivered,
+                            c.already_present,
+                            c.failed
+                        ),
+                        Err(e) => log::error!("reconcile {name}: {e}"),
+                    }
+                    match woken.recv_timeout(every) {
+                        Err(mpsc::RecvTimeoutError::Timeout) => {}
+                        // Stopped, or dropped without `stop` (an app that never shut down).
+                        Ok(()) | Err(mpsc::RecvTimeoutError::Disconnected) => break,
+                    }
+                }
+            })
+            .map_err(|e| anyhow::anyhow!("cannot start the reconcile thread: {e}"))?;
+        Ok(Periodic { stop, wake, thread })
+    }
+
+    /// Lets a run in progress finish its page (or its API call), and stops.
+    pub(crate) fn stop(self) {
+        self.stop.store(true, Ordering::SeqCst);
+        let _ = self.wake.try_send(());
+        if self.thread.join().is_err() {
+            log::error!("reconcile thread panicked");
+        }
+    }
+}
+
+impl crate::writer::Background for Periodic {
+    fn stop(self: Box<Self>) {
+        Periodic::stop(*self)
+    }
 }

@@ -86,10 +86,8 @@ pub(crate) fn background(
     writer: &WriterHandle,
     reader: &Reader,
 ) -> anyhow::Result<Vec<Box<dyn Background>>> {
-    Ok(
-        reconcile::Periodic::spawn_all(config, sources, writer, reader)?
-            .into_iter()
-            .map(|p| Box::new(p) as Box<dyn Background>)
-            .collect(),
-    )
+    Ok(reconcile::periodic(config, sources, writer, reader)?
+        .into_iter()
+        .map(|p| Box::new(p) as Box<dyn Background>)
+        .collect())
 }

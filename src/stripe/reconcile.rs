@@ -17,18 +17,16 @@
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc;
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 use std::collections::HashMap;
 
-use anyhow::{bail, Context};
+use anyhow::bail;
 
 use crate::config::{Config, SchemeName, Secret, SourceConfig};
 use crate::event::Event;
-use crate::recover::{apply, without_present, Counts};
+use crate::recover::{apply, without_present, Counts, Periodic, RunFn};
 use crate::source::{stripe, Source};
 use crate::store::Reader;
 use crate::stripe::settings::{check_api_base, MAX_RECONCILE_SINCE, STRIPE_API_BASE};
@@ -226,104 +224,43 @@ fn read(source: &Source, body: Vec<u8>) -> Option<Event> {
     }
 }
 
-/// `serve`'s periodic reconcile of one source: a run over the last `since` at start-up (after
-/// downtime is when events were missed), then every `every`, through the server's writer.
-pub(crate) struct Periodic {
-    stop: Arc<AtomicBool>,
-    wake: mpsc::SyncSender<()>,
-    thread: JoinHandle<()>,
-}
-
-impl Periodic {
-    /// The periodic reconcile of each source of `config` that has one (`reconcile = { every,
-    /// since }` and an API key), each on a thread of its own.
-    pub(crate) fn spawn_all(
-        config: &Config,
-        sources: &HashMap<Arc<str>, Arc<Source>>,
-        writer: &WriterHandle,
-        reader: &Reader,
-    ) -> anyhow::Result<Vec<Periodic>> {
-        let mut all = Vec::new();
-        for c in &config.sources {
-            let (Some(every), Some(api), Some(source)) =
-                (c.reconcile, StripeApi::of(c), sources.get(c.name.as_str()))
-            else {
-                continue;
-            };
-            all.push(
-                Periodic::spawn(
-                    api,
-                    source.clone(),
-                    every.every,
-                    every.since,
-                    writer.clone(),
-                    reader.clone(),
-                )
-                .context("cannot start the reconcile thread")?,
-            );
-        }
-        Ok(all)
-    }
-
-    /// Starts the thread; the first run starts at once.
-    fn spawn(
-        api: StripeApi,
-        source: Arc<Source>,
-        every: Duration,
-        since: Duration,
-        writer: WriterHandle,
-        reader: Reader,
-    ) -> std::io::Result<Periodic> {
+/// The periodic reconcile of each stripe source of `config` that has one (`reconcile = {
+/// every, since }` and an API key), each on a thread of its own.
+pub(crate) fn periodic(
+    config: &Config,
+    sources: &HashMap<Arc<str>, Arc<Source>>,
+    writer: &WriterHandle,
+    reader: &Reader,
+) -> anyhow::Result<Vec<Periodic>> {
+    let mut all = Vec::new();
+    for c in &config.sources {
+        let (Some(every), Some(api), Some(source)) =
+            (c.reconcile, StripeApi::of(c), sources.get(c.name.as_str()))
+        else {
+            continue;
+        };
         let stop = Arc::new(AtomicBool::new(false));
-        let (wake, woken) = mpsc::sync_channel(1);
-        let flag = stop.clone();
         // Stopping cuts a retry's pause short: shutdown waits for at most one API call.
-        let api = api.cancelled_by(stop.clone());
-        let thread = std::thread::Builder::new()
-            .name(format!("hookledger-reconcile-{}", source.name))
-            .spawn(move || {
-                let mut run = Run {
-                    api,
-                    since: 0,
-                    dry_run: false,
-                };
-                while !flag.load(Ordering::SeqCst) {
-                    run.since = crate::time::unix_now() - since.as_secs() as i64;
-                    match run.once(&source, &writer, &reader, &flag) {
-                        Ok(c) => log::info!(
-                            "reconcile {}: found {}, applied {}, already present {}, failed {}",
-                            source.name,
-                            c.found,
-                            c.applied,
-                            c.already_present,
-                            c.failed
-                        ),
-                        Err(e) => log::error!("reconcile {}: {e}", source.name),
-                    }
-                    match woken.recv_timeout(every) {
-                        Err(mpsc::RecvTimeoutError::Timeout) => {}
-                        // Stopped, or dropped without `stop` (an app that never shut down).
-                        Ok(()) | Err(mpsc::RecvTimeoutError::Disconnected) => break,
-                    }
-                }
-            })?;
-        Ok(Periodic { stop, wake, thread })
+        let mut run = Run {
+            api: api.cancelled_by(stop.clone()),
+            since: 0,
+            dry_run: false,
+        };
+        let (source, writer, reader) = (source.clone(), writer.clone(), reader.clone());
+        let once: RunFn = Box::new(move |since, flag| {
+            run.since = since;
+            run.once(&source, &writer, &reader, flag)
+                .map_err(|e| e.to_string())
+        });
+        all.push(Periodic::spawn(
+            &c.name,
+            every.every,
+            every.since,
+            stop,
+            once,
+        )?);
     }
-
-    /// Lets a run in progress finish its page (or its API call), and stops.
-    pub(crate) fn stop(self) {
-        self.stop.store(true, Ordering::SeqCst);
-        let _ = self.wake.try_send(());
-        if self.thread.join().is_err() {
-            log::error!("reconcile thread panicked");
-        }
-    }
-}
-
-impl crate::writer::Background for Periodic {
-    fn stop(self: Box<Self>) {
-        Periodic::stop(*self)
-    }
+    Ok(all)
 }
 
 #[cfg(test)]

@@ -51,6 +51,25 @@ fn check_source(source: &SourceConfig) -> Result<(), ConfigError> {
             );
         }
     }
+    if source.scheme != SchemeName::Github {
+        for (field, set) in [
+            ("hook", source.hook.is_some()),
+            ("mode", source.mode.is_some()),
+        ] {
+            if set {
+                refuse!(key(field), "applies to scheme github only, not {scheme}");
+            }
+        }
+    }
+    if source.scheme == SchemeName::Github {
+        if source.refresh != Refresh::default() {
+            refuse!(
+                key("refresh"),
+                "applies to scheme stripe only, not {scheme}"
+            );
+        }
+        return crate::recover::github::check_source(source);
+    }
     if source.scheme != SchemeName::Stripe {
         for (field, set) in [
             ("api_key", source.api_key.is_some()),

@@ -24,6 +24,7 @@ mod envelopes;
 mod faults;
 mod filter;
 mod fixtures;
+mod github_recovery;
 mod hostile;
 mod lanes;
 mod mailgun;

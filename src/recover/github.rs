@@ -1,0 +1,677 @@
+//! GitHub: a webhook that failed is never retried (GitHub's docs suggest a script that lists
+//! the failed deliveries and redelivers them). A reconcile lists the hook's deliveries since
+//! the horizon (`GET {hook}/deliveries`, newest first, GitHub's cursor in the `Link` header),
+//! and for each delivery GUID the ledger lacks either reads the delivery's request (its
+//! headers and payload) and applies it as if it had arrived (`mode = "apply"`, the default),
+//! or asks GitHub to deliver it again (`mode = "redeliver"`, `POST …/attempts`), which then
+//! comes as a signed webhook. The claim is the GUID, as for the webhook, so a delivery that
+//! arrives after all, or a second run, finds it claimed.
+//!
+//! An applied delivery's body is the payload GitHub shows, serialized again: the same JSON,
+//! not the bytes that were signed (it came over TLS from GitHub with our token, and needs no
+//! signature). Its id and type are read from the delivery's own request headers as the
+//! source reads a webhook's (`X-GitHub-Delivery`, `X-GitHub-Event` and the body's `action`,
+//! or the source's `id`/`type` overrides).
+//!
+//! Rate limits: a 429, or a 403 with `x-ratelimit-remaining: 0` or a `retry-after`, is waited
+//! out when the wait is short ([`MAX_WAIT`]) and stops the run otherwise; any other 401 or 403
+//! is a refused token and stops the run at once, as does a hook that is not there (404). A
+//! run reads at most [`MAX_PAGES`] pages, and stops if a cursor repeats.
+
+use std::collections::{HashMap, HashSet};
+use std::io::Read;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::http::{HeaderMap, HeaderName, HeaderValue};
+use serde::Deserialize;
+
+use crate::config::{refuse, source_key, ConfigError, RecoverMode, Secret, SourceConfig};
+use crate::event::Event;
+use crate::source::Source;
+use crate::store::Reader;
+use crate::writer::WriterHandle;
+
+use super::{apply, present, Counts, Periodic, RunFn};
+
+/// GitHub's API.
+pub(crate) const GITHUB_API_BASE: &str = "https://api.github.com";
+
+/// GitHub keeps a hook's deliveries (and redelivers them) for 3 days.
+pub(crate) const MAX_SINCE: Duration = Duration::from_secs(3 * 86_400);
+
+/// Deliveries per page: GitHub's largest.
+const PAGE: usize = 100;
+
+/// Pages one run reads at most: 10,000 deliveries.
+pub(crate) const MAX_PAGES: usize = 100;
+
+/// The longest rate-limit wait a run sits out; past it the run stops and says until when.
+const MAX_WAIT: Duration = Duration::from_secs(60);
+
+/// The pauses before each retry of a call that failed for GitHub's side (5xx, a lost
+/// connection): about 30 s in all.
+const BACKOFF: [Duration; 5] = [
+    Duration::from_secs(1),
+    Duration::from_secs(2),
+    Duration::from_secs(4),
+    Duration::from_secs(8),
+    Duration::from_secs(16),
+];
+
+/// The largest answer read: a page of summaries is small, one delivery holds a payload of up
+/// to 25 MiB.
+const MAX_ANSWER: u64 = 32 << 20;
+
+/// Why a run stopped.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum GithubError {
+    #[error(
+        "GitHub refused the token (HTTP {status}: {message}); check it and that it may read \
+         the webhook's deliveries (fine-grained: Webhooks read, and write for redeliver)"
+    )]
+    Refused { status: u16, message: String },
+    #[error("GitHub has no webhook {0} that this token can see (HTTP 404)")]
+    NoHook(String),
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// Which webhook: a repository's or an organization's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Hook {
+    /// `/repos/OWNER/REPO/hooks/ID` or `/orgs/ORG/hooks/ID`.
+    path: String,
+    /// As the config names it, for messages.
+    name: String,
+}
+
+impl Hook {
+    /// `repos/OWNER/REPO/HOOK_ID` or `orgs/ORG/HOOK_ID`.
+    pub(crate) fn parse(text: &str) -> Result<Hook, String> {
+        let parts: Vec<&str> = text.trim_matches('/').split('/').collect();
+        let plain = |s: &str| {
+            !s.is_empty()
+                && !s.chars().all(|c| c == '.')
+                && s.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        };
+        let path =
+            match parts.as_slice() {
+                ["repos", owner, repo, id] if plain(owner) && plain(repo) => {
+                    format!("/repos/{owner}/{repo}/hooks/{}", hook_id(id)?)
+                }
+                ["orgs", org, id] if plain(org) => format!("/orgs/{org}/hooks/{}", hook_id(id)?),
+                ["app"] => {
+                    return Err(
+                        "a GitHub App's own hook (\"app\") is not supported yet; name the \
+                            repository's or organization's hook"
+                            .into(),
+                    )
+                }
+                _ => return Err(
+                    "must be \"repos/OWNER/REPO/HOOK_ID\" or \"orgs/ORG/HOOK_ID\" (the hook's id \
+                     is in its settings page's URL)"
+                        .into(),
+                ),
+            };
+        Ok(Hook {
+            path,
+            name: text.to_string(),
+        })
+    }
+}
+
+fn hook_id(text: &str) -> Result<u64, String> {
+    text.parse()
+        .map_err(|_| format!("the hook id `{text}` is not a number"))
+}
+
+/// The checks of a github source's API settings, naming the key: `hook` and `api_key` go
+/// together with `reconcile` and `mode`, `since` within GitHub's 3 days.
+pub(crate) fn check_source(source: &SourceConfig) -> Result<(), ConfigError> {
+    let key = |field: &str| source_key(&source.name, field);
+    if let Some(hook) = &source.hook {
+        Hook::parse(hook).map_err(|e| ConfigError::new(key("hook"), e))?;
+        if source.api_key.is_none() {
+            refuse!(
+                key("hook"),
+                "needs api_key (a token that may read the hook's deliveries)"
+            );
+        }
+    }
+    let wants_hook = [
+        ("reconcile", source.reconcile.is_some()),
+        ("mode", source.mode.is_some()),
+        ("api_key", source.api_key.is_some()),
+        ("api_base", source.api_base.is_some()),
+    ];
+    for (field, set) in wants_hook {
+        if set && source.hook.is_none() {
+            refuse!(
+                key(field),
+                "needs hook = \"repos/OWNER/REPO/HOOK_ID\" or \"orgs/ORG/HOOK_ID\" (the webhook \
+                 whose deliveries are recovered)"
+            );
+        }
+    }
+    if let Some(base) = &source.api_base {
+        crate::stripe::settings::check_api_base(&key("api_base"), base)?;
+    }
+    if let Some(reconcile) = &source.reconcile {
+        if reconcile.since > MAX_SINCE {
+            refuse!(
+                key("reconcile.since"),
+                "must be at most 3d (GitHub keeps a hook's deliveries for 3 days)"
+            );
+        }
+    }
+    Ok(())
+}
+
+/// One delivery of the list.
+#[derive(Debug, Deserialize)]
+struct Summary {
+    id: u64,
+    guid: String,
+    delivered_at: String,
+}
+
+/// One delivery, read by id: the request as GitHub sent it.
+#[derive(Deserialize)]
+struct Delivery {
+    request: DeliveryRequest,
+}
+
+#[derive(Deserialize)]
+struct DeliveryRequest {
+    #[serde(default)]
+    headers: serde_json::Map<String, serde_json::Value>,
+    payload: Option<serde_json::Value>,
+}
+
+#[derive(Deserialize)]
+struct Message {
+    message: Option<String>,
+}
+
+/// A client for one hook's deliveries.
+pub(crate) struct GithubApi {
+    agent: ureq::Agent,
+    base: String,
+    token: Secret,
+    hook: Hook,
+    backoff: Vec<Duration>,
+    cancel: Option<Arc<AtomicBool>>,
+}
+
+/// A call's failure: retried (GitHub's side, or a short rate-limit wait) or not.
+enum Retry {
+    After(Duration, String),
+    No(GithubError),
+}
+
+impl GithubApi {
+    pub(crate) fn new(base: &str, token: Secret, hook: Hook) -> GithubApi {
+        GithubApi {
+            agent: ureq::AgentBuilder::new()
+                .timeout_connect(Duration::from_secs(10))
+                .timeout(Duration::from_secs(30))
+                .build(),
+            base: base.trim_end_matches('/').to_string(),
+            token,
+            hook,
+            backoff: BACKOFF.to_vec(),
+            cancel: None,
+        }
+    }
+
+    /// The client of a github source with a `hook` and an `api_key`.
+    pub(crate) fn of(source: &SourceConfig) -> Option<GithubApi> {
+        let hook = Hook::parse(source.hook.as_deref()?).ok()?;
+        let base = source.api_base.as_deref().unwrap_or(GITHUB_API_BASE);
+        Some(GithubApi::new(base, source.api_key.clone()?, hook))
+    }
+
+    /// The same client, whose pauses end (and calls fail) once `cancel` is set.
+    pub(crate) fn cancelled_by(mut self, cancel: Arc<AtomicBool>) -> GithubApi {
+        self.cancel = Some(cancel);
+        self
+    }
+
+    /// A page of deliveries (newest first) after `cursor`, and the next page's cursor.
+    fn deliveries(
+        &self,
+        cursor: Option<&str>,
+    ) -> Result<(Vec<Summary>, Option<String>), GithubError> {
+        let mut query = url::form_urlencoded::Serializer::new(String::new());
+        query.append_pair("per_page", &PAGE.to_string());
+        if let Some(cursor) = cursor {
+            query.append_pair("cursor", cursor);
+        }
+        let path = format!("{}/deliveries?{}", self.hook.path, query.finish());
+        let (body, link) = self.call("GET", &path)?;
+        let page: Vec<Summary> = serde_json::from_slice(&body).map_err(|e| {
+            GithubError::Failed(format!(
+                "GitHub's list of deliveries is not as documented: {e}"
+            ))
+        })?;
+        Ok((page, link.as_deref().and_then(next_cursor)))
+    }
+
+    /// Delivery `id`: its request's headers and payload.
+    fn delivery(&self, id: u64) -> Result<Delivery, GithubError> {
+        let (body, _) = self.call("GET", &format!("{}/deliveries/{id}", self.hook.path))?;
+        serde_json::from_slice(&body).map_err(|e| {
+            GithubError::Failed(format!("GitHub's delivery {id} is not as documented: {e}"))
+        })
+    }
+
+    /// Asks GitHub to deliver `id` again.
+    fn redeliver(&self, id: u64) -> Result<(), GithubError> {
+        self.call(
+            "POST",
+            &format!("{}/deliveries/{id}/attempts", self.hook.path),
+        )
+        .map(drop)
+    }
+
+    /// `method path`: the answer's body and its `Link` header; retried as the module doc says.
+    fn call(&self, method: &str, path: &str) -> Result<(Vec<u8>, Option<String>), GithubError> {
+        let url = format!("{}{path}", self.base);
+        let mut pauses = self.backoff.iter();
+        loop {
+            let (pause, why) = match self.call_once(method, &url) {
+                Ok(answer) => return Ok(answer),
+                Err(Retry::No(e)) => return Err(e),
+                Err(Retry::After(wait, why)) if why.starts_with("rate limit") => (wait, why),
+                Err(Retry::After(_, why)) => match pauses.next() {
+                    Some(pause) => (*pause, why),
+                    None => {
+                        return Err(GithubError::Failed(format!(
+                            "{method} {path}: {why}; gave up after {} retries",
+                            self.backoff.len()
+                        )))
+                    }
+                },
+            };
+            log::warn!("GitHub API: {method} {path}: {why}; retrying in {pause:?}");
+            self.pause(pause)?;
+        }
+    }
+
+    fn pause(&self, pause: Duration) -> Result<(), GithubError> {
+        let step = Duration::from_millis(100);
+        let mut left = pause;
+        while !left.is_zero() {
+            if self
+                .cancel
+                .as_ref()
+                .is_some_and(|c| c.load(Ordering::SeqCst))
+            {
+                return Err(GithubError::Failed("stopped".into()));
+            }
+            std::thread::sleep(left.min(step));
+            left = left.saturating_sub(step);
+        }
+        Ok(())
+    }
+
+    fn call_once(&self, method: &str, url: &str) -> Result<(Vec<u8>, Option<String>), Retry> {
+        let result = self
+            .agent
+            .request(method, url)
+            .set("Authorization", &format!("Bearer {}", self.token.expose()))
+            .set("Accept", "application/vnd.github+json")
+            .set("X-GitHub-Api-Version", "2022-11-28")
+            .set(
+                "User-Agent",
+                concat!("hookledger/", env!("CARGO_PKG_VERSION")),
+            )
+            .call();
+        let read = |response: ureq::Response| {
+            let link = response.header("link").map(str::to_string);
+            let mut body = Vec::new();
+            response
+                .into_reader()
+                .take(MAX_ANSWER)
+                .read_to_end(&mut body)
+                .map(|_| (body, link))
+                .map_err(|e| Retry::After(Duration::ZERO, format!("reading the answer: {e}")))
+        };
+        match result {
+            Ok(response) => read(response),
+            Err(ureq::Error::Status(status, response)) => Err(self.refusal(status, response)),
+            Err(e) => Err(Retry::After(Duration::ZERO, e.to_string())),
+        }
+    }
+
+    /// What an error answer means: a rate limit (waited out if short), GitHub's side (retried),
+    /// or a refusal that retrying cannot change.
+    fn refusal(&self, status: u16, response: ureq::Response) -> Retry {
+        let header = |name: &str| response.header(name).map(str::to_string);
+        let retry_after = header("retry-after").and_then(|v| v.trim().parse::<u64>().ok());
+        let spent = header("x-ratelimit-remaining").as_deref() == Some("0");
+        let reset = header("x-ratelimit-reset").and_then(|v| v.trim().parse::<i64>().ok());
+        let mut text = String::new();
+        let _ = response
+            .into_reader()
+            .take(64 * 1024)
+            .read_to_string(&mut text);
+        let message = serde_json::from_str::<Message>(&text)
+            .ok()
+            .and_then(|m| m.message)
+            .unwrap_or_else(|| text.chars().take(200).collect());
+        if status == 429 || (status == 403 && (spent || retry_after.is_some())) {
+            let wait = match (retry_after, reset) {
+                (Some(s), _) => Duration::from_secs(s),
+                (None, Some(at)) => {
+                    Duration::from_secs((at - crate::time::unix_now()).max(1) as u64)
+                }
+                (None, None) => Duration::from_secs(60),
+            };
+            if wait > MAX_WAIT {
+                return Retry::No(GithubError::Failed(format!(
+                    "GitHub's rate limit is spent for {}s more (HTTP {status}: {message}); \
+                     the next run goes on",
+                    wait.as_secs()
+                )));
+            }
+            return Retry::After(wait, format!("rate limit (HTTP {status})"));
+        }
+        match status {
+            401 | 403 => Retry::No(GithubError::Refused { status, message }),
+            404 => Retry::No(GithubError::NoHook(self.hook.name.clone())),
+            500.. => Retry::After(Duration::ZERO, format!("HTTP {status}: {message}")),
+            _ => Retry::No(GithubError::Failed(format!("HTTP {status}: {message}"))),
+        }
+    }
+}
+
+/// The `cursor` of the `rel="next"` link of a `Link` header.
+fn next_cursor(link: &str) -> Option<String> {
+    link.split(',').find_map(|part| {
+        let (target, params) = part.split_once(';')?;
+        if !params.split(';').any(|p| p.trim() == "rel=\"next\"") {
+            return None;
+        }
+        let url =
+            url::Url::parse(target.trim().trim_start_matches('<').trim_end_matches('>')).ok()?;
+        url.query_pairs()
+            .find(|(k, _)| k == "cursor")
+            .map(|(_, v)| v.into_owned())
+    })
+}
+
+/// One reconcile of a github source.
+pub(crate) struct Run {
+    pub(crate) api: GithubApi,
+    /// Deliveries at or after this (Unix seconds).
+    pub(crate) since: i64,
+    pub(crate) mode: RecoverMode,
+    pub(crate) dry_run: bool,
+}
+
+impl Run {
+    /// A run for `source` over the last `since`, its API from `api_base` and `api_key` over
+    /// the source's own.
+    pub(crate) fn new(
+        source: &SourceConfig,
+        since: Duration,
+        dry_run: bool,
+        api_base: Option<&str>,
+        api_key: Option<Secret>,
+    ) -> anyhow::Result<Run> {
+        if since.is_zero() || since > MAX_SINCE {
+            anyhow::bail!("since must be more than 0 and at most 3d (GitHub keeps a hook's deliveries for 3 days)");
+        }
+        let Some(hook) = source.hook.as_deref() else {
+            anyhow::bail!(
+                "source `{}`: reconcile lists a GitHub webhook's deliveries: give the source \
+                 hook = \"repos/OWNER/REPO/HOOK_ID\" and api_key = \"env:NAME\"",
+                source.name
+            );
+        };
+        let hook =
+            Hook::parse(hook).map_err(|e| anyhow::anyhow!("source `{}`.hook: {e}", source.name))?;
+        let Some(token) = api_key.or_else(|| source.api_key.clone()) else {
+            anyhow::bail!("no GitHub token: pass --api-key env:NAME, or give the source api_key = \"env:NAME\"");
+        };
+        if let Some(base) = api_base {
+            crate::stripe::settings::check_api_base("--api-base", base)?;
+        }
+        let base = api_base
+            .or(source.api_base.as_deref())
+            .unwrap_or(GITHUB_API_BASE);
+        Ok(Run {
+            api: GithubApi::new(base, token, hook),
+            since: crate::time::unix_now() - since.as_secs() as i64,
+            mode: source.mode.unwrap_or_default(),
+            dry_run,
+        })
+    }
+
+    /// Reconciles `source` until done or `stop` is set (checked between pages): each GUID
+    /// delivered since the horizon that the ledger lacks is applied or redelivered.
+    pub(crate) fn once(
+        &self,
+        source: &Source,
+        writer: &WriterHandle,
+        reader: &Reader,
+        stop: &AtomicBool,
+    ) -> Result<Counts, GithubError> {
+        let mut counts = Counts::default();
+        let mut guids = HashSet::new();
+        let mut cursors = HashSet::new();
+        let mut cursor: Option<String> = None;
+        let mut pages = 0;
+        loop {
+            if stop.load(Ordering::SeqCst) {
+                break;
+            }
+            let (page, next) = self.api.deliveries(cursor.as_deref())?;
+            pages += 1;
+            let mut older = page.is_empty();
+            let mut missing = Vec::new();
+            for delivery in page {
+                let at = crate::time::parse_rfc3339(&delivery.delivered_at).unwrap_or(i64::MAX);
+                if at < self.since {
+                    older = true;
+                    continue;
+                }
+                // A redelivery has the GUID of the delivery it repeats: the newest is listed
+                // first, and one of them is enough.
+                if !guids.insert(delivery.guid.clone()) {
+                    continue;
+                }
+                counts.found += 1;
+                match present(reader, &source.name, &delivery.guid) {
+                    Ok(true) => counts.already_present += 1,
+                    Ok(false) => missing.push(delivery),
+                    Err(e) => {
+                        log::error!("reconcile {} {}: {e}", source.name, delivery.guid);
+                        counts.failed += 1;
+                    }
+                }
+            }
+            self.recover(source, missing, writer, &mut counts)?;
+            let Some(next) = next else { break };
+            if older {
+                break;
+            }
+            if pages >= MAX_PAGES {
+                log::warn!(
+                    "reconcile {}: stopped after {MAX_PAGES} pages ({} deliveries); older ones \
+                     were not checked",
+                    source.name,
+                    counts.found
+                );
+                break;
+            }
+            if !cursors.insert(next.clone()) {
+                return Err(GithubError::Failed(format!(
+                    "GitHub's API listed the page after cursor {next} again; stopped after {} \
+                     pages",
+                    cursors.len()
+                )));
+            }
+            cursor = Some(next);
+        }
+        Ok(counts)
+    }
+
+    /// The deliveries the ledger lacks: applied, or redelivered, or (dry run) counted.
+    fn recover(
+        &self,
+        source: &Source,
+        missing: Vec<Summary>,
+        writer: &WriterHandle,
+        counts: &mut Counts,
+    ) -> Result<(), GithubError> {
+        if self.dry_run {
+            counts.applied += missing.len() as u64;
+            return Ok(());
+        }
+        if self.mode == RecoverMode::Redeliver {
+            for delivery in missing {
+                self.api.redeliver(delivery.id)?;
+                log::info!(
+                    "reconcile {} {}: asked GitHub to redeliver delivery {}",
+                    source.name,
+                    delivery.guid,
+                    delivery.id
+                );
+                counts.redelivered += 1;
+            }
+            return Ok(());
+        }
+        let mut events = Vec::with_capacity(missing.len());
+        for delivery in missing {
+            let request = self.api.delivery(delivery.id)?.request;
+            match event_of(source, &delivery.guid, request) {
+                Ok(event) => events.push(event),
+                Err(why) => {
+                    log::error!("reconcile {} {}: {why}", source.name, delivery.guid);
+                    counts.failed += 1;
+                }
+            }
+        }
+        apply(source, events, writer, counts);
+        Ok(())
+    }
+}
+
+/// The periodic reconcile of each github source of `config` that has one (`reconcile = {
+/// every, since }`, a `hook` and a token), each on a thread of its own.
+pub(crate) fn periodic(
+    config: &crate::config::Config,
+    sources: &HashMap<Arc<str>, Arc<Source>>,
+    writer: &WriterHandle,
+    reader: &Reader,
+) -> anyhow::Result<Vec<Periodic>> {
+    let mut all = Vec::new();
+    for c in &config.sources {
+        let (Some(every), Some(api), Some(source)) =
+            (c.reconcile, GithubApi::of(c), sources.get(c.name.as_str()))
+        else {
+            continue;
+        };
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut run = Run {
+            api: api.cancelled_by(stop.clone()),
+            since: 0,
+            mode: c.mode.unwrap_or_default(),
+            dry_run: false,
+        };
+        let (source, writer, reader) = (source.clone(), writer.clone(), reader.clone());
+        let once: RunFn = Box::new(move |since, flag| {
+            run.since = since;
+            run.once(&source, &writer, &reader, flag)
+                .map_err(|e| e.to_string())
+        });
+        all.push(Periodic::spawn(
+            &c.name,
+            every.every,
+            every.since,
+            stop,
+            once,
+        )?);
+    }
+    Ok(all)
+}
+
+/// The event a delivery's request carried, read as the source reads a webhook.
+fn event_of(source: &Source, guid: &str, request: DeliveryRequest) -> Result<Event, String> {
+    let payload = request
+        .payload
+        .ok_or("GitHub shows no payload for this delivery")?;
+    let body = serde_json::to_vec(&payload).map_err(|e| e.to_string())?;
+    let mut headers = HeaderMap::new();
+    for (name, value) in &request.headers {
+        if let (Ok(name), Some(Ok(value))) = (
+            HeaderName::from_bytes(name.as_bytes()),
+            value.as_str().map(HeaderValue::from_str),
+        ) {
+            headers.insert(name, value);
+        }
+    }
+    if !headers.contains_key(crate::source::hmac::GITHUB_DELIVERY) {
+        let guid = HeaderValue::from_str(guid).map_err(|e| e.to_string())?;
+        headers.insert(crate::source::hmac::GITHUB_DELIVERY, guid);
+    }
+    let envelope = source.envelope(&headers, &body).map_err(|e| e.summary())?;
+    if envelope.id != guid {
+        return Err(format!(
+            "the delivery's request says id {}, not its GUID; not applied",
+            envelope.id
+        ));
+    }
+    Ok(Event {
+        source: source.name.clone(),
+        id: envelope.id,
+        kind: envelope.kind,
+        created: envelope.created,
+        body: body.into(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_hook_is_a_repository_s_or_an_organization_s_and_nothing_else() {
+        assert_eq!(
+            Hook::parse("repos/octo/app/12345").unwrap().path,
+            "/repos/octo/app/hooks/12345"
+        );
+        assert_eq!(
+            Hook::parse("orgs/octo/7").unwrap().path,
+            "/orgs/octo/hooks/7"
+        );
+        for bad in [
+            "repos/octo/12",
+            "orgs/octo/x",
+            "repos/o/r/1/2",
+            "users/x/1",
+            "repos/../r/1",
+        ] {
+            assert!(Hook::parse(bad).is_err(), "{bad}");
+        }
+        assert!(Hook::parse("app")
+            .unwrap_err()
+            .contains("not supported yet"));
+    }
+
+    #[test]
+    fn the_next_cursor_is_read_from_the_next_link_only() {
+        let link = "<https://api.github.com/repos/o/r/hooks/1/deliveries?per_page=100&cursor=v1_42>; rel=\"next\", \
+                    <https://api.github.com/repos/o/r/hooks/1/deliveries?per_page=100>; rel=\"first\"";
+        assert_eq!(next_cursor(link).as_deref(), Some("v1_42"));
+        assert_eq!(
+            next_cursor("<https://x/deliveries?cursor=v1_1>; rel=\"prev\""),
+            None
+        );
+    }
+}
