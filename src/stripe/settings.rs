@@ -75,11 +75,19 @@ fn check_source(source: &SourceConfig) -> Result<(), ConfigError> {
             ("api_key", source.api_key.is_some()),
             ("api_base", source.api_base.is_some()),
             ("reconcile", source.reconcile.is_some()),
-            ("refresh", source.refresh != Refresh::default()),
         ] {
             if set {
-                refuse!(key(field), "applies to scheme stripe only, not {scheme}");
+                refuse!(
+                    key(field),
+                    "applies to schemes stripe and github (with hook) only, not {scheme}"
+                );
             }
+        }
+        if source.refresh != Refresh::default() {
+            refuse!(
+                key("refresh"),
+                "applies to scheme stripe only, not {scheme}"
+            );
         }
         return Ok(());
     }
@@ -191,9 +199,18 @@ mod tests {
         }
         let github = "[[source]]\nname = \"gh\"\nscheme = \"github\"\n\
                       secrets = [\"gh_literal_secret_123\"]\n";
+        // On github, the API settings are the recovery's: a key without the hook it reads.
         let err = checked(&format!("{github}{key}")).unwrap_err();
         assert_eq!(err.key, "source `gh`.api_key");
-        assert_eq!(err.message, "applies to scheme stripe only, not github");
+        assert!(err.message.starts_with("needs hook = "), "{}", err.message);
+        let shopify = "[[source]]\nname = \"shop\"\nscheme = \"shopify\"\n\
+                       secrets = [\"shop_literal_secret_123\"]\n";
+        let err = checked(&format!("{shopify}{key}")).unwrap_err();
+        assert_eq!(err.key, "source `shop`.api_key");
+        assert_eq!(
+            err.message,
+            "applies to schemes stripe and github (with hook) only, not shopify"
+        );
         let err = checked(&format!("{github}handlers = [\"stripe-billing\"]\n")).unwrap_err();
         assert_eq!(
             err.to_string(),
