@@ -362,7 +362,9 @@ impl GithubApi {
         let message = serde_json::from_str::<Message>(&text)
             .ok()
             .and_then(|m| m.message)
-            .unwrap_or_else(|| text.chars().take(200).collect());
+            .unwrap_or_else(|| text.chars().take(200).collect())
+            // An answer that quotes the token does not carry it into a log line.
+            .replace(self.token.expose(), "…");
         if status == 429 || (status == 403 && (spent || retry_after.is_some())) {
             let wait = match (retry_after, reset) {
                 (Some(s), _) => Duration::from_secs(s),
