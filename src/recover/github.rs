@@ -157,7 +157,7 @@ pub(crate) fn check_source(source: &SourceConfig) -> Result<(), ConfigError> {
         }
     }
     if let Some(base) = &source.api_base {
-        crate::stripe::settings::check_api_base(&key("api_base"), base)?;
+        super::check_api_base(&key("api_base"), base)?;
     }
     if let Some(reconcile) = &source.reconcile {
         if reconcile.since > MAX_SINCE {
@@ -441,7 +441,7 @@ impl Run {
             anyhow::bail!("no GitHub token: pass --api-key env:NAME, or give the source api_key = \"env:NAME\"");
         };
         if let Some(base) = api_base {
-            crate::stripe::settings::check_api_base("--api-base", base)?;
+            super::check_api_base("--api-base", base)?;
         }
         let base = api_base
             .or(source.api_base.as_deref())

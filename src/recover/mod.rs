@@ -7,6 +7,7 @@ use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use crate::config::{refuse, ConfigError};
 use crate::event::Event;
 use crate::source::Source;
 use crate::store::ledger::by_key;
@@ -170,5 +171,30 @@ impl Periodic {
 impl crate::writer::Background for Periodic {
     fn stop(self: Box<Self>) {
         Periodic::stop(*self)
+    }
+}
+
+/// Refuses an API base the secret key would travel to in clear: it must be `https://`, or
+/// `http://` to this machine (a loopback address, 127.0.0.0/8 or ::1, or `localhost`: a test
+/// server). `key` names the setting (`source `stripe`.api_base`, or a flag); the URL itself is
+/// not repeated.
+pub(crate) fn check_api_base(key: &str, base: &str) -> Result<(), ConfigError> {
+    let Ok(url) = url::Url::parse(base) else {
+        refuse!(key, "not a URL");
+    };
+    let loopback = match url.host() {
+        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+        Some(url::Host::Domain(name)) => name.eq_ignore_ascii_case("localhost"),
+        None => false,
+    };
+    match url.scheme() {
+        "https" if url.has_host() => Ok(()),
+        "http" if loopback => Ok(()),
+        _ => refuse!(
+            key,
+            "must be an https:// URL: the API key goes in every request (http:// only to a \
+             loopback host, 127.0.0.1, ::1 or localhost, for a test server)"
+        ),
     }
 }

@@ -26,10 +26,11 @@ use anyhow::bail;
 
 use crate::config::{Config, SchemeName, Secret, SourceConfig};
 use crate::event::Event;
+use crate::recover::check_api_base;
 use crate::recover::{apply, without_present, Counts, Periodic, RunFn};
 use crate::source::{stripe, Source};
 use crate::store::Reader;
-use crate::stripe::settings::{check_api_base, MAX_RECONCILE_SINCE, STRIPE_API_BASE};
+use crate::stripe::settings::{MAX_RECONCILE_SINCE, STRIPE_API_BASE};
 use crate::writer::WriterHandle;
 
 use crate::stripe::api::{ApiError, StripeApi};

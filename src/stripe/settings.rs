@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use crate::config::{refuse, source_key, Config, ConfigError, Refresh, SchemeName, SourceConfig};
+use crate::recover::check_api_base;
 
 /// Stripe's API.
 pub(crate) const STRIPE_API_BASE: &str = "https://api.stripe.com";
@@ -110,31 +111,6 @@ fn check_source(source: &SourceConfig) -> Result<(), ConfigError> {
         );
     }
     Ok(())
-}
-
-/// Refuses an API base the secret key would travel to in clear: it must be `https://`, or
-/// `http://` to this machine (a loopback address, 127.0.0.0/8 or ::1, or `localhost`: a test
-/// server). `key` names the setting (`source `stripe`.api_base`, or a flag); the URL itself is
-/// not repeated.
-pub(crate) fn check_api_base(key: &str, base: &str) -> Result<(), ConfigError> {
-    let Ok(url) = url::Url::parse(base) else {
-        refuse!(key, "not a URL");
-    };
-    let loopback = match url.host() {
-        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
-        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
-        Some(url::Host::Domain(name)) => name.eq_ignore_ascii_case("localhost"),
-        None => false,
-    };
-    match url.scheme() {
-        "https" if url.has_host() => Ok(()),
-        "http" if loopback => Ok(()),
-        _ => refuse!(
-            key,
-            "must be an https:// URL: the API key goes in every request (http:// only to a \
-             loopback host, 127.0.0.1, ::1 or localhost, for a test server)"
-        ),
-    }
 }
 
 /// Stripe's rule on a source, beside the config's own methods.
