@@ -33,7 +33,7 @@ use crate::source::Source;
 use crate::store::Reader;
 use crate::writer::WriterHandle;
 
-use super::{apply, present, Counts, Periodic, RunFn};
+use super::{apply, periodic_each, present, Counts, Periodic};
 
 /// GitHub's API.
 pub(crate) const GITHUB_API_BASE: &str = "https://api.github.com";
@@ -302,20 +302,10 @@ impl GithubApi {
     }
 
     fn pause(&self, pause: Duration) -> Result<(), GithubError> {
-        let step = Duration::from_millis(100);
-        let mut left = pause;
-        while !left.is_zero() {
-            if self
-                .cancel
-                .as_ref()
-                .is_some_and(|c| c.load(Ordering::SeqCst))
-            {
-                return Err(GithubError::Failed("stopped".into()));
-            }
-            std::thread::sleep(left.min(step));
-            left = left.saturating_sub(step);
+        match super::pause(pause, self.cancel.as_deref()) {
+            true => Ok(()),
+            false => Err(GithubError::Failed("stopped".into())),
         }
-        Ok(())
     }
 
     fn call_once(&self, method: &str, url: &str) -> Result<(Vec<u8>, Option<String>), Retry> {
@@ -572,35 +562,20 @@ pub(crate) fn periodic(
     writer: &WriterHandle,
     reader: &Reader,
 ) -> anyhow::Result<Vec<Periodic>> {
-    let mut all = Vec::new();
-    for c in &config.sources {
-        let (Some(every), Some(api), Some(source)) =
-            (c.reconcile, GithubApi::of(c), sources.get(c.name.as_str()))
-        else {
-            continue;
-        };
-        let stop = Arc::new(AtomicBool::new(false));
+    periodic_each(config, sources, |c, source, stop| {
         let mut run = Run {
-            api: api.cancelled_by(stop.clone()),
+            api: GithubApi::of(c)?.cancelled_by(stop),
             since: 0,
             mode: c.mode.unwrap_or_default(),
             dry_run: false,
         };
-        let (source, writer, reader) = (source.clone(), writer.clone(), reader.clone());
-        let once: RunFn = Box::new(move |since, flag| {
+        let (writer, reader) = (writer.clone(), reader.clone());
+        Some(Box::new(move |since, flag| {
             run.since = since;
             run.once(&source, &writer, &reader, flag)
                 .map_err(|e| e.to_string())
-        });
-        all.push(Periodic::spawn(
-            &c.name,
-            every.every,
-            every.since,
-            stop,
-            once,
-        )?);
-    }
-    Ok(all)
+        }))
+    })
 }
 
 /// The event a delivery's request carried, read as the source reads a webhook.

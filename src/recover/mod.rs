@@ -2,12 +2,13 @@
 //! `reconcile` in the Stripe wing): what a run counts, the lookup that skips the events the
 //! ledger has, and the apply that claims the rest through the writer, as webhooks are.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crate::config::{refuse, ConfigError};
+use crate::config::{refuse, Config, ConfigError, SourceConfig};
 use crate::event::Event;
 use crate::source::Source;
 use crate::store::ledger::by_key;
@@ -108,6 +109,48 @@ pub(crate) fn present(reader: &Reader, source: &str, id: &str) -> anyhow::Result
 /// One provider's run over the events since a time (Unix seconds), until done or the flag
 /// is set: what it counted, or why it stopped.
 pub(crate) type RunFn = Box<dyn FnMut(i64, &AtomicBool) -> Result<Counts, String> + Send>;
+
+/// A [`Periodic`] for each source of `config` with `reconcile = { every, since }` that `run`
+/// makes a run for (`None`: this provider's wing has none for it). `run` gets the source's
+/// config, the source, and the flag its API client is to watch (a retry's pause ends once it
+/// is set: shutdown waits for at most one API call).
+pub(crate) fn periodic_each(
+    config: &Config,
+    sources: &HashMap<Arc<str>, Arc<Source>>,
+    mut run: impl FnMut(&SourceConfig, Arc<Source>, Arc<AtomicBool>) -> Option<RunFn>,
+) -> anyhow::Result<Vec<Periodic>> {
+    let mut all = Vec::new();
+    for c in &config.sources {
+        let (Some(every), Some(source)) = (c.reconcile, sources.get(c.name.as_str())) else {
+            continue;
+        };
+        let stop = Arc::new(AtomicBool::new(false));
+        if let Some(once) = run(c, source.clone(), stop.clone()) {
+            all.push(Periodic::spawn(
+                &c.name,
+                every.every,
+                every.since,
+                stop,
+                once,
+            )?);
+        }
+    }
+    Ok(all)
+}
+
+/// Sleeps `pause` in steps of 100 ms, unless `cancel` is set first: whether it slept it out.
+pub(crate) fn pause(pause: Duration, cancel: Option<&AtomicBool>) -> bool {
+    let step = Duration::from_millis(100);
+    let mut left = pause;
+    while !left.is_zero() {
+        if cancel.is_some_and(|c| c.load(Ordering::SeqCst)) {
+            return false;
+        }
+        std::thread::sleep(left.min(step));
+        left = left.saturating_sub(step);
+    }
+    true
+}
 
 /// `serve`'s periodic reconcile of one source: a run over the last `since` at start-up (after
 /// downtime is when events were missed), then every `every`, on a thread of its own.

@@ -6,7 +6,7 @@
 //! the key. No error message carries the key: Stripe's messages are logged and returned with
 //! every key-like token cut short ([`redact_keys`]).
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -173,20 +173,10 @@ impl StripeApi {
 
     /// Sleeps `pause`, in steps, unless cancelled.
     fn pause(&self, pause: Duration) -> Result<(), ApiError> {
-        let step = Duration::from_millis(100);
-        let mut left = pause;
-        while !left.is_zero() {
-            if self
-                .cancel
-                .as_ref()
-                .is_some_and(|c| c.load(Ordering::SeqCst))
-            {
-                return Err(ApiError::Failed("stopped".into()));
-            }
-            std::thread::sleep(left.min(step));
-            left = left.saturating_sub(step);
+        match crate::recover::pause(pause, self.cancel.as_deref()) {
+            true => Ok(()),
+            false => Err(ApiError::Failed("stopped".into())),
         }
-        Ok(())
     }
 
     fn get_once(&self, url: &str) -> Result<Vec<u8>, Retry> {
@@ -276,6 +266,8 @@ pub(crate) fn redact_keys(message: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::atomic::Ordering;
+
     use super::*;
 
     /// Stopping ends a retry's pause: the call fails as stopped, not after its retries.

@@ -27,7 +27,7 @@ use anyhow::bail;
 use crate::config::{Config, SchemeName, Secret, SourceConfig};
 use crate::event::Event;
 use crate::recover::check_api_base;
-use crate::recover::{apply, without_present, Counts, Periodic, RunFn};
+use crate::recover::{apply, periodic_each, without_present, Counts, Periodic};
 use crate::source::{stripe, Source};
 use crate::store::Reader;
 use crate::stripe::settings::{MAX_RECONCILE_SINCE, STRIPE_API_BASE};
@@ -233,35 +233,19 @@ pub(crate) fn periodic(
     writer: &WriterHandle,
     reader: &Reader,
 ) -> anyhow::Result<Vec<Periodic>> {
-    let mut all = Vec::new();
-    for c in &config.sources {
-        let (Some(every), Some(api), Some(source)) =
-            (c.reconcile, StripeApi::of(c), sources.get(c.name.as_str()))
-        else {
-            continue;
-        };
-        let stop = Arc::new(AtomicBool::new(false));
-        // Stopping cuts a retry's pause short: shutdown waits for at most one API call.
+    periodic_each(config, sources, |c, source, stop| {
         let mut run = Run {
-            api: api.cancelled_by(stop.clone()),
+            api: StripeApi::of(c)?.cancelled_by(stop),
             since: 0,
             dry_run: false,
         };
-        let (source, writer, reader) = (source.clone(), writer.clone(), reader.clone());
-        let once: RunFn = Box::new(move |since, flag| {
+        let (writer, reader) = (writer.clone(), reader.clone());
+        Some(Box::new(move |since, flag| {
             run.since = since;
             run.once(&source, &writer, &reader, flag)
                 .map_err(|e| e.to_string())
-        });
-        all.push(Periodic::spawn(
-            &c.name,
-            every.every,
-            every.since,
-            stop,
-            once,
-        )?);
-    }
-    Ok(all)
+        }))
+    })
 }
 
 #[cfg(test)]
