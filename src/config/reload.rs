@@ -95,6 +95,7 @@ fn api(source: Option<&SourceConfig>) -> Option<impl PartialEq + '_> {
             &s.reconcile,
             &s.refresh,
             &s.handlers,
+            (&s.hook, &s.mode),
         )
     })
 }
@@ -171,6 +172,13 @@ mod tests {
         old.sources[0].api_key = Some(Secret::new("rk_test_1"));
         let mut new = old.clone();
         new.sources[0].api_key = Some(Secret::new("rk_test_2"));
+        assert_eq!(
+            change(&old, &new),
+            Ok(Change::Restart(vec!["source `gh`.api_key".into()]))
+        );
+        // The hook a github source's reconcile lists is read by its thread too.
+        let mut new = old.clone();
+        new.sources[0].hook = Some("repos/octo/app/7".into());
         assert_eq!(
             change(&old, &new),
             Ok(Change::Restart(vec!["source `gh`.api_key".into()]))
