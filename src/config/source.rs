@@ -101,14 +101,26 @@ pub struct SourceConfig {
 }
 
 /// What a reconcile does with a delivery the ledger lacks, where the provider can redeliver.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum RecoverMode {
     /// Read the delivery from the API and apply it, as if it had arrived.
     #[default]
     Apply,
     /// Ask the provider to deliver it again (it arrives as a webhook, signed).
     Redeliver,
+}
+
+/// Read by hand so that a wrong value names its key (serde's own message for an enum names
+/// neither the key nor, once secrets are hidden, the value).
+impl<'de> Deserialize<'de> for RecoverMode {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        match String::deserialize(d)?.as_str() {
+            "apply" => Ok(RecoverMode::Apply),
+            "redeliver" => Ok(RecoverMode::Redeliver),
+            // Not quoted: the config's errors hide quoted values, as a secret may be one.
+            _ => Err(serde::de::Error::custom("mode: must be apply or redeliver")),
+        }
+    }
 }
 
 /// `reconcile = { every = "1h", since = "3d" }` of a source: how often the ledger is

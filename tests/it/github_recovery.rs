@@ -588,7 +588,7 @@ fn github_recovery_settings_are_checked_at_start_up_naming_the_key() {
         ),
         (
             format!("[[source]]\nname = \"gh\"\npreset = \"github\"\nsecrets = [\"{SECRET}\"]\nhook = \"{HOOK}\"\napi_key = \"env:{TOKEN_VAR}\"\nmode = \"resend\"\n"),
-            "expected `apply` or `redeliver`",
+            "source `gh`: mode: must be apply or redeliver",
         ),
         (
             format!("[[source]]\nname = \"s\"\nscheme = \"stripe\"\nsecrets = [\"whsec_0123456789abcdef\"]\nhook = \"{HOOK}\"\n"),
