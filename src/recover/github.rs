@@ -430,15 +430,10 @@ impl Run {
         let Some(token) = api_key.or_else(|| source.api_key.clone()) else {
             anyhow::bail!("no GitHub token: pass --api-key env:NAME, or give the source api_key = \"env:NAME\"");
         };
-        if let Some(base) = api_base {
-            super::check_api_base("--api-base", base)?;
-        }
-        let base = api_base
-            .or(source.api_base.as_deref())
-            .unwrap_or(GITHUB_API_BASE);
+        let base = super::api_base(api_base, source, GITHUB_API_BASE)?;
         Ok(Run {
             api: GithubApi::new(base, token, hook),
-            since: crate::time::unix_now() - since.as_secs() as i64,
+            since: super::horizon(since),
             mode: source.mode.unwrap_or_default(),
             dry_run,
         })

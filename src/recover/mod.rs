@@ -177,8 +177,7 @@ impl Periodic {
             .name(format!("hookledger-reconcile-{name}"))
             .spawn(move || {
                 while !flag.load(Ordering::SeqCst) {
-                    let horizon = crate::time::unix_now() - since.as_secs() as i64;
-                    match run(horizon, &flag) {
+                    match run(horizon(since), &flag) {
                         Ok(c) => log::info!(
                             "reconcile {name}: found {}, applied {}, redelivered {}, already \
                              present {}, failed {}",
@@ -215,6 +214,24 @@ impl crate::writer::Background for Periodic {
     fn stop(self: Box<Self>) {
         Periodic::stop(*self)
     }
+}
+
+/// The API base of a run: `flag` (`--api-base`, checked here) over the source's own (checked
+/// at start-up), else the provider's `default`.
+pub(crate) fn api_base<'a>(
+    flag: Option<&'a str>,
+    source: &'a SourceConfig,
+    default: &'a str,
+) -> Result<&'a str, ConfigError> {
+    if let Some(base) = flag {
+        check_api_base("--api-base", base)?;
+    }
+    Ok(flag.or(source.api_base.as_deref()).unwrap_or(default))
+}
+
+/// The Unix time `since` ago: where a run's look back ends.
+pub(crate) fn horizon(since: Duration) -> i64 {
+    crate::time::unix_now() - since.as_secs() as i64
 }
 
 /// Refuses an API base the secret key would travel to in clear: it must be `https://`, or

@@ -26,8 +26,7 @@ use anyhow::bail;
 
 use crate::config::{Config, SchemeName, Secret, SourceConfig};
 use crate::event::Event;
-use crate::recover::check_api_base;
-use crate::recover::{apply, periodic_each, without_present, Counts, Periodic};
+use crate::recover::{self, apply, periodic_each, without_present, Counts, Periodic};
 use crate::source::{stripe, Source};
 use crate::store::Reader;
 use crate::stripe::settings::{MAX_RECONCILE_SINCE, STRIPE_API_BASE};
@@ -113,15 +112,10 @@ impl Run {
                 )
             })?),
         };
-        if let Some(base) = api_base {
-            check_api_base("--api-base", base)?;
-        }
-        let base = api_base
-            .or(source.api_base.as_deref())
-            .unwrap_or(STRIPE_API_BASE);
+        let base = recover::api_base(api_base, source, STRIPE_API_BASE)?;
         Ok(Run {
             api: StripeApi::new(base, key),
-            since: crate::time::unix_now() - since.as_secs() as i64,
+            since: recover::horizon(since),
             dry_run,
         })
     }
