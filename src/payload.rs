@@ -26,12 +26,14 @@ pub(crate) const RAW: i64 = 0;
 /// `payload_codec`: one zstd frame (with the dictionary `payload_dict`, if any).
 pub(crate) const ZSTD: i64 = 1;
 
-/// zstd's level 3 (its default). Measured with the zstd CLI on 4–5 KB Stripe events (those of
-/// `tests/fixtures/stripe` with ids and times varied; 4,579 bytes on average): with a 64 KB
-/// dictionary of the source, level 3 gives 269 bytes an event, level 9 239, level 19 229;
-/// without one, 1,526 / 1,427 / 1,386. The dictionary is what counts; the higher levels buy
-/// about a tenth for several times the CPU, on the request's thread.
-pub(crate) const LEVEL: i32 = 3;
+/// zstd's level 1, its fastest standard one: compression runs on the request's thread, for
+/// every event. Measured on 4–5 KB Stripe events with a source's dictionary: with the zstd CLI,
+/// level 3 (zstd's default) gives 269 bytes an event, level 9 239, level 19 229 (the dictionary
+/// is what counts); with `hookledger-bench storage` (20,000 events, forwarding on, the whole
+/// file per event) level 3 takes 944 bytes and level 1 967, and with `hookledger-bench compare`
+/// (4 rounds of 60,000) level 1 serves 1.07x the events a second level 3 did. Frames of any
+/// level read back the same, so the level can change between releases.
+pub(crate) const LEVEL: i32 = 1;
 
 /// A body decompresses to at most this many bytes: more than any source's body limit allows,
 /// so a frame claiming more is corrupt (and is not given that much memory).
