@@ -147,7 +147,9 @@ pub use store::Outcome;
 
 /// The command line, for the `hookledger` binary.
 #[doc(hidden)]
-pub use cli::{init_logging, run as run_cli, Cli, Command as CliCommand, Exit, LogFormat};
+pub use cli::{
+    init_logging, run as run_cli, Cli, Command as CliCommand, Exit, LogFormat, LogGuard,
+};
 
 /// Not a stable API: what the project's own tests, fuzz targets and tools (bench, load
 /// generator) reach inside the crate. Embedding apps use the items at the crate root.

@@ -21,9 +21,12 @@ fn main() -> ExitCode {
         CliCommand::Demo => "warn,hookledger::http::ingest=off",
         _ => "info",
     };
-    init_logging(cli.log_format, default_level);
+    let log = init_logging(cli.log_format, default_level);
     let json = cli.log_format == LogFormat::Json;
-    match run_cli(cli) {
+    let result = run_cli(cli);
+    // The lines still waiting are written; a line from here on (the error) is written at once.
+    drop(log);
+    match result {
         Ok(Exit::Ok) => ExitCode::SUCCESS,
         Ok(Exit::Failed) => ExitCode::from(1),
         // With `--log-format json` the error is a log line too: every line is JSON.

@@ -189,6 +189,8 @@ pub(super) fn restart_in_place(webhook: TcpListener, admin: Option<TcpListener>)
         return anyhow::anyhow!("cannot restart: the sockets' descriptors collide: {e:?}");
     }
     log::info!("restarting in place: {}", program.to_string_lossy());
+    // The exec ends the log's thread: what it has not written yet is written now.
+    super::log_buffer::flush();
     let e = command.exec();
     anyhow::Error::new(e).context(format!(
         "cannot restart: exec {}",

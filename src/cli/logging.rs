@@ -1,5 +1,6 @@
 //! The log: `tracing` events (and the `log` records of the crate and its dependencies, bridged
-//! into them) written to stderr, one line each, as text or as one JSON object.
+//! into them) written to stderr, one line each, as text or as one JSON object (by a thread of
+//! their own: `log_buffer`).
 //!
 //! A line carries the time, the level, the module (`target`), the message and the event's
 //! fields: `source`, `event_id`, `outcome`, `status`, `reason`, `kind`, `row_id`, … (a log
@@ -25,23 +26,27 @@ use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::Layer;
 
+use super::log_buffer::{Buffered, LogGuard};
 use super::LogFormat;
 
 /// Crates whose lines below info can hold a secret or a body (see the module doc).
 const NOISY: [&str; 3] = ["ureq", "tokio_postgres", "postgres"];
 
 /// Installs the log for the process: lines in `format`, filtered by `RUST_LOG` (else
-/// `default_level`). A second call (a test harness that installed its own) changes nothing.
-pub fn init(format: LogFormat, default_level: &str) {
+/// `default_level`), written by a thread of their own (`log_buffer`). A second call (a test
+/// harness that installed its own) changes nothing. Keep the guard until the process ends:
+/// dropping it writes the lines still waiting.
+pub fn init(format: LogFormat, default_level: &str) -> LogGuard {
     let env = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level));
     let lines = tracing_subscriber::fmt::layer()
         .event_format(Lines {
             json: format == LogFormat::Json,
         })
-        .with_writer(std::io::stderr)
+        .with_writer(Buffered)
         .with_filter(env.and(Quiet));
     // With the `tracing-log` feature this also sends `log` records through the same filter.
     let _ = tracing_subscriber::registry().with(lines).try_init();
+    LogGuard::new()
 }
 
 /// Holds back what [`too_chatty`] says.

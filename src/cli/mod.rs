@@ -4,6 +4,7 @@ mod admin;
 mod common;
 pub(crate) mod demo;
 mod listeners;
+mod log_buffer;
 mod logging;
 mod reconcile;
 mod send;
@@ -11,6 +12,7 @@ mod serve;
 pub(crate) mod table;
 
 pub use common::Exit;
+pub use log_buffer::LogGuard;
 pub use logging::init as init_logging;
 
 use std::time::Duration;
