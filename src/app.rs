@@ -283,8 +283,12 @@ impl Hookledger {
                 names,
                 dictionaries.clone(),
             )?));
-            workers.extend(stripe::background(&config, &sources, &handle, &reader)?);
-            for github in crate::recover::github::periodic(&config, &sources, &handle, &reader)? {
+            workers.extend(stripe::background(
+                &config, &sources, &handle, &reader, &metrics,
+            )?);
+            for github in
+                crate::recover::github::periodic(&config, &sources, &handle, &reader, &metrics)?
+            {
                 workers.push(Box::new(github));
             }
             workers.push(Box::new(crate::refusals::Flusher::spawn(

@@ -209,6 +209,8 @@ pub(crate) struct Metrics {
     registry: Registry,
     events: Family<EventLabels, Counter>,
     rejected: Family<RejectedLabels, Counter>,
+    /// Events `serve`'s reconcile runs applied from a provider's API, by source.
+    recovered: Family<SourceLabels, Counter>,
     request_seconds: Family<SourceLabels, Histogram, fn() -> Histogram>,
     writer: WriterMetrics,
     deliveries: Family<DeliveryLabels, Counter>,
@@ -289,6 +291,18 @@ impl Metrics {
                 "Webhook requests answered with an error, by source and reason (the error's kind)",
             ),
             rejected.clone(),
+        );
+        let recovered = Family::<SourceLabels, Counter>::default();
+        registry.register(
+            "recovered_events",
+            describe(
+                "recovered_events",
+                "counter",
+                "Events the periodic reconcile of `serve` claimed and applied from a provider's \
+                 API, by source (a delivery it asked the provider to send again is counted in \
+                 hookledger_events when it arrives)",
+            ),
+            recovered.clone(),
         );
         let request_seconds =
             Family::<SourceLabels, Histogram, fn() -> Histogram>::new_with_constructor(
@@ -388,6 +402,7 @@ impl Metrics {
             registry,
             events,
             rejected,
+            recovered,
             request_seconds,
             writer,
             deliveries,
@@ -629,6 +644,15 @@ impl Metrics {
     /// When the serving config was loaded, and the SHA-256 of its file (none without one).
     pub(crate) fn config(&self) -> (i64, Option<String>) {
         (self.config_loaded.get(), lock(&self.config_sha256).clone())
+    }
+
+    /// A reconcile run of `source` applied `applied` events.
+    pub(crate) fn recovered(&self, source: &str, applied: u64) {
+        self.recovered
+            .get_or_create(&SourceLabels {
+                source: Arc::from(source),
+            })
+            .inc_by(applied);
     }
 
     /// A reload was refused.

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use crate::config::{refuse, Config, ConfigError, SourceConfig};
 use crate::event::Event;
+use crate::metrics::Metrics;
 use crate::source::Source;
 use crate::store::ledger::by_key;
 use crate::store::{Outcome, Reader};
@@ -111,12 +112,14 @@ pub(crate) fn present(reader: &Reader, source: &str, id: &str) -> anyhow::Result
 pub(crate) type RunFn = Box<dyn FnMut(i64, &AtomicBool) -> Result<Counts, String> + Send>;
 
 /// A [`Periodic`] for each source of `config` with `reconcile = { every, since }` that `run`
-/// makes a run for (`None`: this provider's wing has none for it). `run` gets the source's
-/// config, the source, and the flag its API client is to watch (a retry's pause ends once it
-/// is set: shutdown waits for at most one API call).
+/// makes a run for (`None`: this provider's wing has none for it), each counting what it
+/// applied in `metrics`. `run` gets the source's config, the source, and the flag its API
+/// client is to watch (a retry's pause ends once it is set: shutdown waits for at most one API
+/// call).
 pub(crate) fn periodic_each(
     config: &Config,
     sources: &HashMap<Arc<str>, Arc<Source>>,
+    metrics: &Arc<Metrics>,
     mut run: impl FnMut(&SourceConfig, Arc<Source>, Arc<AtomicBool>) -> Option<RunFn>,
 ) -> anyhow::Result<Vec<Periodic>> {
     let mut all = Vec::new();
@@ -131,6 +134,7 @@ pub(crate) fn periodic_each(
                 every.every,
                 every.since,
                 stop,
+                metrics.clone(),
                 once,
             )?);
         }
@@ -162,12 +166,14 @@ pub(crate) struct Periodic {
 
 impl Periodic {
     /// Starts the thread of `source`; the first run starts at once. `stop` is the flag the
-    /// run's API client watches (a retry's pause ends when it is set).
+    /// run's API client watches (a retry's pause ends when it is set); what each run applied
+    /// goes to `metrics` (`hookledger_recovered_events_total`).
     pub(crate) fn spawn(
         source: &str,
         every: Duration,
         since: Duration,
         stop: Arc<AtomicBool>,
+        metrics: Arc<Metrics>,
         mut run: RunFn,
     ) -> anyhow::Result<Periodic> {
         let (wake, woken) = mpsc::sync_channel(1);
@@ -178,15 +184,18 @@ impl Periodic {
             .spawn(move || {
                 while !flag.load(Ordering::SeqCst) {
                     match run(horizon(since), &flag) {
-                        Ok(c) => log::info!(
-                            "reconcile {name}: found {}, applied {}, redelivered {}, already \
-                             present {}, failed {}",
-                            c.found,
-                            c.applied,
-                            c.redelivered,
-                            c.already_present,
-                            c.failed
-                        ),
+                        Ok(c) => {
+                            metrics.recovered(&name, c.applied);
+                            log::info!(
+                                "reconcile {name}: found {}, applied {}, redelivered {}, \
+                                 already present {}, failed {}",
+                                c.found,
+                                c.applied,
+                                c.redelivered,
+                                c.already_present,
+                                c.failed
+                            )
+                        }
                         Err(e) => log::error!("reconcile {name}: {e}"),
                     }
                     match woken.recv_timeout(every) {

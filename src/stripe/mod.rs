@@ -85,9 +85,12 @@ pub(crate) fn background(
     sources: &HashMap<Arc<str>, Arc<Source>>,
     writer: &WriterHandle,
     reader: &Reader,
+    metrics: &Arc<crate::metrics::Metrics>,
 ) -> anyhow::Result<Vec<Box<dyn Background>>> {
-    Ok(reconcile::periodic(config, sources, writer, reader)?
-        .into_iter()
-        .map(|p| Box::new(p) as Box<dyn Background>)
-        .collect())
+    Ok(
+        reconcile::periodic(config, sources, writer, reader, metrics)?
+            .into_iter()
+            .map(|p| Box::new(p) as Box<dyn Background>)
+            .collect(),
+    )
 }

@@ -226,8 +226,9 @@ pub(crate) fn periodic(
     sources: &HashMap<Arc<str>, Arc<Source>>,
     writer: &WriterHandle,
     reader: &Reader,
+    metrics: &Arc<crate::metrics::Metrics>,
 ) -> anyhow::Result<Vec<Periodic>> {
-    periodic_each(config, sources, |c, source, stop| {
+    periodic_each(config, sources, metrics, |c, source, stop| {
         let mut run = Run {
             api: StripeApi::of(c)?.cancelled_by(stop),
             since: 0,

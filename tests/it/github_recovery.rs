@@ -495,6 +495,15 @@ fn serve_recovers_at_its_start_what_failed_while_it_was_down() {
             .then_some(())
     })
     .unwrap_or_else(|| panic!("{}", restarted.log()));
+    // What the run applied is counted for /metrics, by source.
+    let (status, _, metrics) = restarted.admin_request("GET", "/metrics", &[], b"");
+    assert_eq!(status, 200, "{metrics}");
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l == "hookledger_recovered_events_total{source=\"gh\"} 10"),
+        "{metrics}"
+    );
 }
 
 #[test]
