@@ -187,9 +187,30 @@ fn timestamp() -> String {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default();
-    let seconds = crate::time::format_rfc3339(now.as_secs() as i64);
-    let millis = now.subsec_millis();
-    format!("{}.{millis:03}Z", seconds.trim_end_matches('Z'))
+    stamp(now.as_secs() as i64, now.subsec_millis())
+}
+
+thread_local! {
+    /// The last second a line of this thread was stamped with, formatted (without its `Z`):
+    /// a busy server logs many lines a second.
+    static SECOND: std::cell::RefCell<(i64, String)> = const {
+        std::cell::RefCell::new((i64::MIN, String::new()))
+    };
+}
+
+/// `secs` and `millis` as `2026-11-30T09:40:37.730Z`.
+fn stamp(secs: i64, millis: u32) -> String {
+    SECOND.with_borrow_mut(|(second, text)| {
+        if *second != secs {
+            *text = crate::time::format_rfc3339(secs);
+            text.truncate(text.trim_end_matches('Z').len());
+            *second = secs;
+        }
+        let mut out = String::with_capacity(text.len() + 5);
+        out.push_str(text);
+        let _ = write!(out, ".{millis:03}Z");
+        out
+    })
 }
 
 #[cfg(test)]
@@ -230,6 +251,15 @@ mod tests {
             );
             assert_eq!(too_chatty(&metadata), held, "{target} {level}");
         }
+    }
+
+    #[test]
+    fn a_stamp_is_its_own_second_also_after_another_one() {
+        assert_eq!(stamp(1_764_495_637, 730), "2025-11-30T09:40:37.730Z");
+        assert_eq!(stamp(1_764_495_637, 5), "2025-11-30T09:40:37.005Z");
+        assert_eq!(stamp(1_764_495_638, 0), "2025-11-30T09:40:38.000Z");
+        assert_eq!(stamp(0, 999), "1970-01-01T00:00:00.999Z");
+        assert_eq!(stamp(1_764_495_637, 730), "2025-11-30T09:40:37.730Z");
     }
 
     #[test]

@@ -210,10 +210,11 @@ fn answer_event(
     let ms = seconds * 1000.0;
     let label = metrics::Outcome::from(outcome).label();
     let (id, kind) = (&event.id, &event.kind);
+    // Fields as `&str`, not `%` (Display): the log records them without formatting.
     tracing::info!(
-        source = %name,
-        event_id = %id,
-        event_type = %kind,
+        source = &**name,
+        event_id = id.as_str(),
+        event_type = kind.as_str(),
         outcome = label,
         status = 200,
         duration_ms = round_ms(ms),
