@@ -191,8 +191,8 @@ fn timestamp() -> String {
 }
 
 thread_local! {
-    /// The last second a line of this thread was stamped with, formatted (without its `Z`):
-    /// a busy server logs many lines a second.
+    /// The last second a line of this thread was stamped with, formatted: a busy server logs
+    /// many lines a second.
     static SECOND: std::cell::RefCell<(i64, String)> = const {
         std::cell::RefCell::new((i64::MIN, String::new()))
     };
@@ -200,17 +200,26 @@ thread_local! {
 
 /// `secs` and `millis` as `2026-11-30T09:40:37.730Z`.
 fn stamp(secs: i64, millis: u32) -> String {
-    SECOND.with_borrow_mut(|(second, text)| {
-        if *second != secs {
-            *text = crate::time::format_rfc3339(secs);
-            text.truncate(text.trim_end_matches('Z').len());
-            *second = secs;
-        }
-        let mut out = String::with_capacity(text.len() + 5);
-        out.push_str(text);
+    let stamped = |second: &str| {
+        let mut out = String::with_capacity(second.len() + 5);
+        out.push_str(second.trim_end_matches('Z'));
         let _ = write!(out, ".{millis:03}Z");
         out
-    })
+    };
+    // A line logged while the thread's locals are dropped (a thread ending) formats its own.
+    SECOND
+        .try_with(|cell| {
+            let mut cached = cell.try_borrow_mut().ok()?;
+            let (second, text) = &mut *cached;
+            if *second != secs {
+                *text = crate::time::format_rfc3339(secs);
+                *second = secs;
+            }
+            Some(stamped(text))
+        })
+        .ok()
+        .flatten()
+        .unwrap_or_else(|| stamped(&crate::time::format_rfc3339(secs)))
 }
 
 #[cfg(test)]
