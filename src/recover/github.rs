@@ -206,9 +206,11 @@ pub(crate) struct GithubApi {
     cancel: Option<Arc<AtomicBool>>,
 }
 
-/// A call's failure: retried (GitHub's side, or a short rate-limit wait) or not.
+/// A call's failure: waited out (a short rate limit, without using up a retry), retried
+/// (GitHub's side), or not.
 enum Retry {
-    After(Duration, String),
+    RateLimited(Duration, String),
+    Again(String),
     No(GithubError),
 }
 
@@ -230,7 +232,7 @@ impl GithubApi {
     /// The client of a github source with a `hook` and an `api_key`.
     pub(crate) fn of(source: &SourceConfig) -> Option<GithubApi> {
         let hook = Hook::parse(source.hook.as_deref()?).ok()?;
-        let base = source.api_base.as_deref().unwrap_or(GITHUB_API_BASE);
+        let base = super::api_base(None, source, GITHUB_API_BASE).ok()?;
         Some(GithubApi::new(base, source.api_key.clone()?, hook))
     }
 
@@ -285,8 +287,8 @@ impl GithubApi {
             let (pause, why) = match self.call_once(method, &url) {
                 Ok(answer) => return Ok(answer),
                 Err(Retry::No(e)) => return Err(e),
-                Err(Retry::After(wait, why)) if why.starts_with("rate limit") => (wait, why),
-                Err(Retry::After(_, why)) => match pauses.next() {
+                Err(Retry::RateLimited(wait, why)) => (wait, why),
+                Err(Retry::Again(why)) => match pauses.next() {
                     Some(pause) => (*pause, why),
                     None => {
                         return Err(GithubError::Failed(format!(
@@ -328,12 +330,12 @@ impl GithubApi {
                 .take(MAX_ANSWER)
                 .read_to_end(&mut body)
                 .map(|_| (body, link))
-                .map_err(|e| Retry::After(Duration::ZERO, format!("reading the answer: {e}")))
+                .map_err(|e| Retry::Again(format!("reading the answer: {e}")))
         };
         match result {
             Ok(response) => read(response),
             Err(ureq::Error::Status(status, response)) => Err(self.refusal(status, response)),
-            Err(e) => Err(Retry::After(Duration::ZERO, e.to_string())),
+            Err(e) => Err(Retry::Again(e.to_string())),
         }
     }
 
@@ -370,12 +372,12 @@ impl GithubApi {
                     wait.as_secs()
                 )));
             }
-            return Retry::After(wait, format!("rate limit (HTTP {status})"));
+            return Retry::RateLimited(wait, format!("rate limit (HTTP {status})"));
         }
         match status {
             401 | 403 => Retry::No(GithubError::Refused { status, message }),
             404 => Retry::No(GithubError::NoHook(self.hook.name.clone())),
-            500.. => Retry::After(Duration::ZERO, format!("HTTP {status}: {message}")),
+            500.. => Retry::Again(format!("HTTP {status}: {message}")),
             _ => Retry::No(GithubError::Failed(format!("HTTP {status}: {message}"))),
         }
     }

@@ -105,10 +105,7 @@ impl StripeApi {
 
     /// The client of a stripe source with an `api_key`.
     pub(crate) fn of(source: &crate::config::SourceConfig) -> Option<StripeApi> {
-        let base = source
-            .api_base
-            .as_deref()
-            .unwrap_or(super::settings::STRIPE_API_BASE);
+        let base = crate::recover::api_base(None, source, super::settings::STRIPE_API_BASE).ok()?;
         Some(StripeApi::new(base, source.api_key.clone()?))
     }
 

@@ -62,13 +62,16 @@ fn check_source(source: &SourceConfig) -> Result<(), ConfigError> {
             }
         }
     }
+    // `refresh` fetches a Stripe object: no other scheme has one.
+    let stripe_refresh = || match source.refresh != Refresh::default() {
+        true => Err(ConfigError::new(
+            key("refresh"),
+            format!("applies to scheme stripe only, not {scheme}"),
+        )),
+        false => Ok(()),
+    };
     if source.scheme == SchemeName::Github {
-        if source.refresh != Refresh::default() {
-            refuse!(
-                key("refresh"),
-                "applies to scheme stripe only, not {scheme}"
-            );
-        }
+        stripe_refresh()?;
         return crate::recover::github::check_source(source);
     }
     if source.scheme != SchemeName::Stripe {
@@ -84,13 +87,7 @@ fn check_source(source: &SourceConfig) -> Result<(), ConfigError> {
                 );
             }
         }
-        if source.refresh != Refresh::default() {
-            refuse!(
-                key("refresh"),
-                "applies to scheme stripe only, not {scheme}"
-            );
-        }
-        return Ok(());
+        return stripe_refresh();
     }
     if let Some(base) = &source.api_base {
         check_api_base(&key("api_base"), base)?;
