@@ -24,8 +24,9 @@ fi
 if ! command -v cargo-deb >/dev/null; then
   cargo install --locked cargo-deb@3.8.0
 fi
-# The path of the .deb is the last line cargo-deb prints.
-deb=$(cargo deb --locked -p hookledger --profile deb | tail -n 1)
+# The path of the .deb is the last line cargo-deb prints. `--strip`: the release build (shared
+# with `cargo install` in CI), stripped by cargo-deb.
+deb=$(cargo deb --locked -p hookledger --strip | tail -n 1)
 [[ -f "$deb" ]] || { echo "deb-test: cargo deb made no package: $deb" >&2; exit 1; }
 size=$(stat -c %s "$deb")
 echo "deb-test: built $deb ($size bytes)"
