@@ -13,13 +13,12 @@
 //! source reads a webhook's (`X-GitHub-Delivery`, `X-GitHub-Event` and the body's `action`,
 //! or the source's `id`/`type` overrides).
 //!
-//! Rate limits: a 429, or a 403 with `x-ratelimit-remaining: 0` or a `retry-after`, is waited
-//! out when the wait is short ([`MAX_WAIT`]) and stops the run otherwise; any other 401 or 403
-//! is a refused token and stops the run at once, as does a hook that is not there (404). A
+//! Rate limits and retries are the shared client's ([`super::client`]): a 429, or a 403 with
+//! `x-ratelimit-remaining: 0` or a `retry-after`, is waited out when the wait is short and
+//! stops the run otherwise; any other 401 or 403 is a refused token and stops the run at once, as does a hook that is not there (404). A
 //! run reads at most [`MAX_PAGES`] pages, and stops if a cursor repeats.
 
 use std::collections::{HashMap, HashSet};
-use std::io::Read;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -33,6 +32,7 @@ use crate::source::Source;
 use crate::store::Reader;
 use crate::writer::WriterHandle;
 
+use super::client::{Api, CallError};
 use super::{apply, periodic_each, present, Counts, Periodic};
 
 /// GitHub's API.
@@ -46,23 +46,6 @@ const PAGE: usize = 100;
 
 /// Pages one run reads at most: 10,000 deliveries.
 pub(crate) const MAX_PAGES: usize = 100;
-
-/// The longest rate-limit wait a run sits out; past it the run stops and says until when.
-const MAX_WAIT: Duration = Duration::from_secs(60);
-
-/// The pauses before each retry of a call that failed for GitHub's side (5xx, a lost
-/// connection): about 30 s in all.
-const BACKOFF: [Duration; 5] = [
-    Duration::from_secs(1),
-    Duration::from_secs(2),
-    Duration::from_secs(4),
-    Duration::from_secs(8),
-    Duration::from_secs(16),
-];
-
-/// The largest answer read: a page of summaries is small, one delivery holds a payload of up
-/// to 25 MiB.
-const MAX_ANSWER: u64 = 32 << 20;
 
 /// Why a run stopped.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -191,41 +174,23 @@ struct DeliveryRequest {
     payload: Option<serde_json::Value>,
 }
 
-#[derive(Deserialize)]
-struct Message {
-    message: Option<String>,
-}
-
 /// A client for one hook's deliveries.
 pub(crate) struct GithubApi {
-    agent: ureq::Agent,
-    base: String,
-    token: Secret,
+    api: Api,
     hook: Hook,
-    backoff: Vec<Duration>,
-    cancel: Option<Arc<AtomicBool>>,
 }
 
-/// A call's failure: waited out (a short rate limit, without using up a retry), retried
-/// (GitHub's side), or not.
-enum Retry {
-    RateLimited(Duration, String),
-    Again(String),
-    No(GithubError),
-}
+/// The headers of GitHub's REST API, besides the token.
+const HEADERS: &[(&str, &str)] = &[
+    ("Accept", "application/vnd.github+json"),
+    ("X-GitHub-Api-Version", "2022-11-28"),
+];
 
 impl GithubApi {
     pub(crate) fn new(base: &str, token: Secret, hook: Hook) -> GithubApi {
         GithubApi {
-            agent: ureq::AgentBuilder::new()
-                .timeout_connect(Duration::from_secs(10))
-                .timeout(Duration::from_secs(30))
-                .build(),
-            base: base.trim_end_matches('/').to_string(),
-            token,
+            api: Api::new("GitHub", base, token, HEADERS),
             hook,
-            backoff: BACKOFF.to_vec(),
-            cancel: None,
         }
     }
 
@@ -237,9 +202,11 @@ impl GithubApi {
     }
 
     /// The same client, whose pauses end (and calls fail) once `cancel` is set.
-    pub(crate) fn cancelled_by(mut self, cancel: Arc<AtomicBool>) -> GithubApi {
-        self.cancel = Some(cancel);
-        self
+    pub(crate) fn cancelled_by(self, cancel: Arc<AtomicBool>) -> GithubApi {
+        GithubApi {
+            api: self.api.cancelled_by(cancel),
+            hook: self.hook,
+        }
     }
 
     /// A page of deliveries (newest first) after `cursor`, and the next page's cursor.
@@ -279,107 +246,20 @@ impl GithubApi {
         .map(drop)
     }
 
-    /// `method path`: the answer's body and its `Link` header; retried as the module doc says.
+    /// `method path` through [`Api::call`]; a 401 or 403 left after its rate-limit checks is a
+    /// refused token, a 404 a hook that is not there (or not to this token).
     fn call(&self, method: &str, path: &str) -> Result<(Vec<u8>, Option<String>), GithubError> {
-        let url = format!("{}{path}", self.base);
-        let mut pauses = self.backoff.iter();
-        loop {
-            let (pause, why) = match self.call_once(method, &url) {
-                Ok(answer) => return Ok(answer),
-                Err(Retry::No(e)) => return Err(e),
-                Err(Retry::RateLimited(wait, why)) => (wait, why),
-                Err(Retry::Again(why)) => match pauses.next() {
-                    Some(pause) => (*pause, why),
-                    None => {
-                        return Err(GithubError::Failed(format!(
-                            "{method} {path}: {why}; gave up after {} retries",
-                            self.backoff.len()
-                        )))
-                    }
-                },
-            };
-            log::warn!("GitHub API: {method} {path}: {why}; retrying in {pause:?}");
-            self.pause(pause)?;
-        }
-    }
-
-    fn pause(&self, pause: Duration) -> Result<(), GithubError> {
-        match super::pause(pause, self.cancel.as_deref()) {
-            true => Ok(()),
-            false => Err(GithubError::Failed("stopped".into())),
-        }
-    }
-
-    fn call_once(&self, method: &str, url: &str) -> Result<(Vec<u8>, Option<String>), Retry> {
-        let result = self
-            .agent
-            .request(method, url)
-            .set("Authorization", &format!("Bearer {}", self.token.expose()))
-            .set("Accept", "application/vnd.github+json")
-            .set("X-GitHub-Api-Version", "2022-11-28")
-            .set(
-                "User-Agent",
-                concat!("hookledger/", env!("CARGO_PKG_VERSION")),
-            )
-            .call();
-        let read = |response: ureq::Response| {
-            let link = response.header("link").map(str::to_string);
-            let mut body = Vec::new();
-            response
-                .into_reader()
-                .take(MAX_ANSWER)
-                .read_to_end(&mut body)
-                .map(|_| (body, link))
-                .map_err(|e| Retry::Again(format!("reading the answer: {e}")))
-        };
-        match result {
-            Ok(response) => read(response),
-            Err(ureq::Error::Status(status, response)) => Err(self.refusal(status, response)),
-            Err(e) => Err(Retry::Again(e.to_string())),
-        }
-    }
-
-    /// What an error answer means: a rate limit (waited out if short), GitHub's side (retried),
-    /// or a refusal that retrying cannot change.
-    fn refusal(&self, status: u16, response: ureq::Response) -> Retry {
-        let header = |name: &str| response.header(name).map(str::to_string);
-        let retry_after = header("retry-after").and_then(|v| v.trim().parse::<u64>().ok());
-        let spent = header("x-ratelimit-remaining").as_deref() == Some("0");
-        let reset = header("x-ratelimit-reset").and_then(|v| v.trim().parse::<i64>().ok());
-        let mut text = String::new();
-        let _ = response
-            .into_reader()
-            .take(64 * 1024)
-            .read_to_string(&mut text);
-        let message = serde_json::from_str::<Message>(&text)
-            .ok()
-            .and_then(|m| m.message)
-            .unwrap_or_else(|| text.chars().take(200).collect())
-            // An answer that quotes the token does not carry it into a log line.
-            .replace(self.token.expose(), "…");
-        if status == 429 || (status == 403 && (spent || retry_after.is_some())) {
-            let wait = match (retry_after, reset) {
-                (Some(s), _) => Duration::from_secs(s),
-                (None, Some(at)) => {
-                    Duration::from_secs((at - crate::time::unix_now()).max(1) as u64)
-                }
-                (None, None) => Duration::from_secs(60),
-            };
-            if wait > MAX_WAIT {
-                return Retry::No(GithubError::Failed(format!(
-                    "GitHub's rate limit is spent for {}s more (HTTP {status}: {message}); \
-                     the next run goes on",
-                    wait.as_secs()
-                )));
+        self.api.call(method, path).map_err(|e| match e {
+            CallError::Status {
+                status: status @ (401 | 403),
+                message,
+            } => GithubError::Refused { status, message },
+            CallError::Status { status: 404, .. } => GithubError::NoHook(self.hook.name.clone()),
+            CallError::Status { status, message } => {
+                GithubError::Failed(format!("HTTP {status}: {message}"))
             }
-            return Retry::RateLimited(wait, format!("rate limit (HTTP {status})"));
-        }
-        match status {
-            401 | 403 => Retry::No(GithubError::Refused { status, message }),
-            404 => Retry::No(GithubError::NoHook(self.hook.name.clone())),
-            500.. => Retry::Again(format!("HTTP {status}: {message}")),
-            _ => Retry::No(GithubError::Failed(format!("HTTP {status}: {message}"))),
-        }
+            CallError::Failed(why) => GithubError::Failed(why),
+        })
     }
 }
 

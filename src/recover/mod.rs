@@ -16,6 +16,7 @@ use crate::store::ledger::by_key;
 use crate::store::{Outcome, Reader};
 use crate::writer::WriterHandle;
 
+pub(crate) mod client;
 pub(crate) mod github;
 
 /// What a run found and did.
