@@ -291,6 +291,11 @@ impl Hookledger {
             {
                 workers.push(Box::new(github));
             }
+            for paddle in
+                crate::recover::paddle::periodic(&config, &sources, &handle, &reader, &metrics)?
+            {
+                workers.push(Box::new(paddle));
+            }
             workers.push(Box::new(crate::refusals::Flusher::spawn(
                 refusals.clone(),
                 handle.clone(),
@@ -387,6 +392,10 @@ impl Hookledger {
         let never = AtomicBool::new(false);
         if config.scheme == crate::config::SchemeName::Github {
             let run = crate::recover::github::Run::new(config, since, dry_run, api_base, api_key)?;
+            return Ok(run.once(source, &self.writer_handle, &self.reader, &never)?);
+        }
+        if crate::recover::paddle::is_paddle(config) {
+            let run = crate::recover::paddle::Run::new(config, since, dry_run, api_base, api_key)?;
             return Ok(run.once(source, &self.writer_handle, &self.reader, &never)?);
         }
         let run = stripe::reconcile::Run::new(config, since, dry_run, api_base, api_key)?;

@@ -1,5 +1,6 @@
-//! `hookledger reconcile`: one run of [`crate::stripe::reconcile`] from the command line, on the
-//! database `serve` uses (it may run meanwhile).
+//! `hookledger reconcile`: one run of a source's recovery (Stripe's [`crate::stripe::reconcile`],
+//! GitHub's or Paddle's in [`crate::recover`]) from the command line, on the database `serve`
+//! uses (it may run meanwhile).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -13,25 +14,25 @@ use super::common::Exit;
 
 #[derive(Debug, Args)]
 pub struct ReconcileArgs {
-    /// The source to reconcile: a stripe source, or a github source with a `hook` (a
-    /// `[[source]]` of --config; without one, the quick start's `stripe`).
+    /// The source to reconcile: a stripe source, a github source with a `hook`, or a paddle
+    /// source (a `[[source]]` of --config; without one, the quick start's `stripe`).
     #[arg(long, default_value = "stripe")]
     source: String,
     /// How far back to look (e.g. 3d, 12h); Stripe keeps events for 30 days, GitHub a hook's
-    /// deliveries for 3.
+    /// deliveries for 3, Paddle events for 90.
     #[arg(long, value_parser = config::parse_duration, default_value = "3d")]
     since: Duration,
     /// Count what would be applied; change nothing.
     #[arg(long)]
     dry_run: bool,
-    /// The provider's API [default: the source's api_base, else https://api.stripe.com or
-    /// https://api.github.com].
+    /// The provider's API [default: the source's api_base, else https://api.stripe.com,
+    /// https://api.github.com or https://api.paddle.com].
     #[arg(long)]
     api_base: Option<String>,
     /// The secret API key, as env:NAME, file:PATH or credential:NAME [default: the source's
     /// api_key, else (Stripe) env:STRIPE_API_KEY]. Stripe: a restricted key that may read
     /// Events (and Subscriptions); GitHub: a token that may read the hook's deliveries (and
-    /// write them, to redeliver).
+    /// write them, to redeliver); Paddle: an API key that may read events.
     #[arg(long, value_name = "env:NAME|file:PATH|credential:NAME")]
     api_key: Option<String>,
     /// Print the counts as one JSON object.

@@ -18,6 +18,7 @@ use crate::writer::WriterHandle;
 
 pub(crate) mod client;
 pub(crate) mod github;
+pub(crate) mod paddle;
 
 /// What a run found and did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize)]

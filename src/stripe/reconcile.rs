@@ -229,6 +229,9 @@ pub(crate) fn periodic(
     metrics: &Arc<crate::metrics::Metrics>,
 ) -> anyhow::Result<Vec<Periodic>> {
     periodic_each(config, sources, metrics, |c, source, stop| {
+        if c.scheme != crate::config::SchemeName::Stripe {
+            return None;
+        }
         let mut run = Run {
             api: StripeApi::of(c)?.cancelled_by(stop),
             since: 0,

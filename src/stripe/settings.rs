@@ -74,6 +74,10 @@ fn check_source(source: &SourceConfig) -> Result<(), ConfigError> {
         stripe_refresh()?;
         return crate::recover::github::check_source(source);
     }
+    if crate::recover::paddle::is_paddle(source) {
+        stripe_refresh()?;
+        return crate::recover::paddle::check_source(source);
+    }
     if source.scheme != SchemeName::Stripe {
         for (field, set) in [
             ("api_key", source.api_key.is_some()),
@@ -83,7 +87,8 @@ fn check_source(source: &SourceConfig) -> Result<(), ConfigError> {
             if set {
                 refuse!(
                     key(field),
-                    "applies to schemes stripe and github (with hook) only, not {scheme}"
+                    "applies to scheme stripe, github (with hook) and preset paddle only, not \
+                     {scheme}"
                 );
             }
         }
@@ -182,7 +187,7 @@ mod tests {
         assert_eq!(err.key, "source `shop`.api_key");
         assert_eq!(
             err.message,
-            "applies to schemes stripe and github (with hook) only, not shopify"
+            "applies to scheme stripe, github (with hook) and preset paddle only, not shopify"
         );
         let err = checked(&format!("{github}handlers = [\"stripe-billing\"]\n")).unwrap_err();
         assert_eq!(

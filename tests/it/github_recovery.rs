@@ -8,7 +8,7 @@
 //! nothing; `serve` recovers them at its start.
 
 use std::collections::HashMap;
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -64,24 +64,8 @@ struct FakeGithub {
 
 impl FakeGithub {
     fn start() -> FakeGithub {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        listener.set_nonblocking(true).unwrap();
-        let addr = listener.local_addr().unwrap();
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        let listener = {
-            let _entered = runtime.enter();
-            tokio::net::TcpListener::from_std(listener).unwrap()
-        };
         let fake = Arc::new(Mutex::new(Fake::default()));
-        let router = Router::new().fallback(answer).with_state(fake.clone());
-        std::thread::spawn(move || {
-            runtime
-                .block_on(async { axum::serve(listener, router).await })
-                .unwrap()
-        });
+        let addr = serve_fake(Router::new().fallback(answer).with_state(fake.clone()));
         FakeGithub { addr, fake }
     }
 
@@ -346,14 +330,6 @@ fn thirty_twenty_received(extra: &str) -> (FakeGithub, Server, std::path::PathBu
     assert_eq!(ledger_count(&server.db()), 20);
     server.keep(dir);
     (fake, server, path)
-}
-
-fn rfc3339(t: i64) -> String {
-    let out = Command::new("date")
-        .args(["-u", "-d", &format!("@{t}"), "+%Y-%m-%dT%H:%M:%SZ"])
-        .output()
-        .unwrap();
-    String::from_utf8(out.stdout).unwrap().trim().to_string()
 }
 
 fn reconcile(server: &Server, config: &std::path::Path, extra: &[&str]) -> (i32, Value, String) {

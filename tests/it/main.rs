@@ -36,6 +36,7 @@ mod oracles_b;
 mod oracles_sp;
 mod oracles_twilio;
 mod outbox;
+mod paddle_recovery;
 mod payloads;
 mod postgres;
 mod presets;

@@ -26,6 +26,37 @@ pub fn now() -> i64 {
     hookledger::internals::unix_now()
 }
 
+/// Unix time `t` as RFC 3339 in UTC (`2026-12-07T10:18:49Z`), as providers' APIs write times.
+pub fn rfc3339(t: i64) -> String {
+    let out = Command::new("date")
+        .args(["-u", "-d", &format!("@{t}"), "+%Y-%m-%dT%H:%M:%SZ"])
+        .output()
+        .unwrap();
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+/// Serves `router` on 127.0.0.1, port 0, on a thread of its own for the rest of the test
+/// process: a fake of a provider's API. Its address.
+pub fn serve_fake(router: axum::Router) -> SocketAddr {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let addr = listener.local_addr().unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let listener = {
+        let _entered = runtime.enter();
+        tokio::net::TcpListener::from_std(listener).unwrap()
+    };
+    std::thread::spawn(move || {
+        runtime
+            .block_on(async { axum::serve(listener, router).await })
+            .unwrap()
+    });
+    addr
+}
+
 /// `tests/fixtures` in this repository (origin and licence in its README.md).
 pub fn fixtures_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")

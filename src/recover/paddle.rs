@@ -1,0 +1,329 @@
+//! Paddle: a notification that failed is retried for a while, then given up; the event stays
+//! in Paddle's event stream for 90 days. A reconcile lists the stream newest first (`GET
+//! /events?order_by=id[DESC]`, 200 a page, each page after the last event id of the one
+//! before, as Paddle's pagination says) down to the horizon, and applies each event the ledger
+//! lacks as if its webhook had arrived: the body is the event entity as the API lists it
+//! (`event_id`, `event_type`, `occurred_at`, `data`: what a webhook carries, without the
+//! notification's id), read by the source as a webhook's body is (the paddle preset's
+//! `/event_id` and `/event_type`). The claim is the event id, as for the webhook, so a
+//! notification that arrives after all, or a second run, finds it claimed.
+//!
+//! The API key goes as a bearer token; Paddle refuses a bad one with 403 `invalid_token`
+//! (401 or 403: the run stops at once and says so). Rate limits and retries are the shared
+//! client's ([`super::client`]). A run reads at most [`MAX_PAGES`] pages, and stops if the
+//! API lists a page it listed before.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::http::HeaderMap;
+use serde::Deserialize;
+
+use crate::config::{refuse, source_key, ConfigError, Secret, SourceConfig};
+use crate::event::Event;
+use crate::source::Source;
+use crate::store::Reader;
+use crate::writer::WriterHandle;
+
+use super::client::{Api, CallError};
+use super::{apply, periodic_each, present, Counts, Periodic};
+
+/// The preset whose sources this recovers (`preset = "paddle"`).
+pub(crate) const PRESET: &str = "paddle";
+
+/// Paddle's live API (the sandbox's is `https://sandbox-api.paddle.com`).
+pub(crate) const PADDLE_API_BASE: &str = "https://api.paddle.com";
+
+/// Paddle's API returns the events of the last 90 days.
+pub(crate) const MAX_SINCE: Duration = Duration::from_secs(90 * 86_400);
+
+/// Events per page: Paddle's largest.
+const PAGE: usize = 200;
+
+/// Pages one run reads at most: 10,000 events.
+pub(crate) const MAX_PAGES: usize = 50;
+
+/// Why a run stopped.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum PaddleError {
+    #[error(
+        "Paddle refused the API key (HTTP {status}: {message}); check it, that it is for this \
+         environment (live or sandbox: api_base), and that it may read events"
+    )]
+    Refused { status: u16, message: String },
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// The checks of a paddle source's API settings, naming the key: `reconcile` needs
+/// `api_key`, and looks back at most Paddle's 90 days.
+pub(crate) fn check_source(source: &SourceConfig) -> Result<(), ConfigError> {
+    let key = |field: &str| source_key(&source.name, field);
+    if source.reconcile.is_some() && source.api_key.is_none() {
+        refuse!(
+            key("reconcile"),
+            "needs api_key (a Paddle API key that may read events)"
+        );
+    }
+    if let Some(base) = &source.api_base {
+        super::check_api_base(&key("api_base"), base)?;
+    }
+    if let Some(reconcile) = &source.reconcile {
+        if reconcile.since > MAX_SINCE {
+            refuse!(
+                key("reconcile.since"),
+                "must be at most 90d (Paddle's API returns the events of the last 90 days)"
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Whether `source` is recovered from Paddle's events (`preset = "paddle"`).
+pub(crate) fn is_paddle(source: &SourceConfig) -> bool {
+    source.preset.as_deref() == Some(PRESET)
+}
+
+/// A page of the event stream.
+#[derive(Deserialize)]
+struct Page {
+    data: Vec<serde_json::Value>,
+    meta: Meta,
+}
+
+#[derive(Deserialize)]
+struct Meta {
+    pagination: Pagination,
+}
+
+#[derive(Deserialize)]
+struct Pagination {
+    has_more: bool,
+}
+
+/// The headers of Paddle's API, besides the key.
+const HEADERS: &[(&str, &str)] = &[("Accept", "application/json")];
+
+/// A client for the event stream.
+pub(crate) struct PaddleApi {
+    api: Api,
+}
+
+impl PaddleApi {
+    pub(crate) fn new(base: &str, key: Secret) -> PaddleApi {
+        PaddleApi {
+            api: Api::new("Paddle", base, key, HEADERS),
+        }
+    }
+
+    /// The client of a paddle source with an `api_key`.
+    pub(crate) fn of(source: &SourceConfig) -> Option<PaddleApi> {
+        let base = super::api_base(None, source, PADDLE_API_BASE).ok()?;
+        Some(PaddleApi::new(base, source.api_key.clone()?))
+    }
+
+    /// The same client, whose pauses end (and calls fail) once `cancel` is set.
+    pub(crate) fn cancelled_by(self, cancel: Arc<AtomicBool>) -> PaddleApi {
+        PaddleApi {
+            api: self.api.cancelled_by(cancel),
+        }
+    }
+
+    /// A page of events, newest first, after event `after`; whether there are more.
+    fn events(&self, after: Option<&str>) -> Result<Page, PaddleError> {
+        let mut query = url::form_urlencoded::Serializer::new(String::new());
+        query.append_pair("order_by", "id[DESC]");
+        query.append_pair("per_page", &PAGE.to_string());
+        if let Some(after) = after {
+            query.append_pair("after", after);
+        }
+        let (body, _) = self
+            .api
+            .call("GET", &format!("/events?{}", query.finish()))
+            .map_err(|e| match e {
+                CallError::Status {
+                    status: status @ (401 | 403),
+                    message,
+                } => PaddleError::Refused { status, message },
+                CallError::Status { status, message } => {
+                    PaddleError::Failed(format!("HTTP {status}: {message}"))
+                }
+                CallError::Failed(why) => PaddleError::Failed(why),
+            })?;
+        serde_json::from_slice(&body).map_err(|e| {
+            PaddleError::Failed(format!("Paddle's list of events is not as documented: {e}"))
+        })
+    }
+}
+
+/// One reconcile of a paddle source.
+pub(crate) struct Run {
+    pub(crate) api: PaddleApi,
+    /// Events that occurred at or after this (Unix seconds).
+    pub(crate) since: i64,
+    pub(crate) dry_run: bool,
+}
+
+impl Run {
+    /// A run for `source` over the last `since`, its API from `api_base` and `api_key` over
+    /// the source's own.
+    pub(crate) fn new(
+        source: &SourceConfig,
+        since: Duration,
+        dry_run: bool,
+        api_base: Option<&str>,
+        api_key: Option<Secret>,
+    ) -> anyhow::Result<Run> {
+        if since.is_zero() || since > MAX_SINCE {
+            anyhow::bail!(
+                "since must be more than 0 and at most 90d (Paddle's API returns the events \
+                 of the last 90 days)"
+            );
+        }
+        let Some(key) = api_key.or_else(|| source.api_key.clone()) else {
+            anyhow::bail!(
+                "no Paddle API key: pass --api-key env:NAME, or give the source api_key = \
+                 \"env:NAME\""
+            );
+        };
+        let base = super::api_base(api_base, source, PADDLE_API_BASE)?;
+        Ok(Run {
+            api: PaddleApi::new(base, key),
+            since: super::horizon(since),
+            dry_run,
+        })
+    }
+
+    /// Reconciles `source` until done or `stop` is set (checked between pages): each event
+    /// since the horizon that the ledger lacks is applied.
+    pub(crate) fn once(
+        &self,
+        source: &Source,
+        writer: &WriterHandle,
+        reader: &Reader,
+        stop: &AtomicBool,
+    ) -> Result<Counts, PaddleError> {
+        let mut counts = Counts::default();
+        let mut cursors = HashSet::new();
+        let mut after: Option<String> = None;
+        let mut pages = 0;
+        while !stop.load(Ordering::SeqCst) {
+            let page = self.api.events(after.as_deref())?;
+            pages += 1;
+            let last = page
+                .data
+                .last()
+                .and_then(|e| e.get("event_id"))
+                .and_then(|id| id.as_str())
+                .map(str::to_string);
+            let mut older = page.data.is_empty();
+            let mut missing = Vec::new();
+            for entity in page.data {
+                let at = entity
+                    .get("occurred_at")
+                    .and_then(|t| t.as_str())
+                    .and_then(crate::time::parse_rfc3339)
+                    .unwrap_or(i64::MAX);
+                if at < self.since {
+                    older = true;
+                    continue;
+                }
+                counts.found += 1;
+                match event_of(source, &entity) {
+                    Ok(event) => match present(reader, &source.name, &event.id) {
+                        Ok(true) => counts.already_present += 1,
+                        Ok(false) => missing.push(event),
+                        Err(e) => {
+                            log::error!("reconcile {} {}: {e}", source.name, event.id);
+                            counts.failed += 1;
+                        }
+                    },
+                    Err(why) => {
+                        log::error!("reconcile {}: an event of Paddle's: {why}", source.name);
+                        counts.failed += 1;
+                    }
+                }
+            }
+            if self.dry_run {
+                counts.applied += missing.len() as u64;
+            } else {
+                apply(source, missing, writer, &mut counts);
+            }
+            if older || !page.meta.pagination.has_more {
+                break;
+            }
+            let Some(last) = last else { break };
+            if pages >= MAX_PAGES {
+                log::warn!(
+                    "reconcile {}: stopped after {MAX_PAGES} pages ({} events); older ones \
+                     were not checked",
+                    source.name,
+                    counts.found
+                );
+                break;
+            }
+            if !cursors.insert(last.clone()) {
+                return Err(PaddleError::Failed(format!(
+                    "Paddle's API listed the page after {last} again; stopped after {pages} \
+                     pages"
+                )));
+            }
+            after = Some(last);
+        }
+        Ok(counts)
+    }
+}
+
+/// The event of an entity of the stream, read as the source reads a webhook's body.
+fn event_of(source: &Source, entity: &serde_json::Value) -> Result<Event, String> {
+    let listed = entity
+        .get("event_id")
+        .and_then(|id| id.as_str())
+        .ok_or("it has no string event_id")?;
+    let body = serde_json::to_vec(entity).map_err(|e| e.to_string())?;
+    let envelope = source
+        .envelope(&HeaderMap::new(), &body)
+        .map_err(|e| format!("{listed}: {}", e.summary()))?;
+    if envelope.id != listed {
+        return Err(format!(
+            "{listed}: the source reads id {} from it, not its event_id; not applied",
+            envelope.id
+        ));
+    }
+    Ok(Event {
+        source: source.name.clone(),
+        id: envelope.id,
+        kind: envelope.kind,
+        created: envelope.created,
+        body: body.into(),
+    })
+}
+
+/// The periodic reconcile of each paddle source of `config` that has one (`reconcile = {
+/// every, since }` and an `api_key`), each on a thread of its own.
+pub(crate) fn periodic(
+    config: &crate::config::Config,
+    sources: &HashMap<Arc<str>, Arc<Source>>,
+    writer: &WriterHandle,
+    reader: &Reader,
+    metrics: &Arc<crate::metrics::Metrics>,
+) -> anyhow::Result<Vec<Periodic>> {
+    periodic_each(config, sources, metrics, |c, source, stop| {
+        if !is_paddle(c) {
+            return None;
+        }
+        let mut run = Run {
+            api: PaddleApi::of(c)?.cancelled_by(stop),
+            since: 0,
+            dry_run: false,
+        };
+        let (writer, reader) = (writer.clone(), reader.clone());
+        Some(Box::new(move |since, flag| {
+            run.since = since;
+            run.once(&source, &writer, &reader, flag)
+                .map_err(|e| e.to_string())
+        }))
+    })
+}
