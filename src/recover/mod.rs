@@ -19,6 +19,7 @@ use crate::writer::WriterHandle;
 pub(crate) mod client;
 pub(crate) mod github;
 pub(crate) mod paddle;
+pub(crate) mod stream;
 
 /// What a run found and did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize)]

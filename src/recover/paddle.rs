@@ -10,25 +10,25 @@
 //!
 //! The API key goes as a bearer token; Paddle refuses a bad one with 403 `invalid_token`
 //! (401 or 403: the run stops at once and says so). Rate limits and retries are the shared
-//! client's ([`super::client`]). A run reads at most [`MAX_PAGES`] pages, and stops if the
-//! API lists a page it listed before.
+//! client's ([`super::client`]), the run over the pages the event stream's
+//! ([`super::stream`]): at most [`MAX_PAGES`] pages, stopped if the API lists a page it listed
+//! before.
 
-use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::collections::HashMap;
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::http::HeaderMap;
 use serde::Deserialize;
 
 use crate::config::{refuse, source_key, ConfigError, Secret, SourceConfig};
-use crate::event::Event;
 use crate::source::Source;
 use crate::store::Reader;
 use crate::writer::WriterHandle;
 
 use super::client::{Api, CallError};
-use super::{apply, periodic_each, present, Counts, Periodic};
+use super::stream::{self, Page, Stream};
+use super::{periodic_each, Counts, Periodic};
 
 /// The preset whose sources this recovers (`preset = "paddle"`).
 pub(crate) const PRESET: &str = "paddle";
@@ -86,9 +86,9 @@ pub(crate) fn is_paddle(source: &SourceConfig) -> bool {
     source.preset.as_deref() == Some(PRESET)
 }
 
-/// A page of the event stream.
+/// A page of the event stream, as Paddle answers it.
 #[derive(Deserialize)]
-struct Page {
+struct Listed {
     data: Vec<serde_json::Value>,
     meta: Meta,
 }
@@ -130,9 +130,24 @@ impl PaddleApi {
             api: self.api.cancelled_by(cancel),
         }
     }
+}
 
-    /// A page of events, newest first, after event `after`; whether there are more.
-    fn events(&self, after: Option<&str>) -> Result<Page, PaddleError> {
+impl From<String> for PaddleError {
+    fn from(why: String) -> PaddleError {
+        PaddleError::Failed(why)
+    }
+}
+
+impl Stream for PaddleApi {
+    const PROVIDER: &'static str = "Paddle";
+    const ID: &'static str = "event_id";
+    const TIME: &'static str = "occurred_at";
+    const NEWEST_FIRST: bool = true;
+    const MAX_PAGES: usize = MAX_PAGES;
+    type Error = PaddleError;
+
+    /// A page of events, newest first, after event `after` (the last of the page before).
+    fn page(&self, after: Option<&str>, _since: i64) -> Result<Page, PaddleError> {
         let mut query = url::form_urlencoded::Serializer::new(String::new());
         query.append_pair("order_by", "id[DESC]");
         query.append_pair("per_page", &PAGE.to_string());
@@ -152,8 +167,18 @@ impl PaddleApi {
                 }
                 CallError::Failed(why) => PaddleError::Failed(why),
             })?;
-        serde_json::from_slice(&body).map_err(|e| {
+        let listed: Listed = serde_json::from_slice(&body).map_err(|e| {
             PaddleError::Failed(format!("Paddle's list of events is not as documented: {e}"))
+        })?;
+        let last = listed
+            .data
+            .last()
+            .and_then(|e| e.get("event_id"))
+            .and_then(|id| id.as_str())
+            .map(str::to_string);
+        Ok(Page {
+            entities: listed.data,
+            next: last.filter(|_| listed.meta.pagination.has_more),
         })
     }
 }
@@ -205,100 +230,14 @@ impl Run {
         reader: &Reader,
         stop: &AtomicBool,
     ) -> Result<Counts, PaddleError> {
-        let mut counts = Counts::default();
-        let mut cursors = HashSet::new();
-        let mut after: Option<String> = None;
-        let mut pages = 0;
-        while !stop.load(Ordering::SeqCst) {
-            let page = self.api.events(after.as_deref())?;
-            pages += 1;
-            let last = page
-                .data
-                .last()
-                .and_then(|e| e.get("event_id"))
-                .and_then(|id| id.as_str())
-                .map(str::to_string);
-            let mut older = page.data.is_empty();
-            let mut missing = Vec::new();
-            for entity in page.data {
-                let at = entity
-                    .get("occurred_at")
-                    .and_then(|t| t.as_str())
-                    .and_then(crate::time::parse_rfc3339)
-                    .unwrap_or(i64::MAX);
-                if at < self.since {
-                    older = true;
-                    continue;
-                }
-                counts.found += 1;
-                match event_of(source, &entity) {
-                    Ok(event) => match present(reader, &source.name, &event.id) {
-                        Ok(true) => counts.already_present += 1,
-                        Ok(false) => missing.push(event),
-                        Err(e) => {
-                            log::error!("reconcile {} {}: {e}", source.name, event.id);
-                            counts.failed += 1;
-                        }
-                    },
-                    Err(why) => {
-                        log::error!("reconcile {}: an event of Paddle's: {why}", source.name);
-                        counts.failed += 1;
-                    }
-                }
-            }
-            if self.dry_run {
-                counts.applied += missing.len() as u64;
-            } else {
-                apply(source, missing, writer, &mut counts);
-            }
-            if older || !page.meta.pagination.has_more {
-                break;
-            }
-            let Some(last) = last else { break };
-            if pages >= MAX_PAGES {
-                log::warn!(
-                    "reconcile {}: stopped after {MAX_PAGES} pages ({} events); older ones \
-                     were not checked",
-                    source.name,
-                    counts.found
-                );
-                break;
-            }
-            if !cursors.insert(last.clone()) {
-                return Err(PaddleError::Failed(format!(
-                    "Paddle's API listed the page after {last} again; stopped after {pages} \
-                     pages"
-                )));
-            }
-            after = Some(last);
-        }
-        Ok(counts)
+        stream::once(
+            &self.api,
+            self.since,
+            self.dry_run,
+            (source, writer, reader),
+            stop,
+        )
     }
-}
-
-/// The event of an entity of the stream, read as the source reads a webhook's body.
-fn event_of(source: &Source, entity: &serde_json::Value) -> Result<Event, String> {
-    let listed = entity
-        .get("event_id")
-        .and_then(|id| id.as_str())
-        .ok_or("it has no string event_id")?;
-    let body = serde_json::to_vec(entity).map_err(|e| e.to_string())?;
-    let envelope = source
-        .envelope(&HeaderMap::new(), &body)
-        .map_err(|e| format!("{listed}: {}", e.summary()))?;
-    if envelope.id != listed {
-        return Err(format!(
-            "{listed}: the source reads id {} from it, not its event_id; not applied",
-            envelope.id
-        ));
-    }
-    Ok(Event {
-        source: source.name.clone(),
-        id: envelope.id,
-        kind: envelope.kind,
-        created: envelope.created,
-        body: body.into(),
-    })
 }
 
 /// The periodic reconcile of each paddle source of `config` that has one (`reconcile = {
