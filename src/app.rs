@@ -296,6 +296,11 @@ impl Hookledger {
             {
                 workers.push(Box::new(paddle));
             }
+            for workos in
+                crate::recover::workos::periodic(&config, &sources, &handle, &reader, &metrics)?
+            {
+                workers.push(Box::new(workos));
+            }
             workers.push(Box::new(crate::refusals::Flusher::spawn(
                 refusals.clone(),
                 handle.clone(),
@@ -395,7 +400,11 @@ impl Hookledger {
             return Ok(run.once(source, &self.writer_handle, &self.reader, &never)?);
         }
         if crate::recover::paddle::is_paddle(config) {
-            let run = crate::recover::paddle::Run::new(config, since, dry_run, api_base, api_key)?;
+            let run = crate::recover::paddle::run(config, since, dry_run, api_base, api_key)?;
+            return Ok(run.once(source, &self.writer_handle, &self.reader, &never)?);
+        }
+        if crate::recover::workos::is_workos(config) {
+            let run = crate::recover::workos::run(config, since, dry_run, api_base, api_key)?;
             return Ok(run.once(source, &self.writer_handle, &self.reader, &never)?);
         }
         let run = stripe::reconcile::Run::new(config, since, dry_run, api_base, api_key)?;

@@ -1,5 +1,5 @@
 //! `hookledger reconcile`: one run of a source's recovery (Stripe's [`crate::stripe::reconcile`],
-//! GitHub's or Paddle's in [`crate::recover`]) from the command line, on the database `serve`
+//! GitHub's, Paddle's or WorkOS's in [`crate::recover`]) from the command line, on the database `serve`
 //! uses (it may run meanwhile).
 
 use std::path::PathBuf;
@@ -14,25 +14,26 @@ use super::common::Exit;
 
 #[derive(Debug, Args)]
 pub struct ReconcileArgs {
-    /// The source to reconcile: a stripe source, a github source with a `hook`, or a paddle
-    /// source (a `[[source]]` of --config; without one, the quick start's `stripe`).
+    /// The source to reconcile: a stripe source, a github source with a `hook`, a paddle or a
+    /// workos source (a `[[source]]` of --config; without one, the quick start's `stripe`).
     #[arg(long, default_value = "stripe")]
     source: String,
     /// How far back to look (e.g. 3d, 12h); Stripe keeps events for 30 days, GitHub a hook's
-    /// deliveries for 3, Paddle events for 90.
+    /// deliveries for 3, Paddle events for 90, WorkOS for 30.
     #[arg(long, value_parser = config::parse_duration, default_value = "3d")]
     since: Duration,
     /// Count what would be applied; change nothing.
     #[arg(long)]
     dry_run: bool,
     /// The provider's API [default: the source's api_base, else https://api.stripe.com,
-    /// https://api.github.com or https://api.paddle.com].
+    /// https://api.github.com,
+    /// https://api.paddle.com or https://api.workos.com].
     #[arg(long)]
     api_base: Option<String>,
     /// The secret API key, as env:NAME, file:PATH or credential:NAME [default: the source's
     /// api_key, else (Stripe) env:STRIPE_API_KEY]. Stripe: a restricted key that may read
     /// Events (and Subscriptions); GitHub: a token that may read the hook's deliveries (and
-    /// write them, to redeliver); Paddle: an API key that may read events.
+    /// write them, to redeliver); Paddle, WorkOS: an API key that may read events.
     #[arg(long, value_name = "env:NAME|file:PATH|credential:NAME")]
     api_key: Option<String>,
     /// Print the counts as one JSON object.

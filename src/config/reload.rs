@@ -95,7 +95,7 @@ fn api(source: Option<&SourceConfig>) -> Option<impl PartialEq + '_> {
             &s.reconcile,
             &s.refresh,
             &s.handlers,
-            (&s.hook, &s.mode),
+            (&s.hook, &s.mode, &s.event_types),
         )
     })
 }

@@ -76,6 +76,10 @@ pub struct SourceConfig {
     /// `"redeliver"` asks GitHub to deliver it again.
     #[serde(default)]
     pub mode: Option<RecoverMode>,
+    /// WorkOS's API: the event types a reconcile lists (`["user.created", …]`, those the
+    /// webhook endpoint is subscribed to): WorkOS lists only the types a call names.
+    #[serde(default)]
+    pub event_types: Vec<String>,
     /// The provider's API, with an `api_key` and a handler that keeps a snapshot of an
     /// object: when the object's current state is fetched after commit. Default: on ties.
     #[serde(default)]
@@ -521,6 +525,7 @@ impl SourceConfig {
             reconcile: None,
             hook: None,
             mode: None,
+            event_types: Vec::new(),
             refresh: Refresh::default(),
             preset: None,
             handshake: None,

@@ -20,6 +20,7 @@ pub(crate) mod client;
 pub(crate) mod github;
 pub(crate) mod paddle;
 pub(crate) mod stream;
+pub(crate) mod workos;
 
 /// What a run found and did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize)]

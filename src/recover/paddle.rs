@@ -28,7 +28,7 @@ use crate::writer::WriterHandle;
 
 use super::client::{Api, CallError};
 use super::stream::{self, Page, Stream};
-use super::{periodic_each, Counts, Periodic};
+use super::Periodic;
 
 /// The preset whose sources this recovers (`preset = "paddle"`).
 pub(crate) const PRESET: &str = "paddle";
@@ -111,27 +111,6 @@ pub(crate) struct PaddleApi {
     api: Api,
 }
 
-impl PaddleApi {
-    pub(crate) fn new(base: &str, key: Secret) -> PaddleApi {
-        PaddleApi {
-            api: Api::new("Paddle", base, key, HEADERS),
-        }
-    }
-
-    /// The client of a paddle source with an `api_key`.
-    pub(crate) fn of(source: &SourceConfig) -> Option<PaddleApi> {
-        let base = super::api_base(None, source, PADDLE_API_BASE).ok()?;
-        Some(PaddleApi::new(base, source.api_key.clone()?))
-    }
-
-    /// The same client, whose pauses end (and calls fail) once `cancel` is set.
-    pub(crate) fn cancelled_by(self, cancel: Arc<AtomicBool>) -> PaddleApi {
-        PaddleApi {
-            api: self.api.cancelled_by(cancel),
-        }
-    }
-}
-
 impl From<String> for PaddleError {
     fn from(why: String) -> PaddleError {
         PaddleError::Failed(why)
@@ -140,11 +119,25 @@ impl From<String> for PaddleError {
 
 impl Stream for PaddleApi {
     const PROVIDER: &'static str = "Paddle";
+    const MAX_SINCE: Duration = MAX_SINCE;
+    const MAX_SINCE_TEXT: &'static str = "90d";
     const ID: &'static str = "event_id";
     const TIME: &'static str = "occurred_at";
     const NEWEST_FIRST: bool = true;
     const MAX_PAGES: usize = MAX_PAGES;
     type Error = PaddleError;
+
+    fn new(_source: &SourceConfig, base: &str, key: Secret) -> PaddleApi {
+        PaddleApi {
+            api: Api::new("Paddle", base, key, HEADERS),
+        }
+    }
+
+    fn cancelled_by(self, cancel: Arc<AtomicBool>) -> PaddleApi {
+        PaddleApi {
+            api: self.api.cancelled_by(cancel),
+        }
+    }
 
     /// A page of events, newest first, after event `after` (the last of the page before).
     fn page(&self, after: Option<&str>, _since: i64) -> Result<Page, PaddleError> {
@@ -184,60 +177,18 @@ impl Stream for PaddleApi {
 }
 
 /// One reconcile of a paddle source.
-pub(crate) struct Run {
-    pub(crate) api: PaddleApi,
-    /// Events that occurred at or after this (Unix seconds).
-    pub(crate) since: i64,
-    pub(crate) dry_run: bool,
-}
+pub(crate) type Run = stream::Run<PaddleApi>;
 
-impl Run {
-    /// A run for `source` over the last `since`, its API from `api_base` and `api_key` over
-    /// the source's own.
-    pub(crate) fn new(
-        source: &SourceConfig,
-        since: Duration,
-        dry_run: bool,
-        api_base: Option<&str>,
-        api_key: Option<Secret>,
-    ) -> anyhow::Result<Run> {
-        if since.is_zero() || since > MAX_SINCE {
-            anyhow::bail!(
-                "since must be more than 0 and at most 90d (Paddle's API returns the events \
-                 of the last 90 days)"
-            );
-        }
-        let Some(key) = api_key.or_else(|| source.api_key.clone()) else {
-            anyhow::bail!(
-                "no Paddle API key: pass --api-key env:NAME, or give the source api_key = \
-                 \"env:NAME\""
-            );
-        };
-        let base = super::api_base(api_base, source, PADDLE_API_BASE)?;
-        Ok(Run {
-            api: PaddleApi::new(base, key),
-            since: super::horizon(since),
-            dry_run,
-        })
-    }
-
-    /// Reconciles `source` until done or `stop` is set (checked between pages): each event
-    /// since the horizon that the ledger lacks is applied.
-    pub(crate) fn once(
-        &self,
-        source: &Source,
-        writer: &WriterHandle,
-        reader: &Reader,
-        stop: &AtomicBool,
-    ) -> Result<Counts, PaddleError> {
-        stream::once(
-            &self.api,
-            self.since,
-            self.dry_run,
-            (source, writer, reader),
-            stop,
-        )
-    }
+/// A run of `source` over the last `since`, its API from `api_base` and `api_key` over the
+/// source's own.
+pub(crate) fn run(
+    source: &SourceConfig,
+    since: Duration,
+    dry_run: bool,
+    api_base: Option<&str>,
+    api_key: Option<Secret>,
+) -> anyhow::Result<Run> {
+    Run::new(source, since, dry_run, (api_base, PADDLE_API_BASE), api_key)
 }
 
 /// The periodic reconcile of each paddle source of `config` that has one (`reconcile = {
@@ -249,20 +200,11 @@ pub(crate) fn periodic(
     reader: &Reader,
     metrics: &Arc<crate::metrics::Metrics>,
 ) -> anyhow::Result<Vec<Periodic>> {
-    periodic_each(config, sources, metrics, |c, source, stop| {
-        if !is_paddle(c) {
-            return None;
-        }
-        let mut run = Run {
-            api: PaddleApi::of(c)?.cancelled_by(stop),
-            since: 0,
-            dry_run: false,
-        };
-        let (writer, reader) = (writer.clone(), reader.clone());
-        Some(Box::new(move |since, flag| {
-            run.since = since;
-            run.once(&source, &writer, &reader, flag)
-                .map_err(|e| e.to_string())
-        }))
-    })
+    stream::periodic::<PaddleApi>(
+        (config, sources),
+        (writer, reader),
+        metrics,
+        is_paddle,
+        PADDLE_API_BASE,
+    )
 }

@@ -8,17 +8,21 @@
 //! newest first, after [`Stream::MAX_PAGES`] pages (logged), or when a cursor repeats (an
 //! error: the API listed a page again).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
 
 use axum::http::HeaderMap;
 
+use crate::config::{Config, Secret, SourceConfig};
 use crate::event::Event;
+use crate::metrics::Metrics;
 use crate::source::Source;
 use crate::store::Reader;
 use crate::writer::WriterHandle;
 
-use super::{apply, present, Counts};
+use super::{apply, periodic_each, present, Counts, Periodic};
 
 /// A page of a stream: its entities, and the cursor of the next page (`None`: the last).
 pub(crate) struct Page {
@@ -27,9 +31,13 @@ pub(crate) struct Page {
 }
 
 /// One provider's event stream.
-pub(crate) trait Stream {
+pub(crate) trait Stream: Sized + Send + 'static {
     /// The provider, for messages ("Paddle").
     const PROVIDER: &'static str;
+    /// How far back the API lists events.
+    const MAX_SINCE: Duration;
+    /// [`Stream::MAX_SINCE`] as the config writes it ("90d").
+    const MAX_SINCE_TEXT: &'static str;
     /// The entity's field with its id (what the source reads as the event id).
     const ID: &'static str;
     /// The entity's field with the RFC 3339 time it occurred.
@@ -39,15 +47,111 @@ pub(crate) trait Stream {
     /// Pages one run reads at most.
     const MAX_PAGES: usize;
     /// Why a run stopped.
-    type Error: From<String>;
+    type Error: From<String> + std::fmt::Display;
+
+    /// The client of `source`'s API at `base` with `key`.
+    fn new(source: &SourceConfig, base: &str, key: Secret) -> Self;
+
+    /// The same client, whose pauses end (and calls fail) once `cancel` is set.
+    fn cancelled_by(self, cancel: Arc<AtomicBool>) -> Self;
 
     /// The page at `cursor` (`None`: the first), for a run back to `since` (Unix seconds).
     fn page(&self, cursor: Option<&str>, since: i64) -> Result<Page, Self::Error>;
 }
 
+/// One reconcile of a source over its provider's event stream.
+pub(crate) struct Run<S> {
+    pub(crate) stream: S,
+    /// Events that occurred at or after this (Unix seconds).
+    pub(crate) since: i64,
+    pub(crate) dry_run: bool,
+}
+
+impl<S: Stream> Run<S> {
+    /// A run for `source` over the last `since`, its API at `api_base` (over the source's,
+    /// over `default`) with `api_key` (over the source's).
+    pub(crate) fn new(
+        source: &SourceConfig,
+        since: Duration,
+        dry_run: bool,
+        (api_base, default): (Option<&str>, &str),
+        api_key: Option<Secret>,
+    ) -> anyhow::Result<Run<S>> {
+        if since.is_zero() || since > S::MAX_SINCE {
+            anyhow::bail!(
+                "since must be more than 0 and at most {} ({}'s API lists the events of the \
+                 last {})",
+                S::MAX_SINCE_TEXT,
+                S::PROVIDER,
+                S::MAX_SINCE_TEXT
+            );
+        }
+        let Some(key) = api_key.or_else(|| source.api_key.clone()) else {
+            anyhow::bail!(
+                "no {} API key: pass --api-key env:NAME, or give the source api_key = \
+                 \"env:NAME\"",
+                S::PROVIDER
+            );
+        };
+        let base = super::api_base(api_base, source, default)?;
+        Ok(Run {
+            stream: S::new(source, base, key),
+            since: super::horizon(since),
+            dry_run,
+        })
+    }
+
+    /// Reconciles `source` until done or `stop` is set (checked between pages): each event
+    /// since the horizon that the ledger lacks is applied.
+    pub(crate) fn once(
+        &self,
+        source: &Source,
+        writer: &WriterHandle,
+        reader: &Reader,
+        stop: &AtomicBool,
+    ) -> Result<Counts, S::Error> {
+        once(
+            &self.stream,
+            self.since,
+            self.dry_run,
+            (source, writer, reader),
+            stop,
+        )
+    }
+}
+
+/// The periodic reconcile of each source of `config` that `is` picks and that has one
+/// (`reconcile = { every, since }` and an `api_key`), each on a thread of its own, its API at
+/// the source's `api_base` or `default`.
+pub(crate) fn periodic<S: Stream>(
+    (config, sources): (&Config, &HashMap<Arc<str>, Arc<Source>>),
+    (writer, reader): (&WriterHandle, &Reader),
+    metrics: &Arc<Metrics>,
+    is: fn(&SourceConfig) -> bool,
+    default: &str,
+) -> anyhow::Result<Vec<Periodic>> {
+    periodic_each(config, sources, metrics, |c, source, stop| {
+        if !is(c) {
+            return None;
+        }
+        let base = super::api_base(None, c, default).ok()?;
+        let mut run = Run {
+            stream: S::new(c, base, c.api_key.clone()?).cancelled_by(stop),
+            since: 0,
+            dry_run: false,
+        };
+        let (writer, reader) = (writer.clone(), reader.clone());
+        Some(Box::new(move |since, flag| {
+            run.since = since;
+            run.once(&source, &writer, &reader, flag)
+                .map_err(|e| e.to_string())
+        }))
+    })
+}
+
 /// Reconciles `source` with `stream` back to `since` until done or `stop` is set (checked
 /// between pages); with `dry_run`, counts what it would apply.
-pub(crate) fn once<S: Stream>(
+fn once<S: Stream>(
     stream: &S,
     since: i64,
     dry_run: bool,

@@ -62,6 +62,9 @@ fn check_source(source: &SourceConfig) -> Result<(), ConfigError> {
             }
         }
     }
+    if !source.event_types.is_empty() && !crate::recover::workos::is_workos(source) {
+        refuse!(key("event_types"), "applies to preset workos only");
+    }
     // `refresh` fetches a Stripe object: no other scheme has one.
     let stripe_refresh = || match source.refresh != Refresh::default() {
         true => Err(ConfigError::new(
@@ -78,6 +81,10 @@ fn check_source(source: &SourceConfig) -> Result<(), ConfigError> {
         stripe_refresh()?;
         return crate::recover::paddle::check_source(source);
     }
+    if crate::recover::workos::is_workos(source) {
+        stripe_refresh()?;
+        return crate::recover::workos::check_source(source);
+    }
     if source.scheme != SchemeName::Stripe {
         for (field, set) in [
             ("api_key", source.api_key.is_some()),
@@ -87,8 +94,8 @@ fn check_source(source: &SourceConfig) -> Result<(), ConfigError> {
             if set {
                 refuse!(
                     key(field),
-                    "applies to scheme stripe, github (with hook) and preset paddle only, not \
-                     {scheme}"
+                    "applies to scheme stripe, github (with hook) and presets paddle and workos \
+                     only, not {scheme}"
                 );
             }
         }
@@ -187,7 +194,8 @@ mod tests {
         assert_eq!(err.key, "source `shop`.api_key");
         assert_eq!(
             err.message,
-            "applies to scheme stripe, github (with hook) and preset paddle only, not shopify"
+            "applies to scheme stripe, github (with hook) and presets paddle and workos only, not \
+             shopify"
         );
         let err = checked(&format!("{github}handlers = [\"stripe-billing\"]\n")).unwrap_err();
         assert_eq!(
