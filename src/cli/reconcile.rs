@@ -14,7 +14,8 @@ use super::common::Exit;
 
 #[derive(Debug, Args)]
 pub struct ReconcileArgs {
-    /// The source to reconcile: a stripe source, a github source with a `hook`, a paddle or a
+    /// The source to reconcile: a stripe source, a github source with a `hook` (`"app"`: the
+    /// App's JWT from its app_id and private_key), a paddle or a
     /// workos source (a `[[source]]` of --config; without one, the quick start's `stripe`).
     #[arg(long, default_value = "stripe")]
     source: String,

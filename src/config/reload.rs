@@ -83,7 +83,7 @@ pub(crate) fn change(old: &Config, new: &Config) -> Result<Change, ConfigError> 
 }
 
 fn has_api(source: &SourceConfig) -> bool {
-    source.api_key.is_some()
+    source.api_key.is_some() || source.private_key.is_some()
 }
 
 /// What a source's provider-API threads were started with.
@@ -96,6 +96,7 @@ fn api(source: Option<&SourceConfig>) -> Option<impl PartialEq + '_> {
             &s.refresh,
             &s.handlers,
             (&s.hook, &s.mode, &s.event_types),
+            (&s.app_id, &s.private_key),
         )
     })
 }

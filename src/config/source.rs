@@ -76,6 +76,13 @@ pub struct SourceConfig {
     /// `"redeliver"` asks GitHub to deliver it again.
     #[serde(default)]
     pub mode: Option<RecoverMode>,
+    /// GitHub's API, with `hook = "app"`: the GitHub App's id, the issuer of its JWT.
+    #[serde(default)]
+    pub app_id: Option<u64>,
+    /// GitHub's API, with `hook = "app"`: the App's private key, the PEM GitHub issues
+    /// (`file:PATH` or `credential:NAME`), which signs its JWT.
+    #[serde(default)]
+    pub private_key: Option<Secret>,
     /// WorkOS's API: the event types a reconcile lists (`["user.created", …]`, those the
     /// webhook endpoint is subscribed to): WorkOS lists only the types a call names.
     #[serde(default)]
@@ -525,6 +532,8 @@ impl SourceConfig {
             reconcile: None,
             hook: None,
             mode: None,
+            app_id: None,
+            private_key: None,
             event_types: Vec::new(),
             refresh: Refresh::default(),
             preset: None,
@@ -656,6 +665,10 @@ impl SourceConfig {
         if let Some(api_key) = &self.api_key {
             let key = source_key(&self.name, "api_key");
             self.api_key = Some(one_secret(&key, api_key, folder)?);
+        }
+        if let Some(private_key) = &self.private_key {
+            let key = source_key(&self.name, "private_key");
+            self.private_key = Some(whole_secret(&key, private_key, folder)?);
         }
         Ok(())
     }
@@ -924,6 +937,25 @@ pub(crate) fn one_secret(key: &str, secret: &Secret, folder: &Path) -> Result<Se
         .try_into()
         .map_err(|_| ConfigError::new(key, "the file must hold exactly one secret"))?;
     Ok(one)
+}
+
+/// `secret` resolved as one secret of many lines (a PEM key): a file's or credential's whole
+/// text, an environment variable's whole value, or the literal.
+fn whole_secret(key: &str, secret: &Secret, folder: &Path) -> Result<Secret, ConfigError> {
+    let text = secret.expose();
+    let path = if let Some(path) = text.strip_prefix("file:") {
+        folder.join(path)
+    } else if let Some(name) = text.strip_prefix("credential:") {
+        credential_path(key, name)?
+    } else {
+        return one_secret(key, secret, folder);
+    };
+    let content = std::fs::read_to_string(&path)
+        .map_err(|e| ConfigError::new(key, format!("cannot read {}: {e}", path.display())))?;
+    if content.trim().is_empty() {
+        refuse!(key, "{} holds no secret", path.display());
+    }
+    Ok(Secret::new(content.trim()))
 }
 
 /// The environment variable systemd sets to the folder of a service's credentials

@@ -13,6 +13,8 @@ use std::time::Duration;
 
 use crate::config::Secret;
 
+use super::jwt::AppKey;
+
 /// The pauses before each retry of a call that failed for the provider's side: about 30 s in
 /// all.
 const BACKOFF: [Duration; 5] = [
@@ -48,13 +50,30 @@ enum Retry {
     No(CallError),
 }
 
+/// What a call is authorized with.
+pub(crate) enum Auth {
+    /// A token or key, as the bearer.
+    Token(Secret),
+    /// A GitHub App's JWT, made anew for each call.
+    App(Arc<AppKey>),
+}
+
+impl Auth {
+    fn bearer(&self) -> String {
+        match self {
+            Auth::Token(token) => token.expose().to_string(),
+            Auth::App(key) => key.jwt(crate::time::unix_now()),
+        }
+    }
+}
+
 /// A client of one provider's API at `base`.
 pub(crate) struct Api {
     agent: ureq::Agent,
     /// The provider's name, for messages ("GitHub").
     provider: &'static str,
     base: String,
-    token: Secret,
+    auth: Auth,
     /// Sent with every call besides the token and the `User-Agent`.
     headers: &'static [(&'static str, &'static str)],
     backoff: Vec<Duration>,
@@ -65,7 +84,7 @@ impl Api {
     pub(crate) fn new(
         provider: &'static str,
         base: &str,
-        token: Secret,
+        auth: Auth,
         headers: &'static [(&'static str, &'static str)],
     ) -> Api {
         Api {
@@ -75,7 +94,7 @@ impl Api {
                 .build(),
             provider,
             base: base.trim_end_matches('/').to_string(),
-            token,
+            auth,
             headers,
             backoff: BACKOFF.to_vec(),
             cancel: None,
@@ -123,10 +142,11 @@ impl Api {
     }
 
     fn call_once(&self, method: &str, url: &str) -> Result<(Vec<u8>, Option<String>), Retry> {
+        let bearer = self.auth.bearer();
         let mut request = self
             .agent
             .request(method, url)
-            .set("Authorization", &format!("Bearer {}", self.token.expose()))
+            .set("Authorization", &format!("Bearer {bearer}"))
             .set(
                 "User-Agent",
                 concat!("hookledger/", env!("CARGO_PKG_VERSION")),
@@ -146,14 +166,16 @@ impl Api {
         };
         match request.call() {
             Ok(response) => read(response),
-            Err(ureq::Error::Status(status, response)) => Err(self.refusal(status, response)),
+            Err(ureq::Error::Status(status, response)) => {
+                Err(self.refusal(status, response, &bearer))
+            }
             Err(e) => Err(Retry::Again(e.to_string())),
         }
     }
 
     /// What an error answer means: a rate limit (waited out if short), the provider's side
     /// (retried), or an answer that retrying cannot change.
-    fn refusal(&self, status: u16, response: ureq::Response) -> Retry {
+    fn refusal(&self, status: u16, response: ureq::Response, bearer: &str) -> Retry {
         let header = |name: &str| response.header(name).map(str::to_string);
         let retry_after = header("retry-after").and_then(|v| v.trim().parse::<u64>().ok());
         let spent = header("x-ratelimit-remaining").as_deref() == Some("0");
@@ -166,7 +188,7 @@ impl Api {
         let message = message_of(&text)
             .unwrap_or_else(|| text.chars().take(200).collect())
             // An answer that quotes the token does not carry it into a log line.
-            .replace(self.token.expose(), "…");
+            .replace(bearer, "…");
         if status == 429 || (status == 403 && (spent || retry_after.is_some())) {
             let wait = match (retry_after, reset) {
                 (Some(s), _) => Duration::from_secs(s),

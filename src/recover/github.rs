@@ -7,6 +7,9 @@
 //! comes as a signed webhook. The claim is the GUID, as for the webhook, so a delivery that
 //! arrives after all, or a second run, finds it claimed.
 //!
+//! The hook is a repository's or an organization's (read with a token, `api_key`), or a GitHub
+//! App's own (`hook = "app"`: `/app/hook/…`, read with the App's JWT, [`super::jwt`]).
+//!
 //! An applied delivery's body is the payload GitHub shows, serialized again: the same JSON,
 //! not the bytes that were signed (it came over TLS from GitHub with our token, and needs no
 //! signature). Its id and type are read from the delivery's own request headers as the
@@ -32,7 +35,8 @@ use crate::source::Source;
 use crate::store::Reader;
 use crate::writer::WriterHandle;
 
-use super::client::{Api, CallError};
+use super::client::{Api, Auth, CallError};
+use super::jwt::AppKey;
 use super::{apply, periodic_each, present, Counts, Periodic};
 
 /// GitHub's API.
@@ -61,17 +65,17 @@ pub(crate) enum GithubError {
     Failed(String),
 }
 
-/// Which webhook: a repository's or an organization's.
+/// Which webhook: a repository's, an organization's, or a GitHub App's own.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Hook {
-    /// `/repos/OWNER/REPO/hooks/ID` or `/orgs/ORG/hooks/ID`.
+    /// `/repos/OWNER/REPO/hooks/ID`, `/orgs/ORG/hooks/ID` or `/app/hook`.
     path: String,
     /// As the config names it, for messages.
     name: String,
 }
 
 impl Hook {
-    /// `repos/OWNER/REPO/HOOK_ID` or `orgs/ORG/HOOK_ID`.
+    /// `repos/OWNER/REPO/HOOK_ID`, `orgs/ORG/HOOK_ID` or `app`.
     pub(crate) fn parse(text: &str) -> Result<Hook, String> {
         let parts: Vec<&str> = text.trim_matches('/').split('/').collect();
         let plain = |s: &str| {
@@ -86,16 +90,10 @@ impl Hook {
                     format!("/repos/{owner}/{repo}/hooks/{}", hook_id(id)?)
                 }
                 ["orgs", org, id] if plain(org) => format!("/orgs/{org}/hooks/{}", hook_id(id)?),
-                ["app"] => {
-                    return Err(
-                        "a GitHub App's own hook (\"app\") is not supported yet; name the \
-                            repository's or organization's hook"
-                            .into(),
-                    )
-                }
+                ["app"] => "/app/hook".to_string(),
                 _ => return Err(
-                    "must be \"repos/OWNER/REPO/HOOK_ID\" or \"orgs/ORG/HOOK_ID\" (the hook's id \
-                     is in its settings page's URL)"
+                    "must be \"repos/OWNER/REPO/HOOK_ID\", \"orgs/ORG/HOOK_ID\" (the hook's id \
+                     is in its settings page's URL) or \"app\" (a GitHub App's own hook)"
                         .into(),
                 ),
             };
@@ -103,6 +101,11 @@ impl Hook {
             path,
             name: text.to_string(),
         })
+    }
+
+    /// Whether this is a GitHub App's own hook, read with the App's JWT.
+    fn is_app(&self) -> bool {
+        self.path == "/app/hook"
     }
 }
 
@@ -116,11 +119,25 @@ fn hook_id(text: &str) -> Result<u64, String> {
 pub(crate) fn check_source(source: &SourceConfig) -> Result<(), ConfigError> {
     let key = |field: &str| source_key(&source.name, field);
     if let Some(hook) = &source.hook {
-        Hook::parse(hook).map_err(|e| ConfigError::new(key("hook"), e))?;
-        if source.api_key.is_none() {
+        let hook = Hook::parse(hook).map_err(|e| ConfigError::new(key("hook"), e))?;
+        if hook.is_app() {
+            check_app(source)?;
+        } else if source.api_key.is_none() {
             refuse!(
                 key("hook"),
                 "needs api_key (a token that may read the hook's deliveries)"
+            );
+        }
+    }
+    for (field, set) in [
+        ("app_id", source.app_id.is_some()),
+        ("private_key", source.private_key.is_some()),
+    ] {
+        let app = source.hook.as_deref().map(Hook::parse) == Some(Ok(app_hook()));
+        if set && !app {
+            refuse!(
+                key(field),
+                "applies to hook = \"app\" only (a GitHub App's own hook)"
             );
         }
     }
@@ -150,6 +167,36 @@ pub(crate) fn check_source(source: &SourceConfig) -> Result<(), ConfigError> {
             );
         }
     }
+    Ok(())
+}
+
+fn app_hook() -> Hook {
+    Hook {
+        path: "/app/hook".into(),
+        name: "app".into(),
+    }
+}
+
+/// A GitHub App's hook: read with the App's JWT, so `app_id` and a `private_key` that signs
+/// (checked here, before anything is opened), and no `api_key`.
+fn check_app(source: &SourceConfig) -> Result<(), ConfigError> {
+    let key = |field: &str| source_key(&source.name, field);
+    if source.api_key.is_some() {
+        refuse!(
+            key("api_key"),
+            "a GitHub App's hook is read with the App's own JWT: give app_id and private_key, \
+             not api_key"
+        );
+    }
+    let (Some(app_id), Some(private_key)) = (source.app_id, &source.private_key) else {
+        refuse!(
+            key("hook"),
+            "\"app\" needs app_id (the App's id, on its settings page) and private_key = \
+             \"file:PATH\" (a private key generated for the App, the .pem GitHub gives)"
+        );
+    };
+    AppKey::new(app_id, private_key.expose())
+        .map_err(|e| ConfigError::new(key("private_key"), e))?;
     Ok(())
 }
 
@@ -187,18 +234,42 @@ const HEADERS: &[(&str, &str)] = &[
 ];
 
 impl GithubApi {
-    pub(crate) fn new(base: &str, token: Secret, hook: Hook) -> GithubApi {
+    pub(crate) fn new(base: &str, auth: Auth, hook: Hook) -> GithubApi {
         GithubApi {
-            api: Api::new("GitHub", base, token, HEADERS),
+            api: Api::new("GitHub", base, auth, HEADERS),
             hook,
         }
     }
 
-    /// The client of a github source with a `hook` and an `api_key`.
-    pub(crate) fn of(source: &SourceConfig) -> Option<GithubApi> {
-        let hook = Hook::parse(source.hook.as_deref()?).ok()?;
-        let base = super::api_base(None, source, GITHUB_API_BASE).ok()?;
-        Some(GithubApi::new(base, source.api_key.clone()?, hook))
+    /// The client of a github source with a `hook` and its credentials: an `api_key`, or for
+    /// the App's hook its `app_id` and `private_key`; `api_base` and `api_key` override the
+    /// source's own.
+    pub(crate) fn of(
+        source: &SourceConfig,
+        api_base: Option<&str>,
+        api_key: Option<Secret>,
+    ) -> Result<GithubApi, String> {
+        let hook = source.hook.as_deref().ok_or("no hook")?;
+        let hook = Hook::parse(hook).map_err(|e| format!("hook: {e}"))?;
+        let base = super::api_base(api_base, source, GITHUB_API_BASE).map_err(|e| e.to_string())?;
+        let auth = match (hook.is_app(), source.app_id, &source.private_key) {
+            (true, _, _) if api_key.is_some() => {
+                return Err(
+                    "a GitHub App's hook is read with the App's own JWT (app_id and \
+                            private_key): --api-key does not apply"
+                        .into(),
+                )
+            }
+            (true, Some(app_id), Some(pem)) => {
+                Auth::App(Arc::new(AppKey::new(app_id, pem.expose())?))
+            }
+            (true, _, _) => return Err("\"app\" needs app_id and private_key".into()),
+            (false, _, _) => Auth::Token(api_key.or_else(|| source.api_key.clone()).ok_or(
+                "no GitHub token: pass --api-key env:NAME, or give the source \
+                            api_key = \"env:NAME\"",
+            )?),
+        };
+        Ok(GithubApi::new(base, auth, hook))
     }
 
     /// The same client, whose pauses end (and calls fail) once `cancel` is set.
@@ -300,21 +371,17 @@ impl Run {
         if since.is_zero() || since > MAX_SINCE {
             anyhow::bail!("since must be more than 0 and at most 3d (GitHub keeps a hook's deliveries for 3 days)");
         }
-        let Some(hook) = source.hook.as_deref() else {
+        if source.hook.is_none() {
             anyhow::bail!(
                 "source `{}`: reconcile lists a GitHub webhook's deliveries: give the source \
                  hook = \"repos/OWNER/REPO/HOOK_ID\" and api_key = \"env:NAME\"",
                 source.name
             );
-        };
-        let hook =
-            Hook::parse(hook).map_err(|e| anyhow::anyhow!("source `{}`.hook: {e}", source.name))?;
-        let Some(token) = api_key.or_else(|| source.api_key.clone()) else {
-            anyhow::bail!("no GitHub token: pass --api-key env:NAME, or give the source api_key = \"env:NAME\"");
-        };
-        let base = super::api_base(api_base, source, GITHUB_API_BASE)?;
+        }
+        let api = GithubApi::of(source, api_base, api_key)
+            .map_err(|e| anyhow::anyhow!("source `{}`: {e}", source.name))?;
         Ok(Run {
-            api: GithubApi::new(base, token, hook),
+            api,
             since: super::horizon(since),
             mode: source.mode.unwrap_or_default(),
             dry_run,
@@ -442,7 +509,7 @@ pub(crate) fn periodic(
 ) -> anyhow::Result<Vec<Periodic>> {
     periodic_each(config, sources, metrics, |c, source, stop| {
         let mut run = Run {
-            api: GithubApi::of(c)?.cancelled_by(stop),
+            api: GithubApi::of(c, None, None).ok()?.cancelled_by(stop),
             since: 0,
             mode: c.mode.unwrap_or_default(),
             dry_run: false,
@@ -514,9 +581,10 @@ mod tests {
         ] {
             assert!(Hook::parse(bad).is_err(), "{bad}");
         }
-        assert!(Hook::parse("app")
-            .unwrap_err()
-            .contains("not supported yet"));
+        let app = Hook::parse("app").unwrap();
+        assert_eq!(app.path, "/app/hook");
+        assert!(app.is_app());
+        assert!(!Hook::parse("orgs/octo/7").unwrap().is_app());
     }
 
     #[test]

@@ -26,7 +26,7 @@ use crate::source::Source;
 use crate::store::Reader;
 use crate::writer::WriterHandle;
 
-use super::client::{Api, CallError};
+use super::client::{Api, Auth, CallError};
 use super::stream::{self, Page, Stream};
 use super::Periodic;
 
@@ -129,7 +129,7 @@ impl Stream for PaddleApi {
 
     fn new(_source: &SourceConfig, base: &str, key: Secret) -> PaddleApi {
         PaddleApi {
-            api: Api::new("Paddle", base, key, HEADERS),
+            api: Api::new("Paddle", base, Auth::Token(key), HEADERS),
         }
     }
 

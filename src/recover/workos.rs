@@ -24,7 +24,7 @@ use crate::source::Source;
 use crate::store::Reader;
 use crate::writer::WriterHandle;
 
-use super::client::{Api, CallError};
+use super::client::{Api, Auth, CallError};
 use super::stream::{self, Page, Stream};
 use super::Periodic;
 
@@ -144,7 +144,7 @@ impl Stream for WorkosApi {
 
     fn new(source: &SourceConfig, base: &str, key: Secret) -> WorkosApi {
         WorkosApi {
-            api: Api::new("WorkOS", base, key, HEADERS),
+            api: Api::new("WorkOS", base, Auth::Token(key), HEADERS),
             types: source.event_types.join(","),
         }
     }

@@ -56,6 +56,8 @@ fn check_source(source: &SourceConfig) -> Result<(), ConfigError> {
         for (field, set) in [
             ("hook", source.hook.is_some()),
             ("mode", source.mode.is_some()),
+            ("app_id", source.app_id.is_some()),
+            ("private_key", source.private_key.is_some()),
         ] {
             if set {
                 refuse!(key(field), "applies to scheme github only, not {scheme}");

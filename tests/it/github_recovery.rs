@@ -54,6 +54,9 @@ struct Fake {
     fail: Option<(u16, usize)>,
     /// Every list call answers the first page, with a `next` link, as a broken API might.
     repeat: bool,
+    /// The GitHub App's hook instead of the repository's: the App's id and its public key
+    /// (RSAPublicKey DER), which each call's JWT must verify with.
+    app: Option<(u64, Vec<u8>)>,
     calls: Vec<String>,
 }
 
@@ -122,9 +125,15 @@ fn route(fake: &mut Fake, method: &Method, path: &str, query: &str, headers: &He
         None,
         json!({"message": "Not Found", "documentation_url": "https://docs.github.com/rest"}),
     );
-    if headers.get("authorization").and_then(|v| v.to_str().ok())
-        != Some(&format!("Bearer {TOKEN}"))
-    {
+    let bearer = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    let authorized = match &fake.app {
+        None => bearer == Some(TOKEN),
+        Some((app_id, public)) => bearer.is_some_and(|jwt| app_jwt_verifies(jwt, *app_id, public)),
+    };
+    if !authorized {
         return Routed::Json(
             StatusCode::UNAUTHORIZED,
             None,
@@ -139,7 +148,11 @@ fn route(fake: &mut Fake, method: &Method, path: &str, query: &str, headers: &He
             json!({"message": "Server Error"}),
         );
     }
-    let Some(rest) = path.strip_prefix("/repos/octo/app/hooks/4242/deliveries") else {
+    let prefix = match fake.app {
+        Some(_) => "/app/hook/deliveries",
+        None => "/repos/octo/app/hooks/4242/deliveries",
+    };
+    let Some(rest) = path.strip_prefix(prefix) else {
         return not_found;
     };
     let params: HashMap<String, String> = url::form_urlencoded::parse(query.as_bytes())
@@ -177,8 +190,11 @@ fn route(fake: &mut Fake, method: &Method, path: &str, query: &str, headers: &He
                 .collect();
             let link = (fake.repeat || start + take < fake.deliveries.len()).then(|| {
                 format!(
-                    "<http://{}/repos/octo/app/hooks/4242/deliveries?per_page={per_page}&cursor=v1_{}>; rel=\"next\"",
-                    headers.get("host").and_then(|h| h.to_str().ok()).unwrap_or("x"),
+                    "<http://{}{prefix}?per_page={per_page}&cursor=v1_{}>; rel=\"next\"",
+                    headers
+                        .get("host")
+                        .and_then(|h| h.to_str().ok())
+                        .unwrap_or("x"),
                     start + take
                 )
             });
@@ -221,6 +237,56 @@ fn route(fake: &mut Fake, method: &Method, path: &str, query: &str, headers: &He
     }
 }
 
+/// Whether `jwt` is a GitHub App JWT as GitHub takes one: RS256, signed by the App's key,
+/// issued by `app_id`, valid now for at most 10 minutes.
+fn app_jwt_verifies(jwt: &str, app_id: u64, public: &[u8]) -> bool {
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    use base64::Engine;
+    let parts: Vec<&str> = jwt.split('.').collect();
+    let [header, claims, signature] = parts.as_slice() else {
+        return false;
+    };
+    let decode = |part: &str| URL_SAFE_NO_PAD.decode(part).ok();
+    let (Some(h), Some(c), Some(sig)) = (decode(header), decode(claims), decode(signature)) else {
+        return false;
+    };
+    let (h, c): (Value, Value) = match (serde_json::from_slice(&h), serde_json::from_slice(&c)) {
+        (Ok(h), Ok(c)) => (h, c),
+        _ => return false,
+    };
+    let key = ring::signature::UnparsedPublicKey::new(
+        &ring::signature::RSA_PKCS1_2048_8192_SHA256,
+        public,
+    );
+    let (iat, exp) = (
+        c["iat"].as_i64().unwrap_or(0),
+        c["exp"].as_i64().unwrap_or(0),
+    );
+    h["alg"] == "RS256"
+        && key
+            .verify(format!("{header}.{claims}").as_bytes(), &sig)
+            .is_ok()
+        && c["iss"].as_str() == Some(app_id.to_string().as_str())
+        && iat <= now()
+        && now() < exp
+        && exp - iat <= 600
+}
+
+/// The tests' App key (`tests/fixtures/github/app-private-key.pem`) and its public key as
+/// RSAPublicKey DER.
+fn app_key() -> (std::path::PathBuf, Vec<u8>) {
+    use base64::Engine;
+    let path = fixtures_dir().join("github/app-private-key.pem");
+    let pem = std::fs::read_to_string(&path).unwrap();
+    let body: String = pem.lines().filter(|l| !l.starts_with("-----")).collect();
+    let der = base64::engine::general_purpose::STANDARD
+        .decode(body)
+        .unwrap();
+    let pair = ring::signature::RsaKeyPair::from_der(&der).unwrap();
+    use ring::signature::KeyPair;
+    (path, pair.public_key().as_ref().to_vec())
+}
+
 /// The push of delivery `i`.
 fn push_body(i: usize) -> Value {
     json!({
@@ -255,6 +321,16 @@ fn post_delivery(url: &str, d: &Delivery) -> u16 {
 }
 
 fn config(dir: &std::path::Path, fake: &FakeGithub, extra: &str) -> std::path::PathBuf {
+    let credentials = format!("hook = \"{HOOK}\"\napi_key = \"env:{TOKEN_VAR}\"");
+    config_with(dir, fake, &credentials, extra)
+}
+
+fn config_with(
+    dir: &std::path::Path,
+    fake: &FakeGithub,
+    credentials: &str,
+    extra: &str,
+) -> std::path::PathBuf {
     std::fs::create_dir_all(dir.join("migrations")).unwrap();
     std::fs::write(dir.join("migrations/001_pushes.sql"), MIGRATION).unwrap();
     let path = dir.join("hookledger.toml");
@@ -269,8 +345,7 @@ migrations = "migrations/"
 name = "gh"
 preset = "github"
 secrets = ["{SECRET}"]
-hook = "{HOOK}"
-api_key = "env:{TOKEN_VAR}"
+{credentials}
 api_base = "{}"
 {extra}
 
@@ -292,6 +367,14 @@ fn thirty_twenty_received(extra: &str) -> (FakeGithub, Server, std::path::PathBu
     let fake = FakeGithub::start();
     let dir = test_dir();
     let path = config(dir.path(), &fake, extra);
+    thirty_twenty_received_at(fake, dir, path)
+}
+
+fn thirty_twenty_received_at(
+    fake: FakeGithub,
+    dir: TestDir,
+    path: std::path::PathBuf,
+) -> (FakeGithub, Server, std::path::PathBuf) {
     let mut server = Server::start_with_env(
         dir.path(),
         &["--config", path.to_str().unwrap()],
@@ -414,6 +497,52 @@ fn reconcile_applies_the_ten_failed_deliveries_once_and_a_second_run_none() {
         "{counts}"
     );
     assert_each_of_thirty_once(&server.db());
+}
+
+#[test]
+fn a_github_app_s_own_hook_is_read_with_the_app_s_jwt_and_recovered_once() {
+    let fake = FakeGithub::start();
+    let (key_path, public) = app_key();
+    fake.fake.lock().unwrap().app = Some((4242, public));
+    let dir = test_dir();
+    let credentials = |app_id: u64| {
+        format!(
+            "hook = \"app\"\napp_id = {app_id}\nprivate_key = \"file:{}\"",
+            key_path.display()
+        )
+    };
+    let path = config_with(dir.path(), &fake, &credentials(4242), "");
+    let (fake, server, path) = thirty_twenty_received_at(fake, dir, path);
+    let (code, counts, stderr) = reconcile(&server, &path, &[]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(
+        (
+            &counts["found"],
+            &counts["applied"],
+            &counts["already_present"]
+        ),
+        (&json!(30), &json!(10), &json!(20)),
+        "{counts}"
+    );
+    assert_each_of_thirty_once(&server.db());
+    let calls = fake.fake.lock().unwrap().calls.clone();
+    assert!(
+        calls.iter().all(|c| c.contains(" /app/hook/deliveries")),
+        "{calls:?}"
+    );
+    let (code, counts, _) = reconcile(&server, &path, &[]);
+    assert_eq!((code, &counts["applied"]), (0, &json!(0)), "{counts}");
+
+    // A JWT GitHub does not take (another App's id as its issuer): refused, nothing claimed.
+    let other = test_dir();
+    let wrong = config_with(other.path(), &fake, &credentials(99), "");
+    let (code, _, stderr) = reconcile(&server, &wrong, &[]);
+    assert_ne!(code, 0, "{stderr}");
+    assert!(
+        stderr.contains("GitHub refused the token (HTTP 401"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("BEGIN RSA"), "{stderr}");
 }
 
 #[test]
@@ -578,6 +707,22 @@ fn github_recovery_settings_are_checked_at_start_up_naming_the_key() {
         (
             format!("[[source]]\nname = \"s\"\nscheme = \"stripe\"\nsecrets = [\"whsec_0123456789abcdef\"]\nhook = \"{HOOK}\"\n"),
             "source `s`.hook: applies to scheme github only, not stripe",
+        ),
+        (
+            format!("[[source]]\nname = \"gh\"\npreset = \"github\"\nsecrets = [\"{SECRET}\"]\nhook = \"app\"\napp_id = 4242\n"),
+            "source `gh`.hook: \"app\" needs app_id (the App's id, on its settings page) and private_key",
+        ),
+        (
+            format!("[[source]]\nname = \"gh\"\npreset = \"github\"\nsecrets = [\"{SECRET}\"]\nhook = \"app\"\napp_id = 4242\nprivate_key = \"env:{TOKEN_VAR}\"\n"),
+            "source `gh`.private_key: not a PEM private key",
+        ),
+        (
+            format!("[[source]]\nname = \"gh\"\npreset = \"github\"\nsecrets = [\"{SECRET}\"]\nhook = \"app\"\napi_key = \"env:{TOKEN_VAR}\"\n"),
+            "source `gh`.api_key: a GitHub App's hook is read with the App's own JWT",
+        ),
+        (
+            format!("[[source]]\nname = \"gh\"\npreset = \"github\"\nsecrets = [\"{SECRET}\"]\nhook = \"{HOOK}\"\napi_key = \"env:{TOKEN_VAR}\"\napp_id = 4242\n"),
+            "source `gh`.app_id: applies to hook = \"app\" only",
         ),
     ];
     for (text, expected) in cases {
