@@ -214,6 +214,22 @@ impl Api {
     }
 }
 
+/// Parameter `param` of the `rel="next"` link of a `Link` header (GitHub's `cursor`, GitLab's
+/// `page`).
+pub(crate) fn next_link_param(link: &str, param: &str) -> Option<String> {
+    link.split(',').find_map(|part| {
+        let (target, params) = part.split_once(';')?;
+        if !params.split(';').any(|p| p.trim() == "rel=\"next\"") {
+            return None;
+        }
+        let url =
+            url::Url::parse(target.trim().trim_start_matches('<').trim_end_matches('>')).ok()?;
+        url.query_pairs()
+            .find(|(k, _)| k == param)
+            .map(|(_, v)| v.into_owned())
+    })
+}
+
 /// The message of an API's error answer: GitHub's `{"message": …}`, or Paddle's
 /// `{"error": {"code": …, "detail": …}}` as `code: detail`.
 fn message_of(text: &str) -> Option<String> {
@@ -234,6 +250,20 @@ fn message_of(text: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_next_page_is_read_from_the_next_link_only() {
+        let link = "<https://api.github.com/repos/o/r/hooks/1/deliveries?per_page=100&cursor=v1_42>; rel=\"next\", \
+                    <https://api.github.com/repos/o/r/hooks/1/deliveries?per_page=100>; rel=\"first\"";
+        assert_eq!(next_link_param(link, "cursor").as_deref(), Some("v1_42"));
+        assert_eq!(
+            next_link_param("<https://x/deliveries?cursor=v1_1>; rel=\"prev\"", "cursor"),
+            None
+        );
+        let gitlab = "<https://gitlab.example.com/api/v4/projects/7/hooks/1/events?page=3&per_page=100>; rel=\"next\", \
+                      <https://gitlab.example.com/api/v4/projects/7/hooks/1/events?page=1&per_page=100>; rel=\"first\"";
+        assert_eq!(next_link_param(gitlab, "page").as_deref(), Some("3"));
+    }
 
     #[test]
     fn the_message_is_github_s_or_paddle_s_shape() {

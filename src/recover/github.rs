@@ -26,7 +26,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::http::{HeaderMap, HeaderName, HeaderValue};
 use serde::Deserialize;
 
 use crate::config::{refuse, source_key, ConfigError, RecoverMode, Secret, SourceConfig};
@@ -35,7 +34,7 @@ use crate::source::Source;
 use crate::store::Reader;
 use crate::writer::WriterHandle;
 
-use super::client::{Api, Auth, CallError};
+use super::client::{next_link_param, Api, Auth, CallError};
 use super::jwt::AppKey;
 use super::{apply, periodic_each, present, Counts, Periodic};
 
@@ -297,7 +296,10 @@ impl GithubApi {
                 "GitHub's list of deliveries is not as documented: {e}"
             ))
         })?;
-        Ok((page, link.as_deref().and_then(next_cursor)))
+        Ok((
+            page,
+            link.as_deref().and_then(|l| next_link_param(l, "cursor")),
+        ))
     }
 
     /// Delivery `id`: its request's headers and payload.
@@ -332,21 +334,6 @@ impl GithubApi {
             CallError::Failed(why) => GithubError::Failed(why),
         })
     }
-}
-
-/// The `cursor` of the `rel="next"` link of a `Link` header.
-fn next_cursor(link: &str) -> Option<String> {
-    link.split(',').find_map(|part| {
-        let (target, params) = part.split_once(';')?;
-        if !params.split(';').any(|p| p.trim() == "rel=\"next\"") {
-            return None;
-        }
-        let url =
-            url::Url::parse(target.trim().trim_start_matches('<').trim_end_matches('>')).ok()?;
-        url.query_pairs()
-            .find(|(k, _)| k == "cursor")
-            .map(|(_, v)| v.into_owned())
-    })
 }
 
 /// One reconcile of a github source.
@@ -528,34 +515,12 @@ fn event_of(source: &Source, guid: &str, request: DeliveryRequest) -> Result<Eve
     let payload = request
         .payload
         .ok_or("GitHub shows no payload for this delivery")?;
-    let body = serde_json::to_vec(&payload).map_err(|e| e.to_string())?;
-    let mut headers = HeaderMap::new();
-    for (name, value) in &request.headers {
-        if let (Ok(name), Some(Ok(value))) = (
-            HeaderName::from_bytes(name.as_bytes()),
-            value.as_str().map(HeaderValue::from_str),
-        ) {
-            headers.insert(name, value);
-        }
-    }
-    if !headers.contains_key(crate::source::hmac::GITHUB_DELIVERY) {
-        let guid = HeaderValue::from_str(guid).map_err(|e| e.to_string())?;
-        headers.insert(crate::source::hmac::GITHUB_DELIVERY, guid);
-    }
-    let envelope = source.envelope(&headers, &body).map_err(|e| e.summary())?;
-    if envelope.id != guid {
-        return Err(format!(
-            "the delivery's request says id {}, not its GUID; not applied",
-            envelope.id
-        ));
-    }
-    Ok(Event {
-        source: source.name.clone(),
-        id: envelope.id,
-        kind: envelope.kind,
-        created: envelope.created,
-        body: body.into(),
-    })
+    super::event_of_request(
+        source,
+        (crate::source::hmac::GITHUB_DELIVERY, guid),
+        &request.headers,
+        &payload,
+    )
 }
 
 #[cfg(test)]
@@ -585,16 +550,5 @@ mod tests {
         assert_eq!(app.path, "/app/hook");
         assert!(app.is_app());
         assert!(!Hook::parse("orgs/octo/7").unwrap().is_app());
-    }
-
-    #[test]
-    fn the_next_cursor_is_read_from_the_next_link_only() {
-        let link = "<https://api.github.com/repos/o/r/hooks/1/deliveries?per_page=100&cursor=v1_42>; rel=\"next\", \
-                    <https://api.github.com/repos/o/r/hooks/1/deliveries?per_page=100>; rel=\"first\"";
-        assert_eq!(next_cursor(link).as_deref(), Some("v1_42"));
-        assert_eq!(
-            next_cursor("<https://x/deliveries?cursor=v1_1>; rel=\"prev\""),
-            None
-        );
     }
 }

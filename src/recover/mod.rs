@@ -83,6 +83,47 @@ pub(crate) fn apply(
     }
 }
 
+/// The event of a request a provider recorded (its headers and payload, as a delivery log
+/// shows them), read as the source reads a webhook: the body is the payload serialized again;
+/// `id` is the delivery's id and the header it goes in, added when the log left it out. An
+/// id the source reads elsewhere is refused: the claim must be the delivery's.
+pub(crate) fn event_of_request(
+    source: &Source,
+    (id_header, id): (&'static str, &str),
+    recorded: &serde_json::Map<String, serde_json::Value>,
+    payload: &serde_json::Value,
+) -> Result<Event, String> {
+    use axum::http::{HeaderMap, HeaderName, HeaderValue};
+    let body = serde_json::to_vec(payload).map_err(|e| e.to_string())?;
+    let mut headers = HeaderMap::new();
+    for (name, value) in recorded {
+        if let (Ok(name), Some(Ok(value))) = (
+            HeaderName::from_bytes(name.as_bytes()),
+            value.as_str().map(HeaderValue::from_str),
+        ) {
+            headers.insert(name, value);
+        }
+    }
+    if !headers.contains_key(id_header) {
+        let value = HeaderValue::from_str(id).map_err(|e| e.to_string())?;
+        headers.insert(id_header, value);
+    }
+    let envelope = source.envelope(&headers, &body).map_err(|e| e.summary())?;
+    if envelope.id != id {
+        return Err(format!(
+            "the delivery's request says id {}, not {id}; not applied",
+            envelope.id
+        ));
+    }
+    Ok(Event {
+        source: source.name.clone(),
+        id: envelope.id,
+        kind: envelope.kind,
+        created: envelope.created,
+        body: body.into(),
+    })
+}
+
 /// `events` without those the ledger has (counted as present); a failed read counts failed.
 pub(crate) fn without_present(
     source: &Source,
