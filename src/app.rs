@@ -291,6 +291,11 @@ impl Hookledger {
             {
                 workers.push(Box::new(github));
             }
+            for gitlab in
+                crate::recover::gitlab::periodic(&config, &sources, &handle, &reader, &metrics)?
+            {
+                workers.push(Box::new(gitlab));
+            }
             for paddle in
                 crate::recover::paddle::periodic(&config, &sources, &handle, &reader, &metrics)?
             {
@@ -397,6 +402,10 @@ impl Hookledger {
         let never = AtomicBool::new(false);
         if config.scheme == crate::config::SchemeName::Github {
             let run = crate::recover::github::Run::new(config, since, dry_run, api_base, api_key)?;
+            return Ok(run.once(source, &self.writer_handle, &self.reader, &never)?);
+        }
+        if crate::recover::gitlab::is_gitlab(config) {
+            let run = crate::recover::gitlab::Run::new(config, since, dry_run, api_base, api_key)?;
             return Ok(run.once(source, &self.writer_handle, &self.reader, &never)?);
         }
         if crate::recover::paddle::is_paddle(config) {

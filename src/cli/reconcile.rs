@@ -1,5 +1,5 @@
 //! `hookledger reconcile`: one run of a source's recovery (Stripe's [`crate::stripe::reconcile`],
-//! GitHub's, Paddle's or WorkOS's in [`crate::recover`]) from the command line, on the database `serve`
+//! GitHub's, GitLab's, Paddle's or WorkOS's in [`crate::recover`]) from the command line, on the database `serve`
 //! uses (it may run meanwhile).
 
 use std::path::PathBuf;
@@ -15,12 +15,13 @@ use super::common::Exit;
 #[derive(Debug, Args)]
 pub struct ReconcileArgs {
     /// The source to reconcile: a stripe source, a github source with a `hook` (`"app"`: the
-    /// App's JWT from its app_id and private_key), a paddle or a
-    /// workos source (a `[[source]]` of --config; without one, the quick start's `stripe`).
+    /// App's JWT from its app_id and private_key), a gitlab source with a `hook`, a paddle
+    /// or a workos source (a `[[source]]` of --config; without one, the quick start's `stripe`).
     #[arg(long, default_value = "stripe")]
     source: String,
     /// How far back to look (e.g. 3d, 12h); Stripe keeps events for 30 days, GitHub a hook's
-    /// deliveries for 3, Paddle events for 90, WorkOS for 30.
+    /// deliveries for 3, GitLab a hook's requests for 7, Paddle events for 90, WorkOS
+    /// for 30.
     #[arg(long, value_parser = config::parse_duration, default_value = "3d")]
     since: Duration,
     /// Count what would be applied; change nothing.
@@ -28,7 +29,7 @@ pub struct ReconcileArgs {
     dry_run: bool,
     /// The provider's API [default: the source's api_base, else https://api.stripe.com,
     /// https://api.github.com,
-    /// https://api.paddle.com or https://api.workos.com].
+    /// https://gitlab.com/api/v4, https://api.paddle.com or https://api.workos.com].
     #[arg(long)]
     api_base: Option<String>,
     /// The secret API key, as env:NAME, file:PATH or credential:NAME [default: the source's
@@ -104,7 +105,7 @@ fn print(counts: &Counts, json: bool, dry_run: bool) -> anyhow::Result<()> {
         // Only a redeliver run asks for redeliveries; the other runs' line stays as it was.
         let redelivered = match counts.redelivered {
             0 => String::new(),
-            n => format!(", asked GitHub to redeliver {n}"),
+            n => format!(", asked the provider to redeliver {n}"),
         };
         println!(
             "found {}, {applied} {}{redelivered}, already present {}, failed {}",

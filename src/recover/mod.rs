@@ -18,6 +18,7 @@ use crate::writer::WriterHandle;
 
 pub(crate) mod client;
 pub(crate) mod github;
+pub(crate) mod gitlab;
 pub(crate) mod jwt;
 pub(crate) mod paddle;
 pub(crate) mod stream;

@@ -52,15 +52,20 @@ fn check_source(source: &SourceConfig) -> Result<(), ConfigError> {
             );
         }
     }
+    let gitlab = crate::recover::gitlab::is_gitlab(source);
     if source.scheme != SchemeName::Github {
-        for (field, set) in [
-            ("hook", source.hook.is_some()),
-            ("mode", source.mode.is_some()),
-            ("app_id", source.app_id.is_some()),
-            ("private_key", source.private_key.is_some()),
+        for (field, set, on_gitlab) in [
+            ("hook", source.hook.is_some(), true),
+            ("mode", source.mode.is_some(), true),
+            ("app_id", source.app_id.is_some(), false),
+            ("private_key", source.private_key.is_some(), false),
         ] {
-            if set {
-                refuse!(key(field), "applies to scheme github only, not {scheme}");
+            if set && !(gitlab && on_gitlab) {
+                let also = if on_gitlab { " and preset gitlab" } else { "" };
+                refuse!(
+                    key(field),
+                    "applies to scheme github{also} only, not {scheme}"
+                );
             }
         }
     }
@@ -79,6 +84,10 @@ fn check_source(source: &SourceConfig) -> Result<(), ConfigError> {
         stripe_refresh()?;
         return crate::recover::github::check_source(source);
     }
+    if gitlab {
+        stripe_refresh()?;
+        return crate::recover::gitlab::check_source(source);
+    }
     if crate::recover::paddle::is_paddle(source) {
         stripe_refresh()?;
         return crate::recover::paddle::check_source(source);
@@ -96,8 +105,8 @@ fn check_source(source: &SourceConfig) -> Result<(), ConfigError> {
             if set {
                 refuse!(
                     key(field),
-                    "applies to scheme stripe, github (with hook) and presets paddle and workos \
-                     only, not {scheme}"
+                    "applies to scheme stripe, github (with hook) and presets gitlab (with \
+                     hook), paddle and workos only, not {scheme}"
                 );
             }
         }
@@ -196,8 +205,8 @@ mod tests {
         assert_eq!(err.key, "source `shop`.api_key");
         assert_eq!(
             err.message,
-            "applies to scheme stripe, github (with hook) and presets paddle and workos only, not \
-             shopify"
+            "applies to scheme stripe, github (with hook) and presets gitlab (with hook), paddle \
+             and workos only, not shopify"
         );
         let err = checked(&format!("{github}handlers = [\"stripe-billing\"]\n")).unwrap_err();
         assert_eq!(

@@ -706,7 +706,7 @@ fn github_recovery_settings_are_checked_at_start_up_naming_the_key() {
         ),
         (
             format!("[[source]]\nname = \"s\"\nscheme = \"stripe\"\nsecrets = [\"whsec_0123456789abcdef\"]\nhook = \"{HOOK}\"\n"),
-            "source `s`.hook: applies to scheme github only, not stripe",
+            "source `s`.hook: applies to scheme github and preset gitlab only, not stripe",
         ),
         (
             format!("[[source]]\nname = \"gh\"\npreset = \"github\"\nsecrets = [\"{SECRET}\"]\nhook = \"app\"\napp_id = 4242\n"),

@@ -25,6 +25,7 @@ mod faults;
 mod filter;
 mod fixtures;
 mod github_recovery;
+mod gitlab_recovery;
 mod hostile;
 mod lanes;
 mod mailgun;

@@ -530,7 +530,7 @@ fn stream_recovery_settings_are_checked_at_start_up_naming_the_key() {
         ),
         (
             format!("{pdl}hook = \"repos/o/r/1\"\n"),
-            "source `paddle`.hook: applies to scheme github only",
+            "source `paddle`.hook: applies to scheme github and preset gitlab only",
         ),
         (
             format!("{pdl}{types}"),
