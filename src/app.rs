@@ -253,6 +253,14 @@ impl Hookledger {
         let refusals = Arc::new(crate::refusals::Refusals::default());
         let mut workers: Vec<Box<dyn Background>> = Vec::new();
         if serving {
+            // Read before the first beat: the time since the last one is the downtime.
+            metrics.set_downtime(
+                crate::heartbeat::downtime(&reader, crate::time::unix_now())
+                    .context("cannot read the heartbeat")?,
+            );
+            workers.push(Box::new(crate::heartbeat::Heartbeat::spawn(
+                handle.clone(),
+            )?));
             let watch =
                 crate::alerts::Watch::new(&config, handle.clone(), reader.clone(), metrics.clone());
             if let Some(watch) = &watch {

@@ -111,6 +111,7 @@ mod dev;
 mod error;
 mod event;
 mod handler;
+mod heartbeat;
 mod http;
 mod log_budget;
 mod metrics;

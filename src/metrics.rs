@@ -76,6 +76,32 @@ struct EventLabels {
     outcome: &'static str,
 }
 
+/// One reconcile run of a source, as the console shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Recovery {
+    /// When it ended (Unix seconds).
+    pub(crate) at: i64,
+    /// What it counted, or why it stopped.
+    pub(crate) result: Result<RecoveryCounts, String>,
+}
+
+/// What a reconcile run counted (the recoveries' `Counts`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct RecoveryCounts {
+    pub(crate) found: u64,
+    pub(crate) applied: u64,
+    pub(crate) redelivered: u64,
+    pub(crate) already_present: u64,
+    pub(crate) failed: u64,
+}
+
+/// A time no instance was up: from the last heartbeat before this start to the start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Downtime {
+    pub(crate) from: i64,
+    pub(crate) to: i64,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct SourceLabels {
     source: Arc<str>,
@@ -211,6 +237,10 @@ pub(crate) struct Metrics {
     rejected: Family<RejectedLabels, Counter>,
     /// Events `serve`'s reconcile runs applied from a provider's API, by source.
     recovered: Family<SourceLabels, Counter>,
+    /// Each source's last reconcile run, for the console.
+    recoveries: Mutex<HashMap<Arc<str>, Recovery>>,
+    /// The last time no instance was up before this one started, by the heartbeat.
+    downtime: Mutex<Option<Downtime>>,
     request_seconds: Family<SourceLabels, Histogram, fn() -> Histogram>,
     writer: WriterMetrics,
     deliveries: Family<DeliveryLabels, Counter>,
@@ -403,6 +433,8 @@ impl Metrics {
             events,
             rejected,
             recovered,
+            recoveries: Mutex::default(),
+            downtime: Mutex::default(),
             request_seconds,
             writer,
             deliveries,
@@ -646,13 +678,32 @@ impl Metrics {
         (self.config_loaded.get(), lock(&self.config_sha256).clone())
     }
 
-    /// A reconcile run of `source` applied `applied` events.
-    pub(crate) fn recovered(&self, source: &str, applied: u64) {
-        self.recovered
-            .get_or_create(&SourceLabels {
-                source: Arc::from(source),
-            })
-            .inc_by(applied);
+    /// A reconcile run of `source` ended: what it applied is counted, and the run is kept as
+    /// the source's last.
+    pub(crate) fn recovered(&self, source: &str, run: Recovery) {
+        let source: Arc<str> = Arc::from(source);
+        if let Ok(counts) = &run.result {
+            self.recovered
+                .get_or_create(&SourceLabels {
+                    source: source.clone(),
+                })
+                .inc_by(counts.applied);
+        }
+        lock(&self.recoveries).insert(source, run);
+    }
+
+    /// The last reconcile run of `source`, if one ran since the start.
+    pub(crate) fn recovery(&self, source: &str) -> Option<Recovery> {
+        lock(&self.recoveries).get(source).cloned()
+    }
+
+    /// The last time no instance was up, found at start-up from the heartbeat.
+    pub(crate) fn set_downtime(&self, downtime: Option<Downtime>) {
+        *lock(&self.downtime) = downtime;
+    }
+
+    pub(crate) fn downtime(&self) -> Option<Downtime> {
+        *lock(&self.downtime)
     }
 
     /// A reload was refused.

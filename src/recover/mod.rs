@@ -40,6 +40,18 @@ pub(crate) struct Counts {
     pub(crate) failed: u64,
 }
 
+impl From<Counts> for crate::metrics::RecoveryCounts {
+    fn from(c: Counts) -> Self {
+        crate::metrics::RecoveryCounts {
+            found: c.found,
+            applied: c.applied,
+            redelivered: c.redelivered,
+            already_present: c.already_present,
+            failed: c.failed,
+        }
+    }
+}
+
 /// Claims and applies `events` through `writer`, as webhooks are: counted applied, already
 /// present (a webhook or another run came first) or failed (logged).
 pub(crate) fn apply(
@@ -214,7 +226,8 @@ pub(crate) struct Periodic {
 impl Periodic {
     /// Starts the thread of `source`; the first run starts at once. `stop` is the flag the
     /// run's API client watches (a retry's pause ends when it is set); what each run applied
-    /// goes to `metrics` (`hookledger_recovered_events_total`).
+    /// goes to `metrics` (`hookledger_recovered_events_total`), and the run is kept as the
+    /// source's last, for the console.
     pub(crate) fn spawn(
         source: &str,
         every: Duration,
@@ -230,9 +243,16 @@ impl Periodic {
             .name(format!("hookledger-reconcile-{name}"))
             .spawn(move || {
                 while !flag.load(Ordering::SeqCst) {
-                    match run(horizon(since), &flag) {
+                    let result = run(horizon(since), &flag);
+                    metrics.recovered(
+                        &name,
+                        crate::metrics::Recovery {
+                            at: crate::time::unix_now(),
+                            result: result.clone().map(Into::into),
+                        },
+                    );
+                    match result {
                         Ok(c) => {
-                            metrics.recovered(&name, c.applied);
                             log::info!(
                                 "reconcile {name}: found {}, applied {}, redelivered {}, \
                                  already present {}, failed {}",

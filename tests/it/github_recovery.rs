@@ -578,6 +578,16 @@ fn serve_recovers_at_its_start_what_failed_while_it_was_down() {
     let (_fake, mut server, _) = thirty_twenty_received("");
     let db_arg = server.db_arg();
     server.terminate();
+    // Down for ten minutes: the last heartbeat the first server wrote is ten minutes old.
+    let down_since = now() - 600;
+    assert_eq!(
+        server.db().execute(
+            "UPDATE hookledger_heartbeat SET at = $1 WHERE id = 1",
+            &[&down_since]
+        ),
+        1,
+        "the first server wrote its heartbeat"
+    );
     let dir = test_dir();
     let path = config(
         dir.path(),
@@ -608,6 +618,28 @@ fn serve_recovers_at_its_start_what_failed_while_it_was_down() {
             .lines()
             .any(|l| l == "hookledger_recovered_events_total{source=\"gh\"} 10"),
         "{metrics}"
+    );
+    // The console says when no instance was up, and what the recovery found since.
+    let (status, _, page) = restarted.admin_request("GET", "/status", &[], b"");
+    assert_eq!(status, 200, "{page}");
+    let down = page
+        .split("<p class=refused id=downtime>")
+        .nth(1)
+        .and_then(|rest| rest.split("</p>").next())
+        .unwrap_or_else(|| panic!("no downtime line: {page}"));
+    assert!(down.starts_with("Down from "), "{down}");
+    assert!(
+        down.contains("(10 min)") || down.contains("(11 min)"),
+        "{down}"
+    );
+    let recovery = page
+        .split("<p class=recovery id=\"recovery-gh\">")
+        .nth(1)
+        .and_then(|rest| rest.split("</p>").next())
+        .unwrap_or_else(|| panic!("no recovery line: {page}"));
+    assert!(
+        recovery.contains("found 30, applied 10, already present 20, failed 0."),
+        "{recovery}"
     );
 }
 

@@ -5,7 +5,9 @@
 //! and failures are not in the ledger). Then the outbox (rows per kind and status, the dead
 //! rows with their last error and a command's output; each delivery kind's lane: its pending
 //! rows, paused while its breaker is open, attempts in flight) and the retention horizon;
-//! version, uptime and when the config was loaded (with its file's hash) in the header.
+//! version, uptime and when the config was loaded (with its file's hash) in the header; when
+//! no instance was up before this one started (by the heartbeat), since when; and per source
+//! its last recovery run (what the provider's API gave back).
 //!
 //! `POST /status/retry-dead` (the page's button) puts every dead row back to pending through
 //! the writer. It needs the admin token in the form's `token` field or as a bearer token, never
@@ -21,7 +23,7 @@ use axum::response::Response;
 
 use super::html::{age, counts_table, esc, link, page as html_page, param, q, TOKEN_FIELD};
 use super::state::{commit, read_ledger, Admin};
-use crate::metrics::{Activity, Lane, Outcome};
+use crate::metrics::{Activity, Lane, Outcome, Recovery};
 use crate::refusals::UNKNOWN_SOURCE;
 use crate::store::console::{SourceSummary, WINDOW_SECS};
 use crate::store::listings::{OutboxRow, OutboxSummary};
@@ -115,6 +117,17 @@ fn render(
     if let Some(wal) = admin.metrics.wal() {
         wal_over(&mut h, wal, now);
     }
+    if let Some(down) = admin.metrics.downtime() {
+        let _ = write!(
+            h,
+            "<p class=refused id=downtime>Down from {} to {} UTC ({}): no instance was up, by \
+             the heartbeat. Webhooks sent meanwhile were refused or lost; each source's recovery \
+             (below) shows what its provider's API gave back.</p>",
+            format_time(down.from),
+            format_time(down.to),
+            age(down.to - down.from),
+        );
+    }
     summary(&mut h, &stored.sources, now);
     if let Some(unknown) = &stored.unknown {
         let _ = write!(
@@ -126,7 +139,13 @@ fn render(
         );
         refusals(&mut h, unknown, now);
     }
-    sources(&mut h, &stored.sources, activity, now);
+    sources(
+        &mut h,
+        &stored.sources,
+        activity,
+        &|name| admin.metrics.recovery(name),
+        now,
+    );
     outbox(&mut h, stored, &admin.metrics.lanes(), now);
     retention(&mut h, admin, stored, now);
     if let Some(wal) = admin.metrics.wal() {
@@ -215,6 +234,7 @@ fn sources(
     h: &mut String,
     summaries: &[SourceSummary],
     activity: &[(Arc<str>, Activity)],
+    recoveries: &dyn Fn(&str) -> Option<Recovery>,
     now: i64,
 ) {
     let minutes = WINDOW_SECS / 60;
@@ -230,6 +250,9 @@ fn sources(
             s.events as f64 / minutes as f64,
             esc(&q(&s.source)),
         );
+        if let Some(run) = recoveries(&s.source) {
+            recovery(h, &name, &run, now);
+        }
         refusals(h, s, now);
         if !s.recent.is_empty() {
             h.push_str(
@@ -253,6 +276,40 @@ fn sources(
             instance(h, a);
         }
         h.push_str("</section>");
+    }
+}
+
+/// A source's last reconcile run: what it found and applied from the provider's API, or why
+/// it stopped.
+fn recovery(h: &mut String, name: &str, run: &Recovery, now: i64) {
+    let when = format!(
+        "last run {} UTC ({} ago)",
+        format_time(run.at),
+        age(now - run.at)
+    );
+    match &run.result {
+        Ok(c) => {
+            let _ = write!(
+                h,
+                "<p class=recovery id=\"recovery-{name}\">Recovery, {when}: found {}, applied {}",
+                c.found, c.applied
+            );
+            if c.redelivered > 0 {
+                let _ = write!(h, ", asked to redeliver {}", c.redelivered);
+            }
+            let _ = write!(
+                h,
+                ", already present {}, failed {}.</p>",
+                c.already_present, c.failed
+            );
+        }
+        Err(why) => {
+            let _ = write!(
+                h,
+                "<p class=refused id=\"recovery-{name}\">Recovery, {when}: stopped: {}</p>",
+                esc(why)
+            );
+        }
     }
 }
 
