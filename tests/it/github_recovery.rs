@@ -43,6 +43,16 @@ struct Delivery {
     body: Value,
 }
 
+/// A call the fake answered, for the check against GitHub's OpenAPI description.
+#[derive(Clone, Debug)]
+struct Answered {
+    method: String,
+    path: String,
+    query: String,
+    status: u16,
+    body: Value,
+}
+
 #[derive(Default)]
 struct Fake {
     /// Newest first, as GitHub lists them.
@@ -57,6 +67,8 @@ struct Fake {
     /// The GitHub App's hook instead of the repository's: the App's id and its public key
     /// (RSAPublicKey DER), which each call's JWT must verify with.
     app: Option<(u64, Vec<u8>)>,
+    /// Each call that was answered: method, path, query, status and body.
+    answered: Vec<Answered>,
     calls: Vec<String>,
 }
 
@@ -91,7 +103,19 @@ async fn answer(State(fake): State<Arc<Mutex<Fake>>>, request: Request) -> Respo
     let answer = {
         let mut fake = fake.lock().unwrap();
         fake.calls.push(format!("{method} {path}?{query}"));
-        route(&mut fake, &method, &path, &query, &headers)
+        let routed = route(&mut fake, &method, &path, &query, &headers);
+        let (status, body) = match &routed {
+            Routed::Json(status, _, body) => (status.as_u16(), body.clone()),
+            Routed::Redeliver(status, _, _) => (status.as_u16(), json!({})),
+        };
+        fake.answered.push(Answered {
+            method: method.to_string(),
+            path: path.clone(),
+            query: query.clone(),
+            status,
+            body,
+        });
+        routed
     };
     match answer {
         Routed::Json(status, link, body) => {
@@ -285,6 +309,142 @@ fn app_key() -> (std::path::PathBuf, Vec<u8>) {
     let pair = ring::signature::RsaKeyPair::from_der(&der).unwrap();
     use ring::signature::KeyPair;
     (path, pair.public_key().as_ref().to_vec())
+}
+
+/// GitHub's OpenAPI description of the hook-delivery routes (a subset of github/rest-api-
+/// description, `tests/fixtures/github/openapi-hook-deliveries.json`).
+fn openapi() -> Value {
+    let path = fixtures_dir().join("github/openapi-hook-deliveries.json");
+    serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+}
+
+/// `node` with its `$ref` followed, in `spec`.
+fn deref<'a>(spec: &'a Value, node: &'a Value) -> &'a Value {
+    match node["$ref"].as_str() {
+        Some(r) => deref(
+            spec,
+            spec.pointer(r.trim_start_matches('#'))
+                .unwrap_or(&Value::Null),
+        ),
+        None => node,
+    }
+}
+
+/// Why `value` does not fit `schema` (types, `nullable`, `required`, properties and items,
+/// `oneOf`/`anyOf`), if it does not.
+fn misfit(spec: &Value, schema: &Value, value: &Value, at: &str) -> Option<String> {
+    let schema = deref(spec, schema);
+    if value.is_null() && schema["nullable"] == true {
+        return None;
+    }
+    for key in ["oneOf", "anyOf"] {
+        if let Some(options) = schema[key].as_array() {
+            return options
+                .iter()
+                .all(|o| misfit(spec, o, value, at).is_some())
+                .then(|| format!("{at}: fits none of its {key}"));
+        }
+    }
+    let fits = match schema["type"].as_str() {
+        Some("object") => value.is_object(),
+        Some("array") => value.is_array(),
+        Some("string") => value.is_string(),
+        Some("integer") => value.is_i64() || value.is_u64(),
+        Some("number") => value.is_number(),
+        Some("boolean") => value.is_boolean(),
+        _ => true,
+    };
+    if !fits {
+        return Some(format!("{at}: {value} is not a {}", schema["type"]));
+    }
+    if let Some(object) = value.as_object() {
+        for key in schema["required"].as_array().into_iter().flatten() {
+            let key = key.as_str().unwrap_or_default();
+            if !object.contains_key(key) {
+                return Some(format!("{at}: no required {key}"));
+            }
+        }
+        for (key, field) in object {
+            if let Some(property) = schema["properties"].get(key) {
+                if let Some(why) = misfit(spec, property, field, &format!("{at}.{key}")) {
+                    return Some(why);
+                }
+            }
+        }
+    }
+    if let (Some(items), Some(list)) = (schema.get("items"), value.as_array()) {
+        for (i, item) in list.iter().enumerate() {
+            if let Some(why) = misfit(spec, items, item, &format!("{at}[{i}]")) {
+                return Some(why);
+            }
+        }
+    }
+    None
+}
+
+/// Each call the fake answered is a route of GitHub's description (its method, its query
+/// parameters, the status among its responses), and each body fits that response's schema.
+fn assert_as_github_s_openapi_says(fake: &FakeGithub) {
+    let spec = openapi();
+    let answered = fake.fake.lock().unwrap().answered.clone();
+    assert!(!answered.is_empty());
+    for a in answered {
+        let parts: Vec<&str> = a.path.split('/').collect();
+        let route = spec["paths"]
+            .as_object()
+            .unwrap()
+            .iter()
+            .find(|(template, _)| {
+                let t: Vec<&str> = template.split('/').collect();
+                t.len() == parts.len()
+                    && t.iter()
+                        .zip(&parts)
+                        .all(|(t, p)| t == p || (t.starts_with('{') && !p.is_empty()))
+            })
+            .unwrap_or_else(|| {
+                panic!(
+                    "{} {}: not a route of GitHub's description",
+                    a.method, a.path
+                )
+            });
+        let operation = &route.1[a.method.to_lowercase()];
+        assert!(
+            operation.is_object(),
+            "{} {}: not a method of {}",
+            a.method,
+            a.path,
+            route.0
+        );
+        let known: Vec<&str> = operation["parameters"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|p| deref(&spec, p))
+            .filter(|p| p["in"] == "query")
+            .filter_map(|p| p["name"].as_str())
+            .collect();
+        for (name, _) in url::form_urlencoded::parse(a.query.as_bytes()) {
+            assert!(
+                known.contains(&name.as_ref()),
+                "{} {}: no query parameter {name}",
+                a.method,
+                route.0
+            );
+        }
+        let response = deref(&spec, &operation["responses"][a.status.to_string()]);
+        assert!(
+            response.is_object(),
+            "{} {}: GitHub does not answer {}",
+            a.method,
+            route.0,
+            a.status
+        );
+        if let Some(schema) = response.pointer("/content/application~1json/schema") {
+            if let Some(why) = misfit(&spec, schema, &a.body, "body") {
+                panic!("{} {} answered {}: {why}", a.method, route.0, a.status);
+            }
+        }
+    }
 }
 
 /// The push of delivery `i`.
@@ -488,6 +648,7 @@ fn reconcile_applies_the_ten_failed_deliveries_once_and_a_second_run_none() {
     assert!(fake.redelivered().is_empty());
     let calls = fake.fake.lock().unwrap().calls.clone();
     assert!(calls.iter().all(|c| !c.contains(TOKEN)), "{calls:?}");
+    assert_as_github_s_openapi_says(&fake);
 
     let (code, counts, stderr) = reconcile(&server, &path, &[]);
     assert_eq!(code, 0, "{stderr}");
@@ -532,6 +693,7 @@ fn a_github_app_s_own_hook_is_read_with_the_app_s_jwt_and_recovered_once() {
     );
     let (code, counts, _) = reconcile(&server, &path, &[]);
     assert_eq!((code, &counts["applied"]), (0, &json!(0)), "{counts}");
+    assert_as_github_s_openapi_says(&fake);
 
     // A JWT GitHub does not take (another App's id as its issuer): refused, nothing claimed.
     let other = test_dir();
@@ -568,6 +730,7 @@ fn reconcile_in_redeliver_mode_asks_github_for_each_failed_delivery_and_they_arr
     }
     expected.sort();
     assert_eq!(asked, expected);
+    assert_as_github_s_openapi_says(&fake);
     let db = server.db();
     wait_for(WAIT, || (ledger_count(&db) == 30).then_some(())).expect("the redeliveries arrive");
     assert_each_of_thirty_once(&db);
