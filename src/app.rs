@@ -254,10 +254,10 @@ impl Hookledger {
         let mut workers: Vec<Box<dyn Background>> = Vec::new();
         if serving {
             // Read before the first beat: the time since the last one is the downtime.
-            metrics.set_downtime(
-                crate::heartbeat::downtime(&reader, crate::time::unix_now())
-                    .context("cannot read the heartbeat")?,
-            );
+            match crate::heartbeat::downtime(&reader, crate::time::unix_now()) {
+                Ok(down) => metrics.set_downtime(down),
+                Err(e) => log::warn!("heartbeat: the last one cannot be read: {e:#}"),
+            }
             workers.push(Box::new(crate::heartbeat::Heartbeat::spawn(
                 handle.clone(),
             )?));
@@ -408,6 +408,13 @@ impl Hookledger {
             anyhow::bail!("there is no source `{name}`");
         };
         let never = AtomicBool::new(false);
+        let claim_days = self.config.retention.claim_days;
+        if since > Duration::from_secs(claim_days * 86_400) {
+            anyhow::bail!(
+                "--since must be at most retention.claim_days ({claim_days} days): an event whose \
+                 claim was pruned would be applied again"
+            );
+        }
         if config.scheme == crate::config::SchemeName::Github {
             let run = crate::recover::github::Run::new(config, since, dry_run, api_base, api_key)?;
             return Ok(run.once(source, &self.writer_handle, &self.reader, &never)?);

@@ -5,8 +5,10 @@
 //! row is theirs together), shown on the console beside what the recoveries found since.
 //!
 //! Failure modes: a beat that fails (the database down, busy, full) is logged (one line a beat
-//! at most) and tried again at the next; it never stops `serve`. A database that never had a beat
-//! (new, or written by a hookledger from before the heartbeat) shows no downtime.
+//! at most) and tried again at the next; it never stops `serve`, nor does a row that cannot be
+//! read at the start (then no downtime is shown). A database that never had a beat shows no
+//! downtime; the first start after an upgrade from a hookledger without the heartbeat shows
+//! the time since `/readyz` last wrote the row, if it ever did.
 
 use std::sync::mpsc;
 use std::thread::JoinHandle;

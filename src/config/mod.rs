@@ -431,6 +431,17 @@ impl Config {
                 "cannot be more than retention.claim_days: a payload is kept only with its claim"
             );
         }
+        let claim_days = Duration::from_secs(self.retention.claim_days * 86_400);
+        for source in &self.sources {
+            if source.reconcile.is_some_and(|r| r.since > claim_days) {
+                refuse!(
+                    source_key(&source.name, "reconcile.since"),
+                    "must be at most retention.claim_days ({} days): an event whose claim was \
+                     pruned would be applied again",
+                    self.retention.claim_days
+                );
+            }
+        }
         if let Some(forward) = &self.forward {
             forward.target()?;
             if let Some(on) = &forward.on {

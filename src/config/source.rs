@@ -910,7 +910,8 @@ impl SourceConfig {
             }
         }
         if let Some(r) = &self.reconcile {
-            if self.api_key.is_none() {
+            // A GitHub App's hook is read with its private key instead (checked by its wing).
+            if self.api_key.is_none() && self.private_key.is_none() {
                 refuse!(key("reconcile"), "needs api_key (api_key = \"env:NAME\")");
             }
             if r.every < Duration::from_secs(1) {

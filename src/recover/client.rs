@@ -1,10 +1,12 @@
 //! The HTTP client of a provider's API, shared by the recoveries that list what a provider
 //! kept (GitHub's deliveries, Paddle's events): the token as a bearer, a `User-Agent`, the
-//! provider's own headers; the provider's side (5xx, a lost connection) retried after
-//! [`BACKOFF`]'s pauses; a rate limit (429, or 403 with `x-ratelimit-remaining: 0` or a
-//! `retry-after`, as GitHub answers one) waited out when short ([`MAX_WAIT`]); any other
-//! answer that is not 2xx returned at once, for the provider's run to say what it means.
-//! No message carries the token: an answer that quotes it has it replaced.
+//! provider's own headers; a read (`GET`) that failed for the provider's side (5xx, a lost
+//! connection) retried after [`BACKOFF`]'s pauses, a `POST` (a redelivery: it may have been
+//! done) never; a rate limit (429, or 403 with `x-ratelimit-remaining: 0` or a `retry-after`,
+//! as GitHub answers one) waited out when short ([`MAX_WAIT`]), at most [`MAX_RATE_WAITS`]
+//! times a call; any other answer that is not 2xx returned at once, for the provider's run to
+//! say what it means. An answer over [`MAX_ANSWER`] fails the call. No message carries the
+//! token: an answer that quotes it has it replaced.
 
 use std::io::Read;
 use std::sync::atomic::AtomicBool;
@@ -27,6 +29,9 @@ const BACKOFF: [Duration; 5] = [
 
 /// The longest rate-limit wait a run sits out; past it the run stops and says until when.
 const MAX_WAIT: Duration = Duration::from_secs(60);
+
+/// Rate-limit waits one call sits out at most (a limit that keeps coming back stops the run).
+const MAX_RATE_WAITS: usize = 10;
 
 /// The largest answer read: a page of summaries is small, one GitHub delivery holds a payload
 /// of up to 25 MiB.
@@ -116,11 +121,27 @@ impl Api {
     ) -> Result<(Vec<u8>, Option<String>), CallError> {
         let url = format!("{}{path}", self.base);
         let mut pauses = self.backoff.iter();
+        let mut rate_waits = 0;
         loop {
             let (pause, why) = match self.call_once(method, &url) {
                 Ok(answer) => return Ok(answer),
                 Err(Retry::No(e)) => return Err(e),
-                Err(Retry::RateLimited(wait, why)) => (wait, why),
+                Err(Retry::RateLimited(_, why)) if rate_waits >= MAX_RATE_WAITS => {
+                    return Err(CallError::Failed(format!(
+                        "{method} {path}: {why} {MAX_RATE_WAITS} times in a row; the next run \
+                         goes on"
+                    )))
+                }
+                Err(Retry::RateLimited(wait, why)) => {
+                    rate_waits += 1;
+                    (wait, why)
+                }
+                // A redelivery asked for again could be made twice.
+                Err(Retry::Again(why)) if method != "GET" => {
+                    return Err(CallError::Failed(format!(
+                        "{method} {path}: {why}; not retried (it may have been done)"
+                    )))
+                }
                 Err(Retry::Again(why)) => match pauses.next() {
                     Some(pause) => (*pause, why),
                     None => {
@@ -159,10 +180,16 @@ impl Api {
             let mut body = Vec::new();
             response
                 .into_reader()
-                .take(MAX_ANSWER)
+                .take(MAX_ANSWER + 1)
                 .read_to_end(&mut body)
-                .map(|_| (body, link))
-                .map_err(|e| Retry::Again(format!("reading the answer: {e}")))
+                .map_err(|e| Retry::Again(format!("reading the answer: {e}")))?;
+            if body.len() as u64 > MAX_ANSWER {
+                return Err(Retry::No(CallError::Failed(format!(
+                    "the answer is over {} MiB",
+                    MAX_ANSWER >> 20
+                ))));
+            }
+            Ok((body, link))
         };
         match request.call() {
             Ok(response) => read(response),
@@ -185,10 +212,10 @@ impl Api {
             .into_reader()
             .take(64 * 1024)
             .read_to_string(&mut text);
-        let message = message_of(&text)
-            .unwrap_or_else(|| text.chars().take(200).collect())
-            // An answer that quotes the token does not carry it into a log line.
-            .replace(bearer, "…");
+        // An answer that quotes the token does not carry it into a log line: replaced before
+        // the text is cut, so no part of it is left either.
+        let text = text.replace(bearer, "…");
+        let message = message_of(&text).unwrap_or_else(|| text.chars().take(200).collect());
         if status == 429 || (status == 403 && (spent || retry_after.is_some())) {
             let wait = match (retry_after, reset) {
                 (Some(s), _) => Duration::from_secs(s),

@@ -132,7 +132,11 @@ pub(crate) fn check_source(source: &SourceConfig) -> Result<(), ConfigError> {
         ("app_id", source.app_id.is_some()),
         ("private_key", source.private_key.is_some()),
     ] {
-        let app = source.hook.as_deref().map(Hook::parse) == Some(Ok(app_hook()));
+        let app = source
+            .hook
+            .as_deref()
+            .and_then(|h| Hook::parse(h).ok())
+            .is_some_and(|h| h.is_app());
         if set && !app {
             refuse!(
                 key(field),
@@ -167,13 +171,6 @@ pub(crate) fn check_source(source: &SourceConfig) -> Result<(), ConfigError> {
         }
     }
     Ok(())
-}
-
-fn app_hook() -> Hook {
-    Hook {
-        path: "/app/hook".into(),
-        name: "app".into(),
-    }
 }
 
 /// A GitHub App's hook: read with the App's JWT, so `app_id` and a `private_key` that signs

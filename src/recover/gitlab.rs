@@ -6,8 +6,10 @@
 //! arrived (`mode = "apply"`, the default: the body is the payload serialized again, its
 //! headers those GitLab shows, the secret token redacted) or asks GitLab to send it again
 //! (`mode = "redeliver"`, `POST …/events/:hook_event_id/resend`). The claim is the event
-//! UUID, as for the webhook; a request sent again by hand keeps its UUID, so a UUID listed
-//! twice counts once.
+//! UUID, as for the webhook. GitLab gives a request it sends again (by hand, or asked by a
+//! run) a new UUID and the same `Idempotency-Key`: a run takes the requests of one key as one
+//! event, present when any of their UUIDs is claimed, so an event received through a resend
+//! is neither applied nor resent again.
 //!
 //! GitLab lists the last 7 days whatever the horizon: a run looks at all of them (what the
 //! ledger has is counted present). The token (a personal, project or group access token with
@@ -40,14 +42,18 @@ pub(crate) const GITLAB_API_BASE: &str = "https://gitlab.com/api/v4";
 /// GitLab keeps a hook's requests for 7 days.
 pub(crate) const MAX_SINCE: Duration = Duration::from_secs(7 * 86_400);
 
-/// The header with the event's id, as the gitlab preset claims it.
+/// The header with the request's id, as the gitlab preset claims it.
 const EVENT_UUID: &str = "X-Gitlab-Event-UUID";
 
-/// Hook events per page: GitLab's largest.
-const PAGE: usize = 100;
+/// The header that stays the same when GitLab sends a request again (17.4 on), where the
+/// UUID is new each time.
+const IDEMPOTENCY_KEY: &str = "Idempotency-Key";
+
+/// Hook events per page: half GitLab's largest, as each carries its payload.
+const PAGE: usize = 50;
 
 /// Pages one run reads at most: 10,000 requests.
-const MAX_PAGES: usize = 100;
+const MAX_PAGES: usize = 200;
 
 /// Why a run stopped.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -160,12 +166,35 @@ struct HookEvent {
 }
 
 impl HookEvent {
-    fn uuid(&self) -> Option<&str> {
+    /// The recorded request's header `name`.
+    fn header(&self, name: &str) -> Option<&str> {
         self.request_headers
             .iter()
-            .find(|(name, _)| name.eq_ignore_ascii_case(EVENT_UUID))
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
             .and_then(|(_, v)| v.as_str())
     }
+
+    /// Whether GitLab kept the payload: one over its limit is stored as `{"oversize": true}`.
+    fn payload(&self) -> Result<&serde_json::Value, &'static str> {
+        match &self.request_data {
+            None => Err("GitLab shows no payload for this request"),
+            Some(data) if data.get("oversize") == Some(&serde_json::Value::Bool(true)) => Err(
+                "GitLab kept no payload for this request (over its size limit): mode = \
+                 \"redeliver\" asks GitLab to send it again",
+            ),
+            Some(data) => Ok(data),
+        }
+    }
+}
+
+/// What a run knows of one event (its requests with one key).
+enum Seen {
+    /// Its presence not read yet.
+    Unread,
+    /// One of its requests is claimed.
+    Claimed,
+    /// None is claimed: its newest request.
+    Missing(String, HookEvent),
 }
 
 /// The headers of GitLab's API, besides the token.
@@ -274,7 +303,11 @@ impl Run {
     }
 
     /// Reconciles `source` until done or `stop` is set (checked between pages): each event
-    /// UUID the ledger lacks is applied or sent again.
+    /// the ledger lacks is applied or sent again. An event is its requests with one
+    /// `Idempotency-Key` (GitLab 17.4 on: kept when a request is sent again, where
+    /// `X-Gitlab-Event-UUID` is new each time), or with one UUID without it; it is present when
+    /// any of its requests' UUIDs is claimed. So all pages are read before anything is applied:
+    /// a request sent again and received may be listed pages before the first one.
     pub(crate) fn once(
         &self,
         source: &Source,
@@ -283,37 +316,46 @@ impl Run {
         stop: &AtomicBool,
     ) -> Result<Counts, GitlabError> {
         let mut counts = Counts::default();
-        let mut uuids = HashSet::new();
+        // Each event (by its key) in the order first listed, newest first.
+        let mut order: Vec<String> = Vec::new();
+        let mut events: HashMap<String, Seen> = HashMap::new();
         let mut seen_pages = HashSet::new();
         let mut page = 1;
         while !stop.load(Ordering::SeqCst) {
-            let (events, next) = self.api.events(page)?;
-            let mut missing = Vec::new();
-            for event in events {
-                let Some(uuid) = event.uuid().map(str::to_string) else {
+            let (listed, next) = self.api.events(page)?;
+            for request in listed {
+                let Some(uuid) = request.header(EVENT_UUID).map(str::to_string) else {
                     log::error!(
                         "reconcile {}: GitLab's hook event {} has no {EVENT_UUID}",
                         source.name,
-                        event.id
+                        request.id
                     );
                     counts.failed += 1;
                     continue;
                 };
-                // The newest request of a UUID is listed first; one of them is enough.
-                if !uuids.insert(uuid.clone()) {
+                let key = request
+                    .header(IDEMPOTENCY_KEY)
+                    .map_or_else(|| uuid.clone(), str::to_string);
+                let seen = events.entry(key.clone()).or_insert_with(|| {
+                    order.push(key);
+                    Seen::Unread
+                });
+                if matches!(seen, Seen::Claimed) {
                     continue;
                 }
-                counts.found += 1;
                 match present(reader, &source.name, &uuid) {
-                    Ok(true) => counts.already_present += 1,
-                    Ok(false) => missing.push((uuid, event)),
+                    Ok(true) => *seen = Seen::Claimed,
+                    // The first request listed of an event is its newest.
+                    Ok(false) if matches!(seen, Seen::Unread) => {
+                        *seen = Seen::Missing(uuid, request)
+                    }
+                    Ok(false) => {}
                     Err(e) => {
                         log::error!("reconcile {} {uuid}: {e}", source.name);
                         counts.failed += 1;
                     }
                 }
             }
-            self.recover(source, missing, writer, &mut counts)?;
             seen_pages.insert(page);
             let Some(next) = next else { break };
             if seen_pages.len() >= MAX_PAGES {
@@ -321,7 +363,7 @@ impl Run {
                     "reconcile {}: stopped after {MAX_PAGES} pages ({} events); older ones \
                      were not checked",
                     source.name,
-                    counts.found
+                    order.len()
                 );
                 break;
             }
@@ -333,6 +375,22 @@ impl Run {
             }
             page = next;
         }
+        let mut missing = Vec::new();
+        for key in order {
+            match events.remove(&key) {
+                Some(Seen::Claimed) => {
+                    counts.found += 1;
+                    counts.already_present += 1;
+                }
+                Some(Seen::Missing(uuid, request)) => {
+                    counts.found += 1;
+                    missing.push((uuid, request));
+                }
+                // Its presence could not be read (counted failed).
+                Some(Seen::Unread) | None => {}
+            }
+        }
+        self.recover(source, missing, writer, &mut counts)?;
         Ok(counts)
     }
 
@@ -362,15 +420,14 @@ impl Run {
         }
         let mut events: Vec<Event> = Vec::with_capacity(missing.len());
         for (uuid, event) in missing {
-            let applied = match &event.request_data {
-                Some(payload) => super::event_of_request(
+            let applied = event.payload().map_err(String::from).and_then(|payload| {
+                super::event_of_request(
                     source,
                     (EVENT_UUID, &uuid),
                     &event.request_headers,
                     payload,
-                ),
-                None => Err("GitLab shows no payload for this request".into()),
-            };
+                )
+            });
             match applied {
                 Ok(e) => events.push(e),
                 Err(why) => {

@@ -207,8 +207,14 @@ fn once<S: Stream>(
             break;
         }
         if pages >= S::MAX_PAGES {
+            let rest = match S::NEWEST_FIRST {
+                true => "older ones were not checked",
+                // Oldest first: each run would stop at the same place; a shorter look back
+                // gets to the newest.
+                false => "the newest were not checked: shorten reconcile.since",
+            };
             log::warn!(
-                "reconcile {}: stopped after {} pages ({} events); the rest were not checked",
+                "reconcile {}: stopped after {} pages ({} events); {rest}",
                 source.name,
                 S::MAX_PAGES,
                 counts.found

@@ -29,6 +29,21 @@ const HANDLERS: &[&str] = &[BILLING];
 pub(crate) fn check(config: &Config) -> Result<(), ConfigError> {
     for source in &config.sources {
         check_source(source)?;
+        // GitLab lists a hook's last 7 days whatever the run's horizon: claims kept less long
+        // would be applied again.
+        let gitlab_days = crate::recover::gitlab::MAX_SINCE.as_secs() / 86_400;
+        if crate::recover::gitlab::is_gitlab(source)
+            && source.hook.is_some()
+            && config.retention.claim_days < gitlab_days
+        {
+            refuse!(
+                "retention.claim_days",
+                "must be at least {gitlab_days} with source `{}`'s hook: GitLab lists a hook's \
+                 last {gitlab_days} days, and an event whose claim was pruned would be applied \
+                 again",
+                source.name
+            );
+        }
     }
     super::billing::BillingSettings::of(&config.stripe_billing)?;
     Ok(())

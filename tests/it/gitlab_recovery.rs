@@ -33,7 +33,10 @@ const MIGRATION: &str = "CREATE TABLE pushes (event TEXT NOT NULL, kind TEXT NOT
 #[derive(Clone)]
 struct HookEvent {
     id: u64,
+    /// `X-Gitlab-Event-UUID`: new for each request GitLab sends, a resend's too.
     uuid: String,
+    /// `Idempotency-Key`: the same for every request of one event.
+    key: String,
     status: &'static str,
     body: Value,
 }
@@ -139,7 +142,7 @@ async fn answer(State(fake): State<Arc<Mutex<Fake>>>, request: Request) -> Respo
                         "id": e.id, "url": "https://hooks.example.com/webhooks/gitlab", "trigger": "push_hooks",
                         "request_headers": {
                             "Content-Type": "application/json", "User-Agent": "GitLab/17.4.0",
-                            "Idempotency-Key": e.uuid, "X-Gitlab-Event": "Push Hook",
+                            "Idempotency-Key": e.key, "X-Gitlab-Event": "Push Hook",
                             "X-Gitlab-Webhook-UUID": "a753eedb-1d72-4549-9ca7-eac8ea8e50dd",
                             "X-Gitlab-Instance": "https://gitlab.example.com",
                             "X-Gitlab-Event-UUID": e.uuid, "X-Gitlab-Token": "[REDACTED]"
@@ -169,8 +172,17 @@ async fn answer(State(fake): State<Arc<Mutex<Fake>>>, request: Request) -> Respo
                 return not_found();
             };
             fake.resent.push(event.id);
+            // GitLab sends it again as a request of its own: a new UUID, the same key, listed
+            // first from then on.
+            let again = HookEvent {
+                id: 9000 + fake.resent.len() as u64,
+                uuid: format!("resent-{}-{}", fake.resent.len(), event.uuid),
+                status: "200",
+                ..event
+            };
+            fake.events.insert(0, again.clone());
             if let Some(target) = fake.target.clone() {
-                tokio::task::spawn_blocking(move || post_push(&target, &event));
+                tokio::task::spawn_blocking(move || post_push(&target, &again));
             }
             json_answer(StatusCode::CREATED, None, json!({"response_status": 200}))
         }
@@ -190,6 +202,20 @@ fn push_body(i: usize) -> Value {
 
 fn uuid(i: usize) -> String {
     format!("842d7c3e-3114-4396-8a95-{i:012}")
+}
+
+fn key(i: usize) -> String {
+    format!("7c6e0583-49f2-4dc5-a50b-{i:012}")
+}
+
+/// The UUID event `i` is claimed by: its first request's, but for event 4, which failed and
+/// was sent again by hand (received, with a UUID of its own).
+fn claimed(i: usize) -> String {
+    if i == 4 {
+        "a4e5c3d2-0000-4000-8000-000000000004".into()
+    } else {
+        uuid(i)
+    }
 }
 
 /// POSTs a request to `url` as GitLab does: the hook's secret token, the event's UUID.
@@ -223,8 +249,8 @@ fn config(dir: &std::path::Path, fake: &FakeGitlab, extra: &str) -> std::path::P
     path
 }
 
-/// A fake with 30 requests (one of them also resent by hand, and failed again: its UUID
-/// listed twice), and a server that received all but 10 (`i % 3 == 1`).
+/// A fake with 30 events, and a server that received all but 10 (`i % 3 == 1`); one of those
+/// (4) was sent again by hand and that request was received (a new UUID, the same key).
 fn thirty_twenty_received(extra: &str) -> (FakeGitlab, Server, std::path::PathBuf) {
     let fake = FakeGitlab::start();
     let dir = test_dir();
@@ -241,6 +267,7 @@ fn thirty_twenty_received(extra: &str) -> (FakeGitlab, Server, std::path::PathBu
         let e = HookEvent {
             id: 1000 + i as u64,
             uuid: uuid(i),
+            key: key(i),
             status: if failed { "internal error" } else { "200" },
             body: push_body(i),
         };
@@ -249,8 +276,13 @@ fn thirty_twenty_received(extra: &str) -> (FakeGitlab, Server, std::path::PathBu
         }
         events.push(e);
     }
-    let mut again = events[4].clone();
-    again.id = 5004;
+    let again = HookEvent {
+        id: 5004,
+        uuid: claimed(4),
+        status: "200",
+        ..events[4].clone()
+    };
+    assert_eq!(post_push(&url, &again), 200);
     events.push(again);
     events.reverse();
     {
@@ -258,7 +290,7 @@ fn thirty_twenty_received(extra: &str) -> (FakeGitlab, Server, std::path::PathBu
         f.events = events;
         f.target = Some(url);
     }
-    assert_eq!(ledger_count(&server.db()), 20);
+    assert_eq!(ledger_count(&server.db()), 21);
     server.keep(dir);
     (fake, server, path)
 }
@@ -300,7 +332,7 @@ fn assert_each_of_thirty_once(db: &Db) {
     );
     assert_eq!(rows.len(), 30, "{rows:?}");
     assert!(rows.iter().all(|(_, n)| *n == 1), "{rows:?}");
-    let ids: Vec<String> = (0..30).map(uuid).collect();
+    let ids: Vec<String> = (0..30).map(claimed).collect();
     let missing = missing_from_ledger(db, &ids);
     assert!(missing.is_empty(), "{missing:?}");
 }
@@ -312,10 +344,10 @@ fn gitlab_reconcile_applies_the_ten_failed_requests_once_and_a_second_run_none()
     assert_eq!(code, 0, "{stderr}");
     assert_eq!(
         (&counts["found"], &counts["applied"]),
-        (&json!(30), &json!(10)),
+        (&json!(30), &json!(9)),
         "{counts}"
     );
-    assert_eq!(ledger_count(&server.db()), 20, "a dry run claims nothing");
+    assert_eq!(ledger_count(&server.db()), 21, "a dry run claims nothing");
 
     let (code, counts, stderr) = reconcile(&server, &path, TOKEN, &[]);
     assert_eq!(code, 0, "{stderr}");
@@ -326,17 +358,20 @@ fn gitlab_reconcile_applies_the_ten_failed_requests_once_and_a_second_run_none()
             &counts["already_present"],
             &counts["failed"]
         ),
-        (&json!(30), &json!(10), &json!(20), &json!(0)),
+        (&json!(30), &json!(9), &json!(21), &json!(0)),
         "{counts}"
     );
     let db = server.db();
     assert_each_of_thirty_once(&db);
+    // Event 4's first request failed and its resend was received: its first request (another
+    // UUID, the same key) is not applied again.
+    assert_eq!(missing_from_ledger(&db, &[uuid(4)]).len(), 1);
     // Applied as the request would have been: its type from the recorded headers, its body
     // the recorded payload.
-    let kind: String = db.one("SELECT kind FROM pushes WHERE event = $1", &[&uuid(4)]);
+    let kind: String = db.one("SELECT kind FROM pushes WHERE event = $1", &[&uuid(7)]);
     assert_eq!(kind, "Push Hook");
-    let body: Value = serde_json::from_slice(&stored_body(&db, &uuid(4))).unwrap();
-    assert_eq!(body, push_body(4));
+    let body: Value = serde_json::from_slice(&stored_body(&db, &uuid(7))).unwrap();
+    assert_eq!(body, push_body(7));
     assert!(fake.fake.lock().unwrap().resent.is_empty());
 
     let (code, counts, stderr) = reconcile(&server, &path, TOKEN, &[]);
@@ -356,22 +391,35 @@ fn gitlab_reconcile_in_redeliver_mode_asks_gitlab_to_resend_each_failed_request_
     assert_eq!(code, 0, "{stderr}");
     assert_eq!(
         (&counts["redelivered"], &counts["applied"]),
-        (&json!(10), &json!(0)),
+        (&json!(9), &json!(0)),
         "{counts}"
     );
     let mut resent = fake.fake.lock().unwrap().resent.clone();
     resent.sort();
-    // The newest request of each UUID: the hand-made resend of 4, the first of the others.
-    let mut expected: Vec<u64> = (0..30)
+    // The failed ones but 4, whose resend by hand was received.
+    let expected: Vec<u64> = (0..30)
         .filter(|i| i % 3 == 1 && *i != 4)
         .map(|i| 1000 + i as u64)
         .collect();
-    expected.push(5004);
-    expected.sort();
     assert_eq!(resent, expected);
     let db = server.db();
     wait_for(WAIT, || (ledger_count(&db) == 30).then_some(())).expect("the resends arrive");
-    assert_each_of_thirty_once(&db);
+    // Each resend came with a UUID of its own: the events are claimed once each, by those.
+    let rows: Vec<(String, i64)> = db.all(
+        "SELECT event, COUNT(*) FROM pushes GROUP BY event ORDER BY event",
+        &[],
+    );
+    assert_eq!(rows.len(), 30, "{rows:?}");
+    // A second run finds every event present through one of its requests: nothing is sent
+    // again.
+    let (code, counts, stderr) = reconcile(&server, &path, TOKEN, &[]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(
+        (&counts["redelivered"], &counts["already_present"]),
+        (&json!(0), &json!(30)),
+        "{counts}"
+    );
+    assert_eq!(fake.fake.lock().unwrap().resent.len(), 9);
 }
 
 #[test]
@@ -397,7 +445,7 @@ fn serve_recovers_at_its_start_what_gitlab_failed_to_deliver_while_it_was_down()
     wait_for(WAIT, || {
         restarted
             .log()
-            .contains("reconcile gl: found 30, applied 10")
+            .contains("reconcile gl: found 30, applied 9")
             .then_some(())
     })
     .unwrap_or_else(|| panic!("{}", restarted.log()));
@@ -406,7 +454,7 @@ fn serve_recovers_at_its_start_what_gitlab_failed_to_deliver_while_it_was_down()
     assert!(
         metrics
             .lines()
-            .any(|l| l == "hookledger_recovered_events_total{source=\"gl\"} 10"),
+            .any(|l| l == "hookledger_recovered_events_total{source=\"gl\"} 9"),
         "{metrics}"
     );
 }
@@ -438,7 +486,7 @@ fn a_refused_token_or_a_missing_hook_stops_the_gitlab_run_with_a_clear_message()
         stderr.contains("GitLab has no webhook projects/7/43 that this token can see"),
         "{stderr}"
     );
-    assert_eq!(ledger_count(&server.db()), 20, "nothing applied");
+    assert_eq!(ledger_count(&server.db()), 21, "nothing applied");
 }
 
 #[test]
@@ -453,6 +501,10 @@ fn gitlab_recovery_settings_are_checked_at_start_up_naming_the_key() {
         (
             format!("{source}hook = \"{HOOK}\"\n{key}reconcile = {{ every = \"1h\", since = \"8d\" }}\n"),
             "source `gl`.reconcile.since: must be at most 7d",
+        ),
+        (
+            format!("{source}hook = \"{HOOK}\"\n{key}\n[retention]\nclaim_days = 5\npayload_days = 5\n"),
+            "retention.claim_days: must be at least 7 with source `gl`'s hook",
         ),
         (format!("{source}hook = \"{HOOK}\"\n{key}app_id = 1\n"), "source `gl`.app_id: applies to scheme github only"),
     ];

@@ -521,6 +521,13 @@ fn stream_recovery_settings_are_checked_at_start_up_naming_the_key() {
             "source `paddle`.reconcile.since: must be at most 90d",
         ),
         (
+            format!(
+                "{pdl}{key}{}\n[retention]\nclaim_days = 5\npayload_days = 5\n",
+                every("30d")
+            ),
+            "source `paddle`.reconcile.since: must be at most retention.claim_days (5 days)",
+        ),
+        (
             format!("{pdl}{}", every("1d")),
             "source `paddle`.reconcile: needs api_key",
         ),
