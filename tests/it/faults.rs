@@ -184,9 +184,18 @@ fn sqlite3_shell_holding_the_lock_for_10_s_gives_503_then_success() {
     }
     // No forwarding here: the server's own writes (delivery attempts) would share the wait.
     let server = Server::start(&[]);
-    // The server's own start-up writes (the first retention pass) are done before the shell
-    // takes the lock, so the request below waits for the shell alone.
+    // The server's own start-up writes (the first retention pass, the first heartbeat; the
+    // next one is 30 s away) are done before the shell takes the lock, so the request below
+    // waits for the shell alone, and the probe below sees the shell's lock, not the server's.
     assert_outcome(&server.send(&paid("evt_warm")), "evt_warm", "processed");
+    wait_for(Duration::from_secs(5), || {
+        (server
+            .db()
+            .count("SELECT count(*) FROM hookledger_heartbeat")
+            == 1)
+            .then_some(())
+    })
+    .expect("the first heartbeat is written at the start");
     let mut shell = std::process::Command::new("sqlite3")
         .arg(server.db_path())
         .stdin(std::process::Stdio::piped())
