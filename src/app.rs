@@ -409,7 +409,7 @@ impl Hookledger {
         };
         let never = AtomicBool::new(false);
         let claim_days = self.config.retention.claim_days;
-        if since > Duration::from_secs(claim_days * 86_400) {
+        if since > Duration::from_secs(claim_days.saturating_mul(86_400)) {
             anyhow::bail!(
                 "--since must be at most retention.claim_days ({claim_days} days): an event whose \
                  claim was pruned would be applied again"

@@ -431,7 +431,7 @@ impl Config {
                 "cannot be more than retention.claim_days: a payload is kept only with its claim"
             );
         }
-        let claim_days = Duration::from_secs(self.retention.claim_days * 86_400);
+        let claim_days = Duration::from_secs(self.retention.claim_days.saturating_mul(86_400));
         for source in &self.sources {
             if source.reconcile.is_some_and(|r| r.since > claim_days) {
                 refuse!(

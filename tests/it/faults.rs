@@ -14,6 +14,7 @@ fn write_lock_held_elsewhere_gives_503_within_busy_timeout_then_recovers() {
     let (_, mut args) = down_app();
     args.extend(["--busy-timeout-ms".to_string(), "500".to_string()]);
     let server = Server::start(&strs(&args));
+    wait_for_first_heartbeat(&server);
     let lock = server.db();
     lock.batch("BEGIN IMMEDIATE");
     for i in 0..3 {
@@ -48,6 +49,7 @@ fn requests_queued_behind_a_busy_wait_get_their_503_within_one_busy_timeout() {
         return;
     }
     let server = Server::start(&["--busy-timeout-ms", "1000"]);
+    wait_for_first_heartbeat(&server);
     let lock = server.db();
     lock.batch("BEGIN IMMEDIATE");
     let waits: Vec<(u16, Duration)> = std::thread::scope(|s| {
@@ -188,14 +190,7 @@ fn sqlite3_shell_holding_the_lock_for_10_s_gives_503_then_success() {
     // next one is 30 s away) are done before the shell takes the lock, so the request below
     // waits for the shell alone, and the probe below sees the shell's lock, not the server's.
     assert_outcome(&server.send(&paid("evt_warm")), "evt_warm", "processed");
-    wait_for(Duration::from_secs(5), || {
-        (server
-            .db()
-            .count("SELECT count(*) FROM hookledger_heartbeat")
-            == 1)
-            .then_some(())
-    })
-    .expect("the first heartbeat is written at the start");
+    wait_for_first_heartbeat(&server);
     let mut shell = std::process::Command::new("sqlite3")
         .arg(server.db_path())
         .stdin(std::process::Stdio::piped())

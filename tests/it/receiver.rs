@@ -356,6 +356,7 @@ fn queue_full_is_503_with_retry_after_and_writes_nothing() {
         "--busy-timeout-ms",
         "3000",
     ]);
+    wait_for_first_heartbeat(&server);
     let lock = server.db();
     lock.batch("BEGIN IMMEDIATE");
     let replies: Vec<_> = std::thread::scope(|s| {

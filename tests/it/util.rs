@@ -35,6 +35,17 @@ pub fn rfc3339(t: i64) -> String {
     String::from_utf8(out.stdout).unwrap().trim().to_string()
 }
 
+/// Waits for the first heartbeat `serve` writes at its start (the next is 30 s away): a test
+/// that holds SQLite's write lock takes it after, so that the writer's wait is for the test's
+/// own requests and not for the beat.
+pub fn wait_for_first_heartbeat(server: &Server) {
+    let db = server.db();
+    wait_for(Duration::from_secs(5), || {
+        (db.count("SELECT count(*) FROM hookledger_heartbeat") == 1).then_some(())
+    })
+    .expect("serve writes its first heartbeat at its start");
+}
+
 /// Serves `router` on 127.0.0.1, port 0, on a thread of its own for the rest of the test
 /// process: a fake of a provider's API. Its address.
 pub fn serve_fake(router: axum::Router) -> SocketAddr {
