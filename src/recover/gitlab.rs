@@ -375,6 +375,10 @@ impl Run {
             }
             page = next;
         }
+        // Stopped before the last page: what is missing is not known yet.
+        if stop.load(Ordering::SeqCst) {
+            return Ok(counts);
+        }
         let mut missing = Vec::new();
         for key in order {
             match events.remove(&key) {
