@@ -47,6 +47,32 @@ pub(crate) enum CallError {
     Failed(String),
 }
 
+impl CallError {
+    /// The failure as a run says it: a 401 or 403 (left after the rate-limit checks) is a
+    /// refused credential, a 404 is `not_found` where the run has a meaning for it, any other
+    /// status or failure is said as it is.
+    pub(crate) fn sorted<E: From<String>>(
+        self,
+        refused: impl FnOnce(u16, String) -> E,
+        not_found: Option<E>,
+    ) -> E {
+        match (self, not_found) {
+            (
+                CallError::Status {
+                    status: status @ (401 | 403),
+                    message,
+                },
+                _,
+            ) => refused(status, message),
+            (CallError::Status { status: 404, .. }, Some(e)) => e,
+            (CallError::Status { status, message }, _) => {
+                format!("HTTP {status}: {message}").into()
+            }
+            (CallError::Failed(why), _) => why.into(),
+        }
+    }
+}
+
 /// A call's failure: waited out (a short rate limit, without using up a retry), retried
 /// (the provider's side), or not.
 enum Retry {

@@ -34,7 +34,7 @@ use crate::source::Source;
 use crate::store::Reader;
 use crate::writer::WriterHandle;
 
-use super::client::{next_link_param, Api, Auth, CallError};
+use super::client::{next_link_param, Api, Auth};
 use super::jwt::AppKey;
 use super::{apply, periodic_each, present, Counts, Periodic};
 
@@ -62,6 +62,12 @@ pub(crate) enum GithubError {
     NoHook(String),
     #[error("{0}")]
     Failed(String),
+}
+
+impl From<String> for GithubError {
+    fn from(why: String) -> GithubError {
+        GithubError::Failed(why)
+    }
 }
 
 /// Which webhook: a repository's, an organization's, or a GitHub App's own.
@@ -319,16 +325,11 @@ impl GithubApi {
     /// `method path` through [`Api::call`]; a 401 or 403 left after its rate-limit checks is a
     /// refused token, a 404 a hook that is not there (or not to this token).
     fn call(&self, method: &str, path: &str) -> Result<(Vec<u8>, Option<String>), GithubError> {
-        self.api.call(method, path).map_err(|e| match e {
-            CallError::Status {
-                status: status @ (401 | 403),
-                message,
-            } => GithubError::Refused { status, message },
-            CallError::Status { status: 404, .. } => GithubError::NoHook(self.hook.name.clone()),
-            CallError::Status { status, message } => {
-                GithubError::Failed(format!("HTTP {status}: {message}"))
-            }
-            CallError::Failed(why) => GithubError::Failed(why),
+        self.api.call(method, path).map_err(|e| {
+            e.sorted(
+                |status, message| GithubError::Refused { status, message },
+                Some(GithubError::NoHook(self.hook.name.clone())),
+            )
         })
     }
 }

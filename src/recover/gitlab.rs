@@ -30,7 +30,7 @@ use crate::source::Source;
 use crate::store::Reader;
 use crate::writer::WriterHandle;
 
-use super::client::{next_link_param, Api, Auth, CallError};
+use super::client::{next_link_param, Api, Auth};
 use super::{apply, periodic_each, present, Counts, Periodic};
 
 /// The preset whose sources this recovers (`preset = "gitlab"`).
@@ -72,6 +72,12 @@ pub(crate) enum GitlabError {
 /// Whether `source` is recovered from GitLab's hook events (`preset = "gitlab"`).
 pub(crate) fn is_gitlab(source: &SourceConfig) -> bool {
     source.preset.as_deref() == Some(PRESET)
+}
+
+impl From<String> for GitlabError {
+    fn from(why: String) -> GitlabError {
+        GitlabError::Failed(why)
+    }
 }
 
 /// Which webhook: a project's or a group's.
@@ -249,16 +255,11 @@ impl GitlabApi {
     }
 
     fn call(&self, method: &str, path: &str) -> Result<(Vec<u8>, Option<String>), GitlabError> {
-        self.api.call(method, path).map_err(|e| match e {
-            CallError::Status {
-                status: status @ (401 | 403),
-                message,
-            } => GitlabError::Refused { status, message },
-            CallError::Status { status: 404, .. } => GitlabError::NoHook(self.hook.name.clone()),
-            CallError::Status { status, message } => {
-                GitlabError::Failed(format!("HTTP {status}: {message}"))
-            }
-            CallError::Failed(why) => GitlabError::Failed(why),
+        self.api.call(method, path).map_err(|e| {
+            e.sorted(
+                |status, message| GitlabError::Refused { status, message },
+                Some(GitlabError::NoHook(self.hook.name.clone())),
+            )
         })
     }
 }

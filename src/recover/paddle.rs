@@ -26,7 +26,7 @@ use crate::source::Source;
 use crate::store::Reader;
 use crate::writer::WriterHandle;
 
-use super::client::{Api, Auth, CallError};
+use super::client::{Api, Auth};
 use super::stream::{self, Page, Stream};
 use super::Periodic;
 
@@ -150,15 +150,11 @@ impl Stream for PaddleApi {
         let (body, _) = self
             .api
             .call("GET", &format!("/events?{}", query.finish()))
-            .map_err(|e| match e {
-                CallError::Status {
-                    status: status @ (401 | 403),
-                    message,
-                } => PaddleError::Refused { status, message },
-                CallError::Status { status, message } => {
-                    PaddleError::Failed(format!("HTTP {status}: {message}"))
-                }
-                CallError::Failed(why) => PaddleError::Failed(why),
+            .map_err(|e| {
+                e.sorted(
+                    |status, message| PaddleError::Refused { status, message },
+                    None,
+                )
             })?;
         let listed: Listed = serde_json::from_slice(&body).map_err(|e| {
             PaddleError::Failed(format!("Paddle's list of events is not as documented: {e}"))

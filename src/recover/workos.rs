@@ -24,7 +24,7 @@ use crate::source::Source;
 use crate::store::Reader;
 use crate::writer::WriterHandle;
 
-use super::client::{Api, Auth, CallError};
+use super::client::{Api, Auth};
 use super::stream::{self, Page, Stream};
 use super::Periodic;
 
@@ -170,15 +170,11 @@ impl Stream for WorkosApi {
         let (body, _) = self
             .api
             .call("GET", &format!("/events?{}", query.finish()))
-            .map_err(|e| match e {
-                CallError::Status {
-                    status: status @ (401 | 403),
-                    message,
-                } => WorkosError::Refused { status, message },
-                CallError::Status { status, message } => {
-                    WorkosError::Failed(format!("HTTP {status}: {message}"))
-                }
-                CallError::Failed(why) => WorkosError::Failed(why),
+            .map_err(|e| {
+                e.sorted(
+                    |status, message| WorkosError::Refused { status, message },
+                    None,
+                )
             })?;
         let listed: Listed = serde_json::from_slice(&body).map_err(|e| {
             WorkosError::Failed(format!("WorkOS's list of events is not as documented: {e}"))
