@@ -294,25 +294,9 @@ impl Hookledger {
             workers.extend(stripe::background(
                 &config, &sources, &handle, &reader, &metrics,
             )?);
-            for github in
-                crate::recover::github::periodic(&config, &sources, &handle, &reader, &metrics)?
+            for recovery in crate::recover::periodic(&config, &sources, &handle, &reader, &metrics)?
             {
-                workers.push(Box::new(github));
-            }
-            for gitlab in
-                crate::recover::gitlab::periodic(&config, &sources, &handle, &reader, &metrics)?
-            {
-                workers.push(Box::new(gitlab));
-            }
-            for paddle in
-                crate::recover::paddle::periodic(&config, &sources, &handle, &reader, &metrics)?
-            {
-                workers.push(Box::new(paddle));
-            }
-            for workos in
-                crate::recover::workos::periodic(&config, &sources, &handle, &reader, &metrics)?
-            {
-                workers.push(Box::new(workos));
+                workers.push(Box::new(recovery));
             }
             workers.push(Box::new(crate::refusals::Flusher::spawn(
                 refusals.clone(),

@@ -201,6 +201,36 @@ pub(crate) fn periodic_each(
     Ok(all)
 }
 
+/// The periodic recoveries of each source of `config` that has one, for the providers of this
+/// module (GitHub, GitLab, Paddle, WorkOS; Stripe's is the Stripe wing's), each on a thread of
+/// its own.
+pub(crate) fn periodic(
+    config: &Config,
+    sources: &HashMap<Arc<str>, Arc<Source>>,
+    writer: &WriterHandle,
+    reader: &Reader,
+    metrics: &Arc<Metrics>,
+) -> anyhow::Result<Vec<Periodic>> {
+    let mut all = github::periodic(config, sources, writer, reader, metrics)?;
+    all.extend(gitlab::periodic(config, sources, writer, reader, metrics)?);
+    let (sourced, stores) = ((config, sources), (writer, reader));
+    all.extend(stream::periodic::<paddle::PaddleApi>(
+        sourced,
+        stores,
+        metrics,
+        paddle::is_paddle,
+        paddle::PADDLE_API_BASE,
+    )?);
+    all.extend(stream::periodic::<workos::WorkosApi>(
+        sourced,
+        stores,
+        metrics,
+        workos::is_workos,
+        workos::WORKOS_API_BASE,
+    )?);
+    Ok(all)
+}
+
 /// Sleeps `pause` in steps of 100 ms, unless `cancel` is set first: whether it slept it out.
 pub(crate) fn pause(pause: Duration, cancel: Option<&AtomicBool>) -> bool {
     let step = Duration::from_millis(100);

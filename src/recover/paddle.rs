@@ -14,7 +14,6 @@
 //! ([`super::stream`]): at most [`MAX_PAGES`] pages, stopped if the API lists a page it listed
 //! before.
 
-use std::collections::HashMap;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,13 +21,9 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::config::{refuse, source_key, ConfigError, Secret, SourceConfig};
-use crate::source::Source;
-use crate::store::Reader;
-use crate::writer::WriterHandle;
 
 use super::client::{Api, Auth};
 use super::stream::{self, Page, Stream};
-use super::Periodic;
 
 /// The preset whose sources this recovers (`preset = "paddle"`).
 pub(crate) const PRESET: &str = "paddle";
@@ -185,22 +180,4 @@ pub(crate) fn run(
     api_key: Option<Secret>,
 ) -> anyhow::Result<Run> {
     Run::new(source, since, dry_run, (api_base, PADDLE_API_BASE), api_key)
-}
-
-/// The periodic reconcile of each paddle source of `config` that has one (`reconcile = {
-/// every, since }` and an `api_key`), each on a thread of its own.
-pub(crate) fn periodic(
-    config: &crate::config::Config,
-    sources: &HashMap<Arc<str>, Arc<Source>>,
-    writer: &WriterHandle,
-    reader: &Reader,
-    metrics: &Arc<crate::metrics::Metrics>,
-) -> anyhow::Result<Vec<Periodic>> {
-    stream::periodic::<PaddleApi>(
-        (config, sources),
-        (writer, reader),
-        metrics,
-        is_paddle,
-        PADDLE_API_BASE,
-    )
 }

@@ -12,7 +12,6 @@
 //! run at once. Rate limits and retries are the shared client's ([`super::client`]), the run
 //! over the pages the event stream's ([`super::stream`]).
 
-use std::collections::HashMap;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,13 +19,9 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::config::{refuse, source_key, ConfigError, Secret, SourceConfig};
-use crate::source::Source;
-use crate::store::Reader;
-use crate::writer::WriterHandle;
 
 use super::client::{Api, Auth};
 use super::stream::{self, Page, Stream};
-use super::Periodic;
 
 /// The preset whose sources this recovers (`preset = "workos"`).
 pub(crate) const PRESET: &str = "workos";
@@ -206,22 +201,4 @@ pub(crate) fn run(
         );
     }
     Run::new(source, since, dry_run, (api_base, WORKOS_API_BASE), api_key)
-}
-
-/// The periodic reconcile of each workos source of `config` that has one (`reconcile = {
-/// every, since }`, an `api_key` and `event_types`), each on a thread of its own.
-pub(crate) fn periodic(
-    config: &crate::config::Config,
-    sources: &HashMap<Arc<str>, Arc<Source>>,
-    writer: &WriterHandle,
-    reader: &Reader,
-    metrics: &Arc<crate::metrics::Metrics>,
-) -> anyhow::Result<Vec<Periodic>> {
-    stream::periodic::<WorkosApi>(
-        (config, sources),
-        (writer, reader),
-        metrics,
-        is_workos,
-        WORKOS_API_BASE,
-    )
 }
