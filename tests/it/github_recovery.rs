@@ -936,24 +936,5 @@ fn github_recovery_settings_are_checked_at_start_up_naming_the_key() {
             "source `gh`.app_id: applies to hook = \"app\" only",
         ),
     ];
-    for (text, expected) in cases {
-        let dir = test_dir();
-        let path = dir.path().join("bad.toml");
-        std::fs::write(&path, &text).unwrap();
-        let out = serve_command(dir.path().join("db.sqlite"))
-            .args(["--config", path.to_str().unwrap()])
-            .env(TOKEN_VAR, TOKEN)
-            .output()
-            .unwrap();
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{text}\n{stderr}");
-        assert!(
-            stderr.contains(expected),
-            "{text}\nexpected {expected:?} in:\n{stderr}"
-        );
-        assert!(
-            !dir.path().join("db.sqlite").exists(),
-            "nothing created: {text}"
-        );
-    }
+    assert_each_refused_at_start(&cases, (TOKEN_VAR, TOKEN));
 }

@@ -556,24 +556,5 @@ fn stream_recovery_settings_are_checked_at_start_up_naming_the_key() {
             "source `workos`.event_types: `User Created` is not a WorkOS event type",
         ),
     ];
-    for (text, expected) in cases {
-        let dir = test_dir();
-        let path = dir.path().join("bad.toml");
-        std::fs::write(&path, &text).unwrap();
-        let out = serve_command(dir.path().join("db.sqlite"))
-            .args(["--config", path.to_str().unwrap()])
-            .env(KEY_VAR, "a-key")
-            .output()
-            .unwrap();
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{text}\n{stderr}");
-        assert!(
-            stderr.contains(expected),
-            "{text}\nexpected {expected:?} in:\n{stderr}"
-        );
-        assert!(
-            !dir.path().join("db.sqlite").exists(),
-            "nothing created: {text}"
-        );
-    }
+    assert_each_refused_at_start(&cases, (KEY_VAR, "a-key"));
 }

@@ -46,6 +46,32 @@ pub fn wait_for_first_heartbeat(server: &Server) {
     .expect("serve writes its first heartbeat at its start");
 }
 
+/// Each config text of `cases` stops `serve` at start-up (exit 2) with its expected message
+/// (which names the key), before the database is created; `env` is set for its `env:`
+/// references.
+pub fn assert_each_refused_at_start(cases: &[(String, &str)], env: (&str, &str)) {
+    for (text, expected) in cases {
+        let dir = test_dir();
+        let path = dir.path().join("bad.toml");
+        std::fs::write(&path, text).unwrap();
+        let out = serve_command(dir.path().join("db.sqlite"))
+            .args(["--config", path.to_str().unwrap()])
+            .env(env.0, env.1)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{text}\n{stderr}");
+        assert!(
+            stderr.contains(expected),
+            "{text}\nexpected {expected:?} in:\n{stderr}"
+        );
+        assert!(
+            !dir.path().join("db.sqlite").exists(),
+            "nothing created: {text}"
+        );
+    }
+}
+
 /// Serves `router` on 127.0.0.1, port 0, on a thread of its own for the rest of the test
 /// process: a fake of a provider's API. Its address.
 pub fn serve_fake(router: axum::Router) -> SocketAddr {
