@@ -62,8 +62,11 @@ pub(crate) fn change(old: &Config, new: &Config) -> Result<Change, ConfigError> 
     let names = old.sources.iter().chain(&new.sources).map(|s| &s.name);
     for name in names {
         let (was, is) = (old.source(name), new.source(name));
-        if (was.is_some_and(has_api) || is.is_some_and(has_api)) && api(was) != api(is) {
-            let key = super::source_key(name, "api_key");
+        if !(was.is_some_and(has_api) || is.is_some_and(has_api)) {
+            continue;
+        }
+        for field in api_changes(was, is) {
+            let key = super::source_key(name, field);
             if !restart.contains(&key) {
                 restart.push(key);
             }
@@ -86,19 +89,31 @@ fn has_api(source: &SourceConfig) -> bool {
     source.api_key.is_some() || source.private_key.is_some()
 }
 
-/// What a source's provider-API threads were started with.
-fn api(source: Option<&SourceConfig>) -> Option<impl PartialEq + '_> {
-    source.map(|s| {
-        (
-            &s.api_key,
-            &s.api_base,
-            &s.reconcile,
-            &s.refresh,
-            &s.handlers,
-            (&s.hook, &s.mode, &s.event_types),
-            (&s.app_id, &s.private_key),
-        )
-    })
+/// The keys its provider-API threads read that differ between `was` and `is`; a source with
+/// an API that is added or removed: the key of its credential.
+fn api_changes(was: Option<&SourceConfig>, is: Option<&SourceConfig>) -> Vec<&'static str> {
+    let (Some(a), Some(b)) = (was, is) else {
+        let source = was.or(is).expect("a source of one config or the other");
+        return vec![match source.api_key {
+            Some(_) => "api_key",
+            None => "private_key",
+        }];
+    };
+    [
+        ("api_key", a.api_key != b.api_key),
+        ("api_base", a.api_base != b.api_base),
+        ("reconcile", a.reconcile != b.reconcile),
+        ("refresh", a.refresh != b.refresh),
+        ("handlers", a.handlers != b.handlers),
+        ("hook", a.hook != b.hook),
+        ("mode", a.mode != b.mode),
+        ("event_types", a.event_types != b.event_types),
+        ("app_id", a.app_id != b.app_id),
+        ("private_key", a.private_key != b.private_key),
+    ]
+    .into_iter()
+    .filter_map(|(key, differs)| differs.then_some(key))
+    .collect()
 }
 
 impl Config {
@@ -177,12 +192,33 @@ mod tests {
             change(&old, &new),
             Ok(Change::Restart(vec!["source `gh`.api_key".into()]))
         );
-        // The hook a github source's reconcile lists is read by its thread too.
+        // The hook a github source's reconcile lists is read by its thread too, as are an
+        // App's id and key; each is named.
         let mut new = old.clone();
         new.sources[0].hook = Some("repos/octo/app/7".into());
         assert_eq!(
             change(&old, &new),
-            Ok(Change::Restart(vec!["source `gh`.api_key".into()]))
+            Ok(Change::Restart(vec!["source `gh`.hook".into()]))
+        );
+        new.sources[0].app_id = Some(7);
+        new.sources[0].private_key = Some(Secret::new("file:app.pem"));
+        assert_eq!(
+            change(&old, &new),
+            Ok(Change::Restart(vec![
+                "source `gh`.hook".into(),
+                "source `gh`.app_id".into(),
+                "source `gh`.private_key".into()
+            ]))
+        );
+        // A source with an API, added: its credential.
+        let mut new = old.clone();
+        new.sources[0].name = "ops".into();
+        assert_eq!(
+            change(&old, &new),
+            Ok(Change::Restart(vec![
+                "source `gh`.api_key".into(),
+                "source `ops`.api_key".into()
+            ]))
         );
         let mut new = old.clone();
         new.sources[0].secrets = vec![Secret::new("gh_secret_number_9")];
