@@ -132,8 +132,11 @@ pub(crate) fn signed_as_source(
             names.join(", ")
         );
     };
-    let header_type = match (&source.kind, source.scheme) {
-        (Some(Locator::Header(name)), _) => Some(name.as_str()),
+    let header_type = match (
+        source.kind.as_ref().and_then(Locator::header),
+        source.scheme,
+    ) {
+        (Some(name), _) => Some(name),
         (_, SchemeName::Github) => Some("X-GitHub-Event"),
         (_, SchemeName::Shopify) => Some("X-Shopify-Topic"),
         _ => None,

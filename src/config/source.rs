@@ -402,13 +402,27 @@ pub enum HmacEncoding {
 /// into the body); for the event id also `"body_sha256"` (or `{ body_sha256 = true }`): the hex
 /// SHA-256 of the raw body, for senders whose events carry no id. Then a resend of the same bytes is a duplicate,
 /// and any two different bodies are two events (a sender that stamps each retry with a new
-/// time in the body makes each retry a new event).
+/// time in the body makes each retry a new event). A list of places
+/// (`[{ header = "Idempotency-Key" }, { header = "X-Gitlab-Event-UUID" }]`): the first one the
+/// request has.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Locator {
     Header(String),
     Json(String),
     BodySha256(bool),
+    FirstOf(Vec<Locator>),
+}
+
+impl Locator {
+    /// The header the value is sent in, where it is one (of a list, the first header).
+    pub(crate) fn header(&self) -> Option<&str> {
+        match self {
+            Locator::Header(name) => Some(name),
+            Locator::FirstOf(places) => places.iter().find_map(Locator::header),
+            Locator::Json(_) | Locator::BodySha256(_) => None,
+        }
+    }
 }
 
 /// A [`Locator`] as a table: `{ header = "…" }`, `{ json = "…" }`, `{ body_sha256 = true }`.
@@ -420,15 +434,27 @@ enum LocatorTable {
     BodySha256(bool),
 }
 
-/// A [`Locator`] is a table, or the text `"body_sha256"` (the same as
-/// `{ body_sha256 = true }`).
+/// A [`Locator`] is a table, the text `"body_sha256"` (the same as `{ body_sha256 = true }`),
+/// or a list of them.
 impl<'de> Deserialize<'de> for Locator {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Locator, D::Error> {
         struct Visitor;
         impl<'de> serde::de::Visitor<'de> for Visitor {
             type Value = Locator;
             fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("{ header = \"X-...\" }, { json = \"/field\" } or \"body_sha256\"")
+                f.write_str(
+                    "{ header = \"X-...\" }, { json = \"/field\" }, \"body_sha256\" or a list of them",
+                )
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<Locator, A::Error> {
+                let mut places = Vec::new();
+                while let Some(place) = seq.next_element::<Locator>()? {
+                    places.push(place);
+                }
+                Ok(Locator::FirstOf(places))
             }
             fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<Locator, E> {
                 match text {
@@ -733,25 +759,8 @@ impl SourceConfig {
         // With `split`, they are read inside each element: see `validate_split`.
         let places = [("id", &self.id), ("type", &self.kind)];
         for (field, locator) in places.into_iter().filter(|_| self.split.is_none()) {
-            match locator {
-                None => {}
-                Some(Locator::Header(header)) => {
-                    check_header_name(&key(&format!("{field}.header")), header)?
-                }
-                Some(Locator::Json(pointer)) if !pointer.starts_with('/') => refuse!(
-                    key(&format!("{field}.json")),
-                    "must be a JSON pointer such as \"/id\""
-                ),
-                Some(Locator::Json(_)) => {}
-                Some(Locator::BodySha256(_)) if field == "type" => refuse!(
-                    key("type.body_sha256"),
-                    "applies to id only (a type is read from a header or the body)"
-                ),
-                Some(Locator::BodySha256(false)) => refuse!(
-                    key("id.body_sha256"),
-                    "must be true (or say where the id is: {{ header = \"X-...\" }})"
-                ),
-                Some(Locator::BodySha256(true)) => {}
+            if let Some(locator) = locator {
+                check_locator(&key, field, field, locator)?;
             }
         }
         match self.scheme {
@@ -923,6 +932,44 @@ impl SourceConfig {
         }
         Ok(())
     }
+}
+
+/// Checks the place of the event `field` (`id` or `type`), configured at `at` (`id`, or
+/// `id[1]` in a list); `key` names a key of the source.
+fn check_locator(
+    key: &dyn Fn(&str) -> String,
+    field: &str,
+    at: &str,
+    locator: &Locator,
+) -> Result<(), ConfigError> {
+    match locator {
+        Locator::Header(header) => check_header_name(&key(&format!("{at}.header")), header)?,
+        Locator::Json(pointer) if !pointer.starts_with('/') => refuse!(
+            key(&format!("{at}.json")),
+            "must be a JSON pointer such as \"/id\""
+        ),
+        Locator::Json(_) => {}
+        Locator::BodySha256(_) if field == "type" => refuse!(
+            key(&format!("{at}.body_sha256")),
+            "applies to id only (a type is read from a header or the body)"
+        ),
+        Locator::BodySha256(false) => refuse!(
+            key(&format!("{at}.body_sha256")),
+            "must be true (or say where the id is: {{ header = \"X-...\" }})"
+        ),
+        Locator::BodySha256(true) => {}
+        Locator::FirstOf(places) if places.is_empty() || at != field => refuse!(
+            key(at),
+            "must be a place, or a list of places that are not lists: \
+             [{{ header = \"X-...\" }}, {{ json = \"/field\" }}]"
+        ),
+        Locator::FirstOf(places) => {
+            for (i, place) in places.iter().enumerate() {
+                check_locator(key, field, &format!("{field}[{i}]"), place)?;
+            }
+        }
+    }
+    Ok(())
 }
 
 fn check_header_name(key: &str, header: &str) -> Result<(), ConfigError> {

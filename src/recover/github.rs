@@ -516,6 +516,7 @@ fn event_of(source: &Source, guid: &str, request: DeliveryRequest) -> Result<Eve
     super::event_of_request(
         source,
         (crate::source::hmac::GITHUB_DELIVERY, guid),
+        None,
         &request.headers,
         &payload,
     )

@@ -1,15 +1,16 @@
 //! GitLab: a webhook that failed is not retried (after repeated failures GitLab disables the
 //! hook for a while); GitLab keeps each hook's requests of the last 7 days, with their headers
 //! and payload. A reconcile lists them (`GET /projects/:id/hooks/:hook_id/events`, or a
-//! group's, 100 a page, the `Link` header's next `page`), and for each event UUID
-//! (`X-Gitlab-Event-UUID`) the ledger lacks either applies the recorded request as if it had
+//! group's, 50 a page, the `Link` header's next `page`), and for each event the ledger lacks
+//! either applies the recorded request as if it had
 //! arrived (`mode = "apply"`, the default: the body is the payload serialized again, its
 //! headers those GitLab shows, the secret token redacted) or asks GitLab to send it again
-//! (`mode = "redeliver"`, `POST …/events/:hook_event_id/resend`). The claim is the event
-//! UUID, as for the webhook. GitLab gives a request it sends again (by hand, or asked by a
-//! run) a new UUID and the same `Idempotency-Key`: a run takes the requests of one key as one
-//! event, present when any of their UUIDs is claimed, so an event received through a resend
-//! is neither applied nor resent again.
+//! (`mode = "redeliver"`, `POST …/events/:hook_event_id/resend`). The claim is the one a
+//! webhook makes: the `Idempotency-Key` (GitLab 17.4 on), else the UUID. GitLab gives a
+//! request it sends again (by hand, or asked by a run) a new UUID and the same key: a run
+//! takes the requests of one key as one event, present when its key or any of their UUIDs is
+//! claimed (a claim made before the preset claimed the key is a UUID), so an event received
+//! through a resend is neither applied nor resent again.
 //!
 //! GitLab lists the last 7 days whatever the horizon: a run looks at all of them (what the
 //! ledger has is counted present). The token (a personal, project or group access token with
@@ -199,8 +200,17 @@ enum Seen {
     Unread,
     /// One of its requests is claimed.
     Claimed,
-    /// None is claimed: its newest request.
-    Missing(String, HookEvent),
+    /// Neither its key nor a UUID is claimed: its key, and its newest request and UUID.
+    Missing(String, String, HookEvent),
+}
+
+/// An event the ledger lacks.
+struct Missing {
+    /// Its `Idempotency-Key`, or its UUID without one.
+    key: String,
+    /// Its newest request's UUID.
+    uuid: String,
+    request: HookEvent,
 }
 
 /// The headers of GitLab's API, besides the token.
@@ -307,7 +317,7 @@ impl Run {
     /// the ledger lacks is applied or sent again. An event is its requests with one
     /// `Idempotency-Key` (GitLab 17.4 on: kept when a request is sent again, where
     /// `X-Gitlab-Event-UUID` is new each time), or with one UUID without it; it is present when
-    /// any of its requests' UUIDs is claimed. So all pages are read before anything is applied:
+    /// its key or any of its requests' UUIDs is claimed. So all pages are read before anything is applied:
     /// a request sent again and received may be listed pages before the first one.
     pub(crate) fn once(
         &self,
@@ -338,17 +348,23 @@ impl Run {
                     .header(IDEMPOTENCY_KEY)
                     .map_or_else(|| uuid.clone(), str::to_string);
                 let seen = events.entry(key.clone()).or_insert_with(|| {
-                    order.push(key);
+                    order.push(key.clone());
                     Seen::Unread
                 });
                 if matches!(seen, Seen::Claimed) {
                     continue;
                 }
-                match present(reader, &source.name, &uuid) {
+                // The preset claims the key where GitLab sends one; a claim made before it
+                // did (or by a source that claims the UUID) is the UUID's.
+                let claimed = match present(reader, &source.name, &key) {
+                    Ok(false) if key != uuid => present(reader, &source.name, &uuid),
+                    other => other,
+                };
+                match claimed {
                     Ok(true) => *seen = Seen::Claimed,
                     // The first request listed of an event is its newest.
                     Ok(false) if matches!(seen, Seen::Unread) => {
-                        *seen = Seen::Missing(uuid, request)
+                        *seen = Seen::Missing(key, uuid, request)
                     }
                     Ok(false) => {}
                     Err(e) => {
@@ -387,9 +403,9 @@ impl Run {
                     counts.found += 1;
                     counts.already_present += 1;
                 }
-                Some(Seen::Missing(uuid, request)) => {
+                Some(Seen::Missing(key, uuid, request)) => {
                     counts.found += 1;
-                    missing.push((uuid, request));
+                    missing.push(Missing { key, uuid, request });
                 }
                 // Its presence could not be read (counted failed).
                 Some(Seen::Unread) | None => {}
@@ -403,7 +419,7 @@ impl Run {
     fn recover(
         &self,
         source: &Source,
-        missing: Vec<(String, HookEvent)>,
+        missing: Vec<Missing>,
         writer: &WriterHandle,
         counts: &mut Counts,
     ) -> Result<(), GitlabError> {
@@ -412,24 +428,25 @@ impl Run {
             return Ok(());
         }
         if self.mode == RecoverMode::Redeliver {
-            for (uuid, event) in missing {
-                self.api.resend(event.id)?;
+            for Missing { uuid, request, .. } in missing {
+                self.api.resend(request.id)?;
                 log::info!(
                     "reconcile {} {uuid}: asked GitLab to resend hook event {}",
                     source.name,
-                    event.id
+                    request.id
                 );
                 counts.redelivered += 1;
             }
             return Ok(());
         }
         let mut events: Vec<Event> = Vec::with_capacity(missing.len());
-        for (uuid, event) in missing {
-            let applied = event.payload().map_err(String::from).and_then(|payload| {
+        for Missing { key, uuid, request } in missing {
+            let applied = request.payload().map_err(String::from).and_then(|payload| {
                 super::event_of_request(
                     source,
                     (EVENT_UUID, &uuid),
-                    &event.request_headers,
+                    Some(&key),
+                    &request.request_headers,
                     payload,
                 )
             });

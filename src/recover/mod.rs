@@ -99,10 +99,12 @@ pub(crate) fn apply(
 /// The event of a request a provider recorded (its headers and payload, as a delivery log
 /// shows them), read as the source reads a webhook: the body is the payload serialized again;
 /// `id` is the delivery's id and the header it goes in, added when the log left it out. An
-/// id the source reads elsewhere is refused: the claim must be the delivery's.
+/// id the source reads elsewhere is refused: the claim must be the delivery's, or `key` (an
+/// id the provider keeps for all deliveries of the event, as GitLab's `Idempotency-Key`).
 pub(crate) fn event_of_request(
     source: &Source,
     (id_header, id): (&'static str, &str),
+    key: Option<&str>,
     recorded: &serde_json::Map<String, serde_json::Value>,
     payload: &serde_json::Value,
 ) -> Result<Event, String> {
@@ -122,7 +124,7 @@ pub(crate) fn event_of_request(
         headers.insert(id_header, value);
     }
     let envelope = source.envelope(&headers, &body).map_err(|e| e.summary())?;
-    if envelope.id != id {
+    if envelope.id != id && Some(envelope.id.as_str()) != key {
         return Err(format!(
             "the delivery's request says id {}, not {id}; not applied",
             envelope.id

@@ -105,10 +105,10 @@ type = { json = "/event" }"#,
         docs: "https://docs.gitlab.com/user/project/integrations/webhooks/",
         keys: r#"scheme = "token"
 token = { header = "X-Gitlab-Token" }
-id = { header = "X-Gitlab-Event-UUID" }
+id = [{ header = "Idempotency-Key" }, { header = "X-Gitlab-Event-UUID" }]
 type = { header = "X-Gitlab-Event" }"#,
         verifies: "the secret token in `X-Gitlab-Token` (the body is not signed)",
-        replay: "claim only (`X-Gitlab-Event-UUID`)",
+        replay: "claim only (`Idempotency-Key`, kept across resends; else `X-Gitlab-Event-UUID`)",
         handshake: "",
         batch: "",
         fixture: ("gitlab/push-hook.json", "Push Hook"),

@@ -37,14 +37,10 @@ fn envelope_headers(
     id_value: &str,
     kind_value: &str,
 ) -> Vec<(String, String)> {
-    let mut headers = Vec::new();
-    if let Place::Header(name) = id {
-        headers.push((name.to_string(), id_value.to_string()));
-    }
-    if let Place::Header(name) = kind {
-        headers.push((name.to_string(), kind_value.to_string()));
-    }
-    headers
+    [(id, id_value), (kind, kind_value)]
+        .into_iter()
+        .filter_map(|(place, value)| Some((place.header()?.to_string(), value.to_string())))
+        .collect()
 }
 
 /// A shared token in a header.
@@ -201,6 +197,30 @@ mod tests {
         );
         headers.insert("X-Gitlab-Token", "gitlab_token_new".parse().unwrap());
         assert_eq!(scheme.verify(&headers, b"{}", 0), Ok(()));
+    }
+
+    /// The gitlab preset's id: the `Idempotency-Key` GitLab keeps across resends, else the
+    /// UUID (GitLab before 17.4).
+    #[test]
+    fn an_id_from_a_list_of_places_is_the_first_the_request_has() {
+        let scheme = Token {
+            id: Place::FirstOf(vec![
+                Place::Header("Idempotency-Key"),
+                Place::Header("X-Gitlab-Event-UUID"),
+            ]),
+            ..gitlab()
+        };
+        let mut headers = headers_of(&scheme.sign(b"{}", 0, "key-1", "Push Hook"));
+        assert_eq!(headers["Idempotency-Key"], "key-1");
+        headers.insert("X-Gitlab-Event-UUID", "uuid-2".parse().unwrap());
+        assert_eq!(scheme.envelope(&headers, b"{}").unwrap().id, "key-1");
+        headers.remove("Idempotency-Key");
+        assert_eq!(scheme.envelope(&headers, b"{}").unwrap().id, "uuid-2");
+        headers.remove("X-Gitlab-Event-UUID");
+        assert_eq!(
+            scheme.envelope(&headers, b"{}").unwrap_err(),
+            ParseError::Missing("Idempotency-Key header or X-Gitlab-Event-UUID header".into())
+        );
     }
 
     #[test]

@@ -51,6 +51,8 @@ pub(crate) enum Place {
     BodySha256,
     /// Not configured: never found (a type not configured is the source's default type).
     Nowhere,
+    /// The first of these places that the request has.
+    FirstOf(Vec<Place>),
 }
 
 /// `name`, kept for the life of the process: sources are built once, at start-up.
@@ -65,6 +67,18 @@ impl Place {
             Locator::Header(name) => Place::Header(leak(name)),
             Locator::Json(pointer) => Place::Json(pointer.clone()),
             Locator::BodySha256(_) => Place::BodySha256,
+            Locator::FirstOf(places) => {
+                Place::FirstOf(places.iter().map(Place::from_locator).collect())
+            }
+        }
+    }
+
+    /// The header the value is sent in, where it is one (of a list, the first header).
+    pub(crate) fn header(&self) -> Option<&'static str> {
+        match self {
+            Place::Header(name) => Some(name),
+            Place::FirstOf(places) => places.iter().find_map(Place::header),
+            Place::Json(_) | Place::BodySha256 | Place::Nowhere => None,
         }
     }
 
@@ -74,6 +88,10 @@ impl Place {
             Place::Json(pointer) => format!("`{pointer}` in the body"),
             Place::BodySha256 => "the body's SHA-256".into(),
             Place::Nowhere => "place configured".into(),
+            Place::FirstOf(places) => {
+                let each: Vec<String> = places.iter().map(Place::what).collect();
+                each.join(" or ")
+            }
         }
     }
 }
@@ -114,6 +132,7 @@ impl<'r> Reader<'r> {
             }
             Place::BodySha256 => Some(hex::encode(Sha256::digest(self.body))),
             Place::Nowhere => None,
+            Place::FirstOf(places) => places.iter().find_map(|place| self.read(place)),
         }
     }
 }
@@ -465,11 +484,9 @@ impl BodyHmac {
         if !self.signed.contains(&Piece::Id) {
             return Ok(b"");
         }
-        match self.id.first() {
-            Some(Place::Header(name)) => {
-                header(headers, name).ok_or(VerifyError::MissingHeader(name))
-            }
-            _ => Ok(b""),
+        match self.id.first().and_then(Place::header) {
+            Some(name) => header(headers, name).ok_or(VerifyError::MissingHeader(name)),
+            None => Ok(b""),
         }
     }
 }
@@ -560,10 +577,10 @@ impl Scheme for BodyHmac {
         {
             headers.push((name.to_string(), stamp));
         }
-        if let Some(Place::Header(name)) = self.id.first() {
+        if let Some(name) = self.id.first().and_then(Place::header) {
             headers.push((name.to_string(), id.to_string()));
         }
-        if let Place::Header(name) = &self.kind {
+        if let Some(name) = self.kind.header() {
             headers.push((name.to_string(), kind.to_string()));
         }
         if let Some(name) = self.time_header {

@@ -201,9 +201,8 @@ impl Source {
     pub(crate) fn override_headers(&self, id: &str, kind: &str) -> Vec<(String, String)> {
         [(&self.overrides.id, id), (&self.overrides.kind, kind)]
             .into_iter()
-            .filter_map(|(place, value)| match place {
-                Some(hmac::Place::Header(name)) => Some((name.to_string(), value.to_string())),
-                _ => None,
+            .filter_map(|(place, value)| {
+                Some((place.as_ref()?.header()?.to_string(), value.to_string()))
             })
             .collect()
     }

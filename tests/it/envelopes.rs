@@ -204,6 +204,19 @@ fn a_bad_id_or_type_place_stops_start_up_naming_its_key() {
             "id = { header = \"bad header\" }",
             "source `svix`.id.header",
         ),
+        ("id = []", "source `svix`.id: must be a place"),
+        (
+            "id = [[{ header = \"X-Id\" }]]",
+            "source `svix`.id[0]: must be a place",
+        ),
+        (
+            "id = [{ header = \"X-Id\" }, { header = \"bad header\" }]",
+            "source `svix`.id[1].header",
+        ),
+        (
+            "type = [{ json = \"/kind\" }, \"body_sha256\"]",
+            "source `svix`.type[1].body_sha256",
+        ),
     ] {
         let dir = test_dir();
         let path = dir.path().join("bad.toml");

@@ -208,25 +208,40 @@ fn key(i: usize) -> String {
     format!("7c6e0583-49f2-4dc5-a50b-{i:012}")
 }
 
-/// The UUID event `i` is claimed by: its first request's, but for event 4, which failed and
-/// was sent again by hand (received, with a UUID of its own).
+/// Events 9 and 29 were received by a hookledger whose preset claimed the UUID (before it
+/// claimed the `Idempotency-Key`).
+fn claimed_by_uuid(i: usize) -> bool {
+    i == 9 || i == 29
+}
+
+/// The id event `i` is claimed by: its `Idempotency-Key`, or its UUID for those received
+/// before the preset claimed the key.
 fn claimed(i: usize) -> String {
-    if i == 4 {
-        "a4e5c3d2-0000-4000-8000-000000000004".into()
-    } else {
+    if claimed_by_uuid(i) {
         uuid(i)
+    } else {
+        key(i)
     }
 }
 
-/// POSTs a request to `url` as GitLab does: the hook's secret token, the event's UUID.
+/// POSTs a request to `url` as GitLab 17.4 and later does: the hook's secret token, the
+/// request's UUID and the event's `Idempotency-Key`.
 fn post_push(url: &str, e: &HookEvent) -> u16 {
-    match ureq::post(url)
+    post_request(url, e, true)
+}
+
+/// POSTs a request to `url` as GitLab does, with its `Idempotency-Key` or (`with_key`
+/// false, as a hookledger that claimed the UUID took it) without.
+fn post_request(url: &str, e: &HookEvent, with_key: bool) -> u16 {
+    let mut request = ureq::post(url)
         .set("X-Gitlab-Token", SECRET)
         .set("X-Gitlab-Event", "Push Hook")
         .set("X-Gitlab-Event-UUID", &e.uuid)
-        .set("Content-Type", "application/json")
-        .send_bytes(&serde_json::to_vec(&e.body).unwrap())
-    {
+        .set("Content-Type", "application/json");
+    if with_key {
+        request = request.set("Idempotency-Key", &e.key);
+    }
+    match request.send_bytes(&serde_json::to_vec(&e.body).unwrap()) {
         Ok(r) => r.status(),
         Err(ureq::Error::Status(s, _)) => s,
         Err(err) => panic!("posting a push: {err}"),
@@ -249,8 +264,10 @@ fn config(dir: &std::path::Path, fake: &FakeGitlab, extra: &str) -> std::path::P
     path
 }
 
-/// A fake with 30 events, and a server that received all but 10 (`i % 3 == 1`); one of those
-/// (4) was sent again by hand and that request was received (a new UUID, the same key).
+/// A fake with 30 events, and a server that received all but 10 (`i % 3 == 1`), two of them
+/// claimed by their UUID (`claimed_by_uuid`); one of the ten (4) was sent again by hand and
+/// that request was received (a new UUID, the same key), as was a resend by hand of one that
+/// had arrived (0: a duplicate).
 fn thirty_twenty_received(extra: &str) -> (FakeGitlab, Server, std::path::PathBuf) {
     let fake = FakeGitlab::start();
     let dir = test_dir();
@@ -272,18 +289,21 @@ fn thirty_twenty_received(extra: &str) -> (FakeGitlab, Server, std::path::PathBu
             body: push_body(i),
         };
         if !failed {
-            assert_eq!(post_push(&url, &e), 200, "{}", server.log());
+            let status = post_request(&url, &e, !claimed_by_uuid(i));
+            assert_eq!(status, 200, "{}", server.log());
         }
         events.push(e);
     }
-    let again = HookEvent {
-        id: 5004,
-        uuid: claimed(4),
-        status: "200",
-        ..events[4].clone()
-    };
-    assert_eq!(post_push(&url, &again), 200);
-    events.push(again);
+    for (resent, i) in [(5004, 4), (5000, 0)] {
+        let again = HookEvent {
+            id: resent,
+            uuid: format!("a4e5c3d2-0000-4000-8000-{i:012}"),
+            status: "200",
+            ..events[i].clone()
+        };
+        assert_eq!(post_push(&url, &again), 200);
+        events.push(again);
+    }
     events.reverse();
     {
         let mut f = fake.fake.lock().unwrap();
@@ -364,13 +384,13 @@ fn gitlab_reconcile_applies_the_ten_failed_requests_once_and_a_second_run_none()
     let db = server.db();
     assert_each_of_thirty_once(&db);
     // Event 4's first request failed and its resend was received: its first request (another
-    // UUID, the same key) is not applied again.
-    assert_eq!(missing_from_ledger(&db, &[uuid(4)]).len(), 1);
-    // Applied as the request would have been: its type from the recorded headers, its body
-    // the recorded payload.
-    let kind: String = db.one("SELECT kind FROM pushes WHERE event = $1", &[&uuid(7)]);
+    // UUID, the same key) is not applied again; nor is a request claimed by its UUID (9).
+    assert_eq!(missing_from_ledger(&db, &[uuid(4), key(9)]).len(), 2);
+    // Applied as the request would have been: claimed by its key, its type from the recorded
+    // headers, its body the recorded payload.
+    let kind: String = db.one("SELECT kind FROM pushes WHERE event = $1", &[&key(7)]);
     assert_eq!(kind, "Push Hook");
-    let body: Value = serde_json::from_slice(&stored_body(&db, &uuid(7))).unwrap();
+    let body: Value = serde_json::from_slice(&stored_body(&db, &key(7))).unwrap();
     assert_eq!(body, push_body(7));
     assert!(fake.fake.lock().unwrap().resent.is_empty());
 
@@ -404,7 +424,8 @@ fn gitlab_reconcile_in_redeliver_mode_asks_gitlab_to_resend_each_failed_request_
     assert_eq!(resent, expected);
     let db = server.db();
     wait_for(WAIT, || (ledger_count(&db) == 30).then_some(())).expect("the resends arrive");
-    // Each resend came with a UUID of its own: the events are claimed once each, by those.
+    // Each resend came with a UUID of its own and the event's key: the events are claimed once
+    // each, by their keys.
     let rows: Vec<(String, i64)> = db.all(
         "SELECT event, COUNT(*) FROM pushes GROUP BY event ORDER BY event",
         &[],
