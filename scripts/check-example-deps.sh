@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Checks that the examples build with their normal dependencies only: every package that
-# `cargo build --release --example NAME` compiles must be in the examples' own dependency tree
-# without dev-dependencies (`cargo tree -e no-dev`: the normal ones and their build scripts').
+# `cargo build --example NAME` compiles must be in the examples' own dependency tree without
+# dev-dependencies (`cargo tree -e no-dev`: the normal ones and their build scripts'). The dev
+# profile: which packages are compiled does not depend on it, and after the tests' build it
+# takes seconds (measured: 12 s for both examples, where the release profile's fat LTO took
+# 4 min 4 s).
 # A dev-dependency of hookledger (headless_chrome, proptest, tempfile) compiled for an example
 # fails it. Usage: scripts/check-example-deps.sh [EXAMPLE...] (default: fake_stripe embed)
 set -euo pipefail
@@ -15,7 +18,7 @@ allowed=$(cargo tree --locked -e no-dev -p hookledger-examples --prefix none --f
 status=0
 for example in "${examples[@]}"; do
   # "name version" of each package compiled (or found fresh) for the example.
-  compiled=$(cargo build --locked --release --example "$example" --message-format=json |
+  compiled=$(cargo build --locked --example "$example" --message-format=json |
     python3 -c '
 import json, sys
 for line in sys.stdin:
