@@ -30,6 +30,7 @@ mod hostile;
 mod lanes;
 mod mailgun;
 mod observability;
+mod openapi;
 mod operations;
 mod oracles;
 mod oracles_a;
