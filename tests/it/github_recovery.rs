@@ -20,7 +20,7 @@ use axum::Router;
 use hmac::Mac;
 use serde_json::{json, Value};
 
-use crate::openapi::{deref, misfit, Answered};
+use crate::openapi::{assert_answers_fit, Answered};
 use crate::util::*;
 
 const TOKEN: &str = "github_pat_11RECOVERY_test_token_0123456789";
@@ -302,76 +302,12 @@ fn app_key() -> (std::path::PathBuf, Vec<u8>) {
     (path, pair.public_key().as_ref().to_vec())
 }
 
-/// GitHub's OpenAPI description of the hook-delivery routes (a subset of github/rest-api-
-/// description, `tests/fixtures/github/openapi-hook-deliveries.json`).
-fn openapi() -> Value {
-    let path = fixtures_dir().join("github/openapi-hook-deliveries.json");
-    serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
-}
-
-/// Each call the fake answered is a route of GitHub's description (its method, its query
-/// parameters, the status among its responses), and each body fits that response's schema.
+/// Each call the fake answered is a route of GitHub's OpenAPI description of the
+/// hook-delivery routes (a subset of github/rest-api-description,
+/// `tests/fixtures/github/openapi-hook-deliveries.json`), and each body fits its schema.
 fn assert_as_github_s_openapi_says(fake: &FakeGithub) {
-    let spec = openapi();
     let answered = fake.fake.lock().unwrap().answered.clone();
-    assert!(!answered.is_empty());
-    for a in answered {
-        let parts: Vec<&str> = a.path.split('/').collect();
-        let route = spec["paths"]
-            .as_object()
-            .unwrap()
-            .iter()
-            .find(|(template, _)| {
-                let t: Vec<&str> = template.split('/').collect();
-                t.len() == parts.len()
-                    && t.iter()
-                        .zip(&parts)
-                        .all(|(t, p)| t == p || (t.starts_with('{') && !p.is_empty()))
-            })
-            .unwrap_or_else(|| {
-                panic!(
-                    "{} {}: not a route of GitHub's description",
-                    a.method, a.path
-                )
-            });
-        let operation = &route.1[a.method.to_lowercase()];
-        assert!(
-            operation.is_object(),
-            "{} {}: not a method of {}",
-            a.method,
-            a.path,
-            route.0
-        );
-        let known: Vec<&str> = operation["parameters"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(|p| deref(&spec, p))
-            .filter(|p| p["in"] == "query")
-            .filter_map(|p| p["name"].as_str())
-            .collect();
-        for (name, _) in url::form_urlencoded::parse(a.query.as_bytes()) {
-            assert!(
-                known.contains(&name.as_ref()),
-                "{} {}: no query parameter {name}",
-                a.method,
-                route.0
-            );
-        }
-        let response = deref(&spec, &operation["responses"][a.status.to_string()]);
-        assert!(
-            response.is_object(),
-            "{} {}: GitHub does not answer {}",
-            a.method,
-            route.0,
-            a.status
-        );
-        if let Some(schema) = response.pointer("/content/application~1json/schema") {
-            if let Some(why) = misfit(&spec, schema, &a.body, "body") {
-                panic!("{} {} answered {}: {why}", a.method, route.0, a.status);
-            }
-        }
-    }
+    assert_answers_fit("GitHub", "github/openapi-hook-deliveries.json", &answered);
 }
 
 /// The push of delivery `i`.

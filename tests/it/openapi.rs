@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 
-/// A call the fake answered, for the check against GitHub's OpenAPI description.
+/// A call a fake answered, for the check against its provider's OpenAPI description.
 #[derive(Clone, Debug)]
 pub struct Answered {
     pub method: String,
@@ -75,4 +75,70 @@ pub fn misfit(spec: &Value, schema: &Value, value: &Value, at: &str) -> Option<S
         }
     }
     None
+}
+
+/// Each call the fake of `provider` answered is a route of its description (`fixture`, under
+/// tests/fixtures/: its method, its query parameters, the status among its responses), and
+/// each body fits that response's schema.
+pub fn assert_answers_fit(provider: &str, fixture: &str, answered: &[Answered]) {
+    let path = crate::util::fixtures_dir().join(fixture);
+    let spec: Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+    assert!(!answered.is_empty());
+    for a in answered {
+        let parts: Vec<&str> = a.path.split('/').collect();
+        let route = spec["paths"]
+            .as_object()
+            .unwrap()
+            .iter()
+            .find(|(template, _)| {
+                let t: Vec<&str> = template.split('/').collect();
+                t.len() == parts.len()
+                    && t.iter()
+                        .zip(&parts)
+                        .all(|(t, p)| t == p || (t.starts_with('{') && !p.is_empty()))
+            })
+            .unwrap_or_else(|| {
+                panic!(
+                    "{} {}: not a route of {provider}'s description",
+                    a.method, a.path
+                )
+            });
+        let operation = &route.1[a.method.to_lowercase()];
+        assert!(
+            operation.is_object(),
+            "{} {}: not a method of {}",
+            a.method,
+            a.path,
+            route.0
+        );
+        let known: Vec<&str> = operation["parameters"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|p| deref(&spec, p))
+            .filter(|p| p["in"] == "query")
+            .filter_map(|p| p["name"].as_str())
+            .collect();
+        for (name, _) in url::form_urlencoded::parse(a.query.as_bytes()) {
+            assert!(
+                known.contains(&name.as_ref()),
+                "{} {}: no query parameter {name}",
+                a.method,
+                route.0
+            );
+        }
+        let response = deref(&spec, &operation["responses"][a.status.to_string()]);
+        assert!(
+            response.is_object(),
+            "{} {}: {provider} does not answer {}",
+            a.method,
+            route.0,
+            a.status
+        );
+        if let Some(schema) = response.pointer("/content/application~1json/schema") {
+            if let Some(why) = misfit(&spec, schema, &a.body, "body") {
+                panic!("{} {} answered {}: {why}", a.method, route.0, a.status);
+            }
+        }
+    }
 }
