@@ -2,10 +2,9 @@
 //! hook for a while); GitLab keeps each hook's requests of the last 7 days, with their headers
 //! and payload. A reconcile lists them (`GET /projects/:id/hooks/:hook_id/events`, or a
 //! group's, 50 a page, the `Link` header's next `page`), and for each event the ledger lacks
-//! either applies the recorded request as if it had
-//! arrived (`mode = "apply"`, the default: the body is the payload serialized again, its
-//! headers those GitLab shows, the secret token redacted) or asks GitLab to send it again
-//! (`mode = "redeliver"`, `POST …/events/:hook_event_id/resend`). The claim is the one a
+//! either applies the recorded request as if it had arrived (`mode = "apply"`, the default:
+//! the body is the payload serialized again, its headers those GitLab shows, the secret token
+//! redacted) or asks GitLab to send it again (`mode = "redeliver"`, `POST …/events/:hook_event_id/resend`). The claim is the one a
 //! webhook makes: the `Idempotency-Key` (GitLab 17.4 on), else the UUID. GitLab gives a
 //! request it sends again (by hand, or asked by a run) a new UUID and the same key: a run
 //! takes the requests of one key as one event, present when its key or any of their UUIDs is
@@ -200,8 +199,8 @@ enum Seen {
     Unread,
     /// One of its requests is claimed.
     Claimed,
-    /// Neither its key nor a UUID is claimed: its key, and its newest request and UUID.
-    Missing(String, String, HookEvent),
+    /// Neither its key nor a UUID is claimed.
+    Missing(Missing),
 }
 
 /// An event the ledger lacks.
@@ -317,8 +316,8 @@ impl Run {
     /// the ledger lacks is applied or sent again. An event is its requests with one
     /// `Idempotency-Key` (GitLab 17.4 on: kept when a request is sent again, where
     /// `X-Gitlab-Event-UUID` is new each time), or with one UUID without it; it is present when
-    /// its key or any of its requests' UUIDs is claimed. So all pages are read before anything is applied:
-    /// a request sent again and received may be listed pages before the first one.
+    /// its key or any of its requests' UUIDs is claimed. So all pages are read before anything
+    /// is applied: a request sent again and received may be listed pages before the first one.
     pub(crate) fn once(
         &self,
         source: &Source,
@@ -364,7 +363,7 @@ impl Run {
                     Ok(true) => *seen = Seen::Claimed,
                     // The first request listed of an event is its newest.
                     Ok(false) if matches!(seen, Seen::Unread) => {
-                        *seen = Seen::Missing(key, uuid, request)
+                        *seen = Seen::Missing(Missing { key, uuid, request })
                     }
                     Ok(false) => {}
                     Err(e) => {
@@ -403,9 +402,9 @@ impl Run {
                     counts.found += 1;
                     counts.already_present += 1;
                 }
-                Some(Seen::Missing(key, uuid, request)) => {
+                Some(Seen::Missing(event)) => {
                     counts.found += 1;
-                    missing.push(Missing { key, uuid, request });
+                    missing.push(event);
                 }
                 // Its presence could not be read (counted failed).
                 Some(Seen::Unread) | None => {}

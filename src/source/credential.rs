@@ -14,7 +14,7 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine;
 use sha2::{Digest, Sha256};
 
-use super::hmac::{read_envelope, Place};
+use super::hmac::{headers_at, read_envelope, Place};
 use super::{header, Envelope, Scheme, VerifyError};
 use crate::config::Secret;
 use crate::event::ParseError;
@@ -37,10 +37,7 @@ fn envelope_headers(
     id_value: &str,
     kind_value: &str,
 ) -> Vec<(String, String)> {
-    [(id, id_value), (kind, kind_value)]
-        .into_iter()
-        .filter_map(|(place, value)| Some((place.header()?.to_string(), value.to_string())))
-        .collect()
+    headers_at([(Some(id), id_value), (Some(kind), kind_value)])
 }
 
 /// A shared token in a header.

@@ -55,6 +55,17 @@ pub(crate) enum Place {
     FirstOf(Vec<Place>),
 }
 
+/// The `(header, value)` of each value whose place is (or starts with) a header, for a
+/// request that carries them; a place `None` or not a header is left out.
+pub(crate) fn headers_at<'a>(
+    values: impl IntoIterator<Item = (Option<&'a Place>, &'a str)>,
+) -> Vec<(String, String)> {
+    values
+        .into_iter()
+        .filter_map(|(place, value)| Some((place?.header()?.to_string(), value.to_string())))
+        .collect()
+}
+
 /// `name`, kept for the life of the process: sources are built once, at start-up.
 pub(crate) fn leak(name: &str) -> &'static str {
     Box::leak(name.to_string().into_boxed_str())

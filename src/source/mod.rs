@@ -199,12 +199,10 @@ impl Source {
     /// The headers that carry `id` and `kind` where the config puts them in headers over the
     /// scheme's own (for `hookledger send`).
     pub(crate) fn override_headers(&self, id: &str, kind: &str) -> Vec<(String, String)> {
-        [(&self.overrides.id, id), (&self.overrides.kind, kind)]
-            .into_iter()
-            .filter_map(|(place, value)| {
-                Some((place.as_ref()?.header()?.to_string(), value.to_string()))
-            })
-            .collect()
+        hmac::headers_at([
+            (self.overrides.id.as_ref(), id),
+            (self.overrides.kind.as_ref(), kind),
+        ])
     }
 
     /// The answer to the verified request when it is a handshake its sender requires before
