@@ -85,6 +85,8 @@ pub struct Call {
     /// The status answered; for a call still waiting out its delay (or whose client gave
     /// up), the status it was going to get.
     pub status: u16,
+    /// The JSON text answered (or going to be).
+    pub body: String,
 }
 
 #[allow(unreachable_pub)] // reachable when a test crate includes this file
@@ -361,6 +363,7 @@ fn api_call(
             .path_and_query()
             .map_or_else(|| uri.path().to_owned(), ToString::to_string),
         status: status.as_u16(),
+        body: body.clone(),
     });
     (status, body, delay)
 }

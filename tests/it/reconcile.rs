@@ -5,6 +5,9 @@
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use serde_json::{json, Value};
+
+use crate::openapi::{assert_answers_fit, Answered};
 use crate::util::*;
 
 #[allow(dead_code)]
@@ -34,6 +37,41 @@ fn invoices(start: i64) -> Vec<(String, Vec<u8>)> {
             (id, body.into_bytes())
         })
         .collect()
+}
+
+/// Each call `fake` answered is a route of Stripe's OpenAPI description, answered with a body
+/// that fits it (tests/fixtures/stripe/openapi-events.json).
+fn assert_fits_stripes_description(fake: &FakeStripe) {
+    let answered: Vec<Answered> = fake
+        .calls()
+        .into_iter()
+        .map(|call| {
+            let (path, query) = call
+                .path_and_query
+                .split_once('?')
+                .unwrap_or((&call.path_and_query, ""));
+            Answered {
+                method: call.method.clone(),
+                path: path.to_owned(),
+                query: query.to_owned(),
+                status: call.status,
+                body: serde_json::from_str(&call.body).unwrap(),
+            }
+        })
+        .collect();
+    assert_answers_fit("Stripe", "stripe/openapi-events.json", &answered);
+}
+
+/// A subscription as Stripe's API answers it (the fixture's object, whole), with this id,
+/// status and metadata, of customer `cus_tie`.
+fn subscription(id: &str, status: &str, metadata: Value) -> Value {
+    let event: Value = serde_json::from_slice(&fixture("customer.subscription.updated")).unwrap();
+    let mut object = event["data"]["object"].clone();
+    object["id"] = json!(id);
+    object["status"] = json!(status);
+    object["customer"] = json!("cus_tie");
+    object["metadata"] = metadata;
+    object
 }
 
 /// 40 of the 250 never arrived as webhooks.
@@ -169,6 +207,7 @@ fn reconcile_applies_exactly_the_missed_events_and_a_second_run_none() {
     // A webhook that arrives after all is a duplicate.
     let (_, late) = &invoices(hours_ago())[0];
     assert_outcome(&server.send(late), "evt_rec_000", "duplicate");
+    assert_fits_stripes_description(&fake);
 }
 
 /// Rate limited on the first two calls: retried after a pause, and the run completes.
@@ -183,6 +222,7 @@ fn reconcile_retries_a_rate_limit() {
     assert_eq!(statuses, [429, 429, 200, 200, 200]);
     assert!(err.contains("429"), "the retries are logged: {err}");
     assert_eq!(ledger_count(&server.db()), 250);
+    assert_fits_stripes_description(&fake);
 }
 
 /// A key Stripe refuses stops the run at once with a clear message, never the key.
@@ -205,6 +245,7 @@ fn reconcile_stops_on_a_refused_key() {
     );
     assert_eq!(fake.calls().len(), 1, "not retried");
     assert_eq!(ledger_count(&server.db()), 210);
+    assert_fits_stripes_description(&fake);
 }
 
 /// An API that answers the same page with `has_more: true` whatever the cursor once kept a
@@ -371,10 +412,11 @@ fn subscription_update(id: &str, created: i64, subscription: &str, status: &str)
 fn a_tie_ends_with_the_status_stripes_api_reports_in_either_order() {
     for (first, second) in [("active", "canceled"), ("canceled", "active")] {
         let fake = FakeStripe::start(API_KEY);
-        fake.set_subscription(serde_json::json!({
-            "id": "sub_tie", "object": "subscription", "customer": "cus_tie",
-            "status": second, "metadata": { "account_id": "acct_tie" },
-        }));
+        fake.set_subscription(subscription(
+            "sub_tie",
+            second,
+            json!({ "account_id": "acct_tie" }),
+        ));
         let server = serve_with_api(&fake, "");
         let db = server.db();
         let t = now() - 30;
@@ -415,6 +457,7 @@ fn a_tie_ends_with_the_status_stripes_api_reports_in_either_order() {
             subscription_status(&db, "sub_tie").as_deref(),
             Some("past_due")
         );
+        assert_fits_stripes_description(&fake);
     }
 }
 
@@ -422,10 +465,7 @@ fn a_tie_ends_with_the_status_stripes_api_reports_in_either_order() {
 #[test]
 fn refresh_always_fetches_after_every_subscription_event() {
     let fake = FakeStripe::start(API_KEY);
-    fake.set_subscription(serde_json::json!({
-        "id": "sub_always", "object": "subscription", "customer": "cus_tie",
-        "status": "unpaid", "metadata": {},
-    }));
+    fake.set_subscription(subscription("sub_always", "unpaid", json!({})));
     let quiet = serve_with_api(&fake, "");
     let body = subscription_update("evt_once", now() - 30, "sub_always", "active");
     assert_outcome(&quiet.send(&body), "evt_once", "processed");
@@ -453,6 +493,7 @@ fn refresh_always_fetches_after_every_subscription_event() {
     });
     assert_eq!(fake.calls().len(), 1);
     assert_eq!(db.count(refreshes), 1);
+    assert_fits_stripes_description(&fake);
 }
 
 /// With `--forward` (as `serve --forward-to` does), each applied event is queued for the app
@@ -482,7 +523,7 @@ fn reconcile_with_forward_queues_each_applied_event_for_the_app() {
 fn the_serve_flags_alone_give_the_stripe_source_its_api() {
     let fake = FakeStripe::start(API_KEY);
     // A terse answer: no customer, no metadata.
-    fake.set_subscription(serde_json::json!({ "id": "sub_flags", "status": "canceled" }));
+    fake.set_subscription(json!({ "id": "sub_flags", "status": "canceled" }));
     let dir = test_dir();
     let key = format!("env:{KEY_VAR}");
     let mut server = Server::start_with_env(
