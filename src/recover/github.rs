@@ -353,9 +353,12 @@ impl Run {
         api_base: Option<&str>,
         api_key: Option<Secret>,
     ) -> anyhow::Result<Run> {
-        if since.is_zero() || since > MAX_SINCE {
-            anyhow::bail!("since must be more than 0 and at most 3d (GitHub keeps a hook's deliveries for 3 days)");
-        }
+        super::check_since(
+            since,
+            MAX_SINCE,
+            "3d",
+            "GitHub keeps a hook's deliveries for 3 days",
+        )?;
         if source.hook.is_none() {
             anyhow::bail!(
                 "source `{}`: reconcile lists a GitHub webhook's deliveries: give the source \

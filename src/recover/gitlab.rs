@@ -290,12 +290,12 @@ impl Run {
         api_base: Option<&str>,
         api_key: Option<Secret>,
     ) -> anyhow::Result<Run> {
-        if since.is_zero() || since > MAX_SINCE {
-            anyhow::bail!(
-                "since must be more than 0 and at most 7d (GitLab keeps a hook's requests for \
-                 7 days)"
-            );
-        }
+        super::check_since(
+            since,
+            MAX_SINCE,
+            "7d",
+            "GitLab keeps a hook's requests for 7 days",
+        )?;
         if source.hook.is_none() {
             anyhow::bail!(
                 "source `{}`: reconcile lists a GitLab webhook's events: give the source hook = \

@@ -337,6 +337,20 @@ pub(crate) fn api_base<'a>(
     Ok(flag.or(source.api_base.as_deref()).unwrap_or(default))
 }
 
+/// Refuses a look back of nothing or past what the provider keeps (`max`, written `max_text`,
+/// for the reason `why`).
+pub(crate) fn check_since(
+    since: Duration,
+    max: Duration,
+    max_text: &str,
+    why: &str,
+) -> anyhow::Result<()> {
+    if since.is_zero() || since > max {
+        anyhow::bail!("since must be more than 0 and at most {max_text} ({why})");
+    }
+    Ok(())
+}
+
 /// The Unix time `since` ago: where a run's look back ends.
 pub(crate) fn horizon(since: Duration) -> i64 {
     crate::time::unix_now() - since.as_secs() as i64
@@ -364,5 +378,26 @@ pub(crate) fn check_api_base(key: &str, base: &str) -> Result<(), ConfigError> {
             "must be an https:// URL: the API key goes in every request (http:// only to a \
              loopback host, 127.0.0.1, ::1 or localhost, for a test server)"
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_look_back_of_nothing_or_past_the_provider_s_keep_is_refused_with_the_reason() {
+        let day = Duration::from_secs(86_400);
+        let why = "GitHub keeps a hook's deliveries for 3 days";
+        assert!(check_since(3 * day, 3 * day, "3d", why).is_ok());
+        assert!(check_since(Duration::from_secs(1), 3 * day, "3d", why).is_ok());
+        for since in [Duration::ZERO, 3 * day + Duration::from_secs(1)] {
+            let e = check_since(since, 3 * day, "3d", why).unwrap_err();
+            assert_eq!(
+                e.to_string(),
+                "since must be more than 0 and at most 3d (GitHub keeps a hook's deliveries \
+                 for 3 days)"
+            );
+        }
     }
 }

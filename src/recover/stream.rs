@@ -77,15 +77,16 @@ impl<S: Stream> Run<S> {
         (api_base, default): (Option<&str>, &str),
         api_key: Option<Secret>,
     ) -> anyhow::Result<Run<S>> {
-        if since.is_zero() || since > S::MAX_SINCE {
-            anyhow::bail!(
-                "since must be more than 0 and at most {} ({}'s API lists the events of the \
-                 last {})",
-                S::MAX_SINCE_TEXT,
+        super::check_since(
+            since,
+            S::MAX_SINCE,
+            S::MAX_SINCE_TEXT,
+            &format!(
+                "{}'s API lists the events of the last {}",
                 S::PROVIDER,
                 S::MAX_SINCE_TEXT
-            );
-        }
+            ),
+        )?;
         let Some(key) = api_key.or_else(|| source.api_key.clone()) else {
             anyhow::bail!(
                 "no {} API key: pass --api-key env:NAME, or give the source api_key = \

@@ -93,9 +93,12 @@ impl Run {
         api_base: Option<&str>,
         api_key: Option<Secret>,
     ) -> anyhow::Result<Run> {
-        if since.is_zero() || since > MAX_RECONCILE_SINCE {
-            bail!("since must be more than 0 and at most 30d (Stripe keeps events for 30 days)");
-        }
+        recover::check_since(
+            since,
+            MAX_RECONCILE_SINCE,
+            "30d",
+            "Stripe keeps events for 30 days",
+        )?;
         if source.scheme != SchemeName::Stripe {
             bail!(
                 "source `{}`: reconcile reads Stripe's API; this source's scheme is {}",
