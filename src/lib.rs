@@ -27,7 +27,8 @@
 //!   SQL from a config file.
 //! - Delivery after commit: [`ForwardConfig`] (every processed event, signed as Standard
 //!   Webhooks, to your app's URL) and [`DeliveryConfig`] (the outbox rows of one kind, to a
-//!   URL or a local command), each in a lane of its own ([`LaneKeys`]: concurrency, rate,
+//!   URL, a local command, or a message broker: [`NatsConfig`], [`AmqpConfig`],
+//!   [`RedisConfig`]), each in a lane of its own ([`LaneKeys`]: concurrency, rate,
 //!   circuit breaker, coalescing), retried on a schedule, dead-lettered.
 //! - [`Config`] holds every setting, each with its default; [`Config::load`] reads a config
 //!   file. Every public function returns an [`Error`]; [`Error::Config`] names the key as a
@@ -133,10 +134,11 @@ mod writer;
 pub use app::{Builder, Hookledger, Reloaded, Reloader, RunningServer};
 pub use config::Handshake;
 pub use config::{
-    AlertConfig, Config, ConfigError, Database, DeliveryConfig, EffectConfig, ForwardConfig,
-    HandlerSettings, HmacAlgorithm, HmacConfig, HmacEncoding, HttpConfig, LaneKeys, Locator,
-    ReconcileConfig, RecoverMode, Refresh, RetentionConfig, RouteConfig, RouteValues, SchemaConfig,
-    SchemeName, Secret, SourceConfig, StorageConfig, TimestampConfig, TokenConfig, WriterConfig,
+    AlertConfig, AmqpConfig, Config, ConfigError, Database, DeliveryConfig, EffectConfig,
+    ForwardConfig, HandlerSettings, HmacAlgorithm, HmacConfig, HmacEncoding, HttpConfig, LaneKeys,
+    Locator, NatsConfig, ReconcileConfig, RecoverMode, RedisConfig, Refresh, RetentionConfig,
+    RouteConfig, RouteValues, SchemaConfig, SchemeName, Secret, SourceConfig, StorageConfig,
+    TimestampConfig, TokenConfig, WriterConfig,
 };
 pub use error::Error;
 pub use event::{Event, JsonError, ParseError};

@@ -1,11 +1,12 @@
-//! Delivery: `[forward]`, each `[[delivery]]` (a POST to a URL or a local `command`) and the
-//! lane every kind is delivered in.
+//! Delivery: `[forward]`, each `[[delivery]]` (a POST to a URL, a local `command` or a message
+//! broker) and the lane every kind is delivered in.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::Deserialize;
 
+use super::broker::{AmqpConfig, Broker, NatsConfig, RedisConfig};
 use super::{
     default_schedule, refuse, ConfigError, Rate, RouteConfig, Secret, DEFAULT_BREAKER_COOLDOWN,
     DEFAULT_BREAKER_FAILURES, DEFAULT_COMMAND_CONCURRENCY, DEFAULT_COMMAND_TIMEOUT,
@@ -160,6 +161,15 @@ pub struct DeliveryConfig {
     /// Exit codes that mean "a retry would change nothing": the row is dead at once.
     #[serde(default, deserialize_with = "one_or_many")]
     pub give_up_exit: Vec<i32>,
+    /// Publish each row to a NATS JetStream stream.
+    #[serde(default)]
+    pub nats: Option<NatsConfig>,
+    /// Publish each row to a RabbitMQ (AMQP 0-9-1) exchange.
+    #[serde(default)]
+    pub amqp: Option<AmqpConfig>,
+    /// Add each row to a Redis stream.
+    #[serde(default)]
+    pub redis: Option<RedisConfig>,
     /// The Standard Webhooks signing secret; default: the `[forward]` secret.
     #[serde(default)]
     pub secret: Option<Secret>,
@@ -239,6 +249,9 @@ impl DeliveryConfig {
             workdir: None,
             env: Vec::new(),
             give_up_exit: Vec::new(),
+            nats: None,
+            amqp: None,
+            redis: None,
             secret: None,
             schedule: None,
             timeout: None,
@@ -298,15 +311,58 @@ impl DeliveryConfig {
         self
     }
 
-    /// The command to run, resolved and checked, when this delivery has a `command` (`None`:
-    /// it POSTs to `url`); errors name the delivery's keys.
-    pub(crate) fn command_target(&self) -> Result<Option<CommandTarget>, ConfigError> {
+    /// Delivery of the rows of `kind` into a message broker (`nats`, `amqp` or `redis`).
+    pub fn broker(kind: impl Into<String>) -> DeliveryConfig {
+        DeliveryConfig::new(kind, "")
+    }
+
+    /// Published to a NATS JetStream stream.
+    pub fn with_nats(mut self, nats: NatsConfig) -> Self {
+        self.nats = Some(nats);
+        self
+    }
+
+    /// Published to a RabbitMQ exchange.
+    pub fn with_amqp(mut self, amqp: AmqpConfig) -> Self {
+        self.amqp = Some(amqp);
+        self
+    }
+
+    /// Added to a Redis stream.
+    pub fn with_redis(mut self, redis: RedisConfig) -> Self {
+        self.redis = Some(redis);
+        self
+    }
+
+    /// What delivers this kind's rows, `[forward]` filling what a POST does not set, checked;
+    /// errors name the delivery's keys.
+    pub(crate) fn target(
+        &self,
+        forward: Option<&ForwardConfig>,
+    ) -> Result<DeliveryTarget, ConfigError> {
         let at = format!("delivery `{}`", self.kind);
         let key = |field: &str| format!("{at}.{field}");
-        let Some(argv) = &self.command else {
-            if self.url.is_empty() {
-                refuse!(key("url"), "missing: a delivery needs `url` or `command`");
-            }
+        let ways = [
+            ("url", !self.url.is_empty()),
+            ("command", self.command.is_some()),
+            ("nats", self.nats.is_some()),
+            ("amqp", self.amqp.is_some()),
+            ("redis", self.redis.is_some()),
+        ];
+        let mut set = ways.iter().filter(|(_, set)| *set).map(|(way, _)| *way);
+        let way = match (set.next(), set.next()) {
+            (None, _) => refuse!(
+                key("url"),
+                "missing: a delivery needs `url`, `command`, `nats`, `amqp` or `redis`"
+            ),
+            (Some(first), Some(second)) => refuse!(
+                key(second),
+                "a delivery has one of `url`, `command`, `nats`, `amqp` and `redis`; this one \
+                 has `{first}` too"
+            ),
+            (Some(way), None) => way,
+        };
+        if way != "command" {
             for (set, field) in [
                 (self.workdir.is_some(), "workdir"),
                 (!self.env.is_empty(), "env"),
@@ -316,17 +372,63 @@ impl DeliveryConfig {
                     refuse!(key(field), "is only for a delivery with a `command`");
                 }
             }
-            return Ok(None);
-        };
-        if !self.url.is_empty() {
+        }
+        if way != "url" && self.secret.is_some() {
             refuse!(
-                key("command"),
-                "a delivery has `url` or `command`, not both"
+                key("secret"),
+                "signs POSTs; a delivery with `{way}` has none"
             );
         }
-        if self.secret.is_some() {
-            refuse!(key("secret"), "signs POSTs; a `command` delivery has none");
+        Ok(match way {
+            "url" => DeliveryTarget::Post(self.post_target(forward)?),
+            "command" => DeliveryTarget::Command(self.command_target(&at)?),
+            _ => DeliveryTarget::Broker(self.broker_target(&at)?),
+        })
+    }
+
+    /// The URL of a delivery's broker and the broker's key, to resolve its `env:`, `file:`
+    /// or `credential:` value.
+    pub(crate) fn broker_url_mut(&mut self) -> Option<(&'static str, &mut Secret)> {
+        (self.nats.as_mut().map(|c| ("nats", &mut c.url)))
+            .or(self.amqp.as_mut().map(|c| ("amqp", &mut c.url)))
+            .or(self.redis.as_mut().map(|c| ("redis", &mut c.url)))
+    }
+
+    /// The broker this delivery publishes to, checked; its lane takes nothing from
+    /// `[forward]`, as a command's does not.
+    fn broker_target(&self, at: &str) -> Result<BrokerTarget, ConfigError> {
+        let broker = match (&self.nats, &self.amqp, &self.redis) {
+            (Some(nats), _, _) => Broker::Nats(nats.clone()),
+            (_, Some(amqp), _) => Broker::Amqp(amqp.clone()),
+            (_, _, Some(redis)) => Broker::Redis(redis.clone()),
+            _ => unreachable!("target() calls it for a delivery with a broker"),
+        };
+        broker.check(&format!("{at}.{}", broker.name()))?;
+        let schedule = self.schedule.clone().unwrap_or_else(default_schedule);
+        check_schedule(&schedule, at)?;
+        let timeout = self.timeout.unwrap_or(DEFAULT_FORWARD_TIMEOUT);
+        if timeout.is_zero() || timeout > MAX_FORWARD_TIMEOUT {
+            refuse!(
+                format!("{at}.timeout"),
+                "must be more than 0 and at most 1h"
+            );
         }
+        Ok(BrokerTarget {
+            broker,
+            schedule,
+            timeout,
+            lane: self.lane.over(&LaneSettings::post(), at)?,
+        })
+    }
+
+    /// The command to run, resolved and checked, for a delivery with a `command`; errors name
+    /// the keys under `at`.
+    fn command_target(&self, at: &str) -> Result<CommandTarget, ConfigError> {
+        let key = |field: &str| format!("{at}.{field}");
+        let argv = self
+            .command
+            .as_ref()
+            .expect("target() calls it for a command");
         let Some(program) = argv.first().filter(|p| !p.trim().is_empty()) else {
             refuse!(key("command"), "is empty: it needs at least the program");
         };
@@ -382,17 +484,9 @@ impl DeliveryConfig {
             refuse!(key("timeout"), "must be more than 0 and at most 1 day");
         }
         let schedule = self.schedule.clone().unwrap_or_else(default_schedule);
-        if schedule.is_empty() {
-            refuse!(key("schedule"), "needs at least one delay");
-        }
-        if schedule.iter().any(|d| *d > MAX_FORWARD_DELAY) {
-            refuse!(
-                key("schedule"),
-                "a delay is longer than the most allowed, 30 days"
-            );
-        }
-        let lane = self.lane.over(&LaneSettings::command(), &at)?;
-        Ok(Some(CommandTarget {
+        check_schedule(&schedule, at)?;
+        let lane = self.lane.over(&LaneSettings::command(), at)?;
+        Ok(CommandTarget {
             program,
             args: argv[1..].to_vec(),
             workdir: self.workdir.clone(),
@@ -401,7 +495,7 @@ impl DeliveryConfig {
             timeout,
             schedule,
             lane,
-        }))
+        })
     }
 
     /// With this many attempts in flight at once rather than `[forward]`'s.
@@ -412,10 +506,7 @@ impl DeliveryConfig {
 
     /// The POST this delivery makes, `[forward]` filling what is not set, checked; errors name
     /// the delivery's keys.
-    pub(crate) fn post_target(
-        &self,
-        forward: Option<&ForwardConfig>,
-    ) -> Result<PostTarget, ConfigError> {
+    fn post_target(&self, forward: Option<&ForwardConfig>) -> Result<PostTarget, ConfigError> {
         let at = format!("delivery `{}`", self.kind);
         let below = match forward {
             Some(forward) => forward.target()?,
@@ -442,6 +533,25 @@ impl DeliveryConfig {
         }
         .check(&at)
     }
+}
+
+/// What delivers a `[[delivery]]`'s rows, resolved and checked at start-up.
+#[derive(Debug, Clone)]
+pub(crate) enum DeliveryTarget {
+    Post(PostTarget),
+    Command(CommandTarget),
+    Broker(BrokerTarget),
+}
+
+/// A delivery into a message broker, resolved and checked at start-up (what needs a connection
+/// is checked by the target as it opens).
+#[derive(Debug, Clone)]
+pub(crate) struct BrokerTarget {
+    pub(crate) broker: Broker,
+    pub(crate) schedule: Vec<Duration>,
+    /// Of one publish, its confirm included.
+    pub(crate) timeout: Duration,
+    pub(crate) lane: LaneSettings,
 }
 
 /// A POST delivery (`[forward]`, a `[[delivery]]` with a `url`), resolved and checked at
@@ -538,6 +648,20 @@ impl LaneSettings {
     }
 }
 
+/// Refuses a retry schedule no lane can run, naming `at`'s `schedule`.
+fn check_schedule(schedule: &[Duration], at: &str) -> Result<(), ConfigError> {
+    if schedule.is_empty() {
+        refuse!(format!("{at}.schedule"), "needs at least one delay");
+    }
+    if schedule.iter().any(|d| *d > MAX_FORWARD_DELAY) {
+        refuse!(
+            format!("{at}.schedule"),
+            "a delay is longer than the most allowed, 30 days"
+        );
+    }
+    Ok(())
+}
+
 /// Whether `path` is a file someone may execute.
 fn is_executable(path: &std::path::Path) -> bool {
     use std::os::unix::fs::PermissionsExt;
@@ -602,15 +726,7 @@ impl PostTarget {
                 "must be an http:// or https:// URL with a host (the app's webhook endpoint)"
             );
         }
-        if self.schedule.is_empty() {
-            refuse!(key("schedule"), "needs at least one delay");
-        }
-        if self.schedule.iter().any(|d| *d > MAX_FORWARD_DELAY) {
-            refuse!(
-                key("schedule"),
-                "a delay is longer than the most allowed, 30 days"
-            );
-        }
+        check_schedule(&self.schedule, at)?;
         if self.timeout.is_zero() || self.timeout > MAX_FORWARD_TIMEOUT {
             refuse!(key("timeout"), "must be more than 0 and at most 1h");
         }

@@ -56,6 +56,11 @@ impl Config {
                 let key = format!("delivery `{}`.secret", delivery.kind);
                 *secret = one_secret(&key, secret, folder)?;
             }
+            let kind = delivery.kind.clone();
+            if let Some((way, url)) = delivery.broker_url_mut() {
+                let key = format!("delivery `{kind}`.{way}.url");
+                *url = one_secret(&key, url, folder)?;
+            }
         }
         for (i, alert) in self.alerts.iter_mut().enumerate() {
             let key = alert.key(i + 1, "secret");

@@ -11,6 +11,7 @@
 //! (which schemes have an API, how far back it reaches) is checked by that wing at start-up.
 
 mod alert;
+mod broker;
 mod database;
 mod days;
 mod defaults;
@@ -27,6 +28,8 @@ mod secret;
 mod source;
 
 pub use alert::AlertConfig;
+pub(crate) use broker::Broker;
+pub use broker::{AmqpConfig, NatsConfig, RedisConfig};
 pub(crate) use database::parse_postgres;
 pub use database::Database;
 #[cfg(not(feature = "postgres"))]
@@ -42,7 +45,7 @@ pub(crate) use defaults::{
     DEFAULT_READ_TIMEOUT, DEFAULT_WAL_LIMIT_MB, MIN_RETENTION_DAYS,
 };
 pub(crate) use defaults::{BATCH_CHUNK, DEFAULT_MAX_EVENTS, DEFAULT_OUTBOX_PAYLOAD_BUDGET};
-pub(crate) use delivery::{CommandTarget, LaneSettings, PostTarget};
+pub(crate) use delivery::{BrokerTarget, CommandTarget, DeliveryTarget, LaneSettings, PostTarget};
 pub use delivery::{DeliveryConfig, ForwardConfig, LaneKeys};
 pub(crate) use effect::{bind_parameters, split_statements, BoundStatement};
 pub use effect::{EffectConfig, SchemaConfig};
@@ -465,9 +468,7 @@ impl Config {
                     "two deliveries have this kind"
                 );
             }
-            if delivery.command_target()?.is_none() {
-                delivery.post_target(self.forward.as_ref())?;
-            }
+            delivery.target(self.forward.as_ref())?;
             if let Some(on) = &delivery.on {
                 route::validate(&format!("delivery `{}`", delivery.kind), on, &names)?;
             }
@@ -774,33 +775,45 @@ mod tests {
         assert_eq!(config.sources[0].secrets.len(), 2);
     }
 
+    /// The command `delivery` runs (it must be a command delivery), or why not.
+    fn command_of(delivery: &DeliveryConfig) -> Result<CommandTarget, ConfigError> {
+        match delivery.target(None)? {
+            DeliveryTarget::Command(command) => Ok(command),
+            other => panic!("not a command: {other:?}"),
+        }
+    }
+
+    /// The POST `delivery` makes (it must be one), or why not.
+    fn post_of(
+        delivery: &DeliveryConfig,
+        forward: Option<&ForwardConfig>,
+    ) -> Result<PostTarget, ConfigError> {
+        match delivery.target(forward)? {
+            DeliveryTarget::Post(post) => Ok(post),
+            other => panic!("not a POST: {other:?}"),
+        }
+    }
+
     #[test]
     fn a_command_delivery_is_checked_at_start_up_naming_the_key() {
         let sh = |argv: &[&str]| {
             DeliveryConfig::command("deploy", argv.iter().map(|a| a.to_string()).collect())
         };
-        let ok = sh(&["/bin/sh", "deploy.sh"])
-            .command_target()
-            .unwrap()
-            .unwrap();
+        let ok = command_of(&sh(&["/bin/sh", "deploy.sh"])).unwrap();
         assert_eq!(ok.timeout, DEFAULT_COMMAND_TIMEOUT);
         assert_eq!(ok.args, ["deploy.sh"]);
-        let err = |d: DeliveryConfig| d.command_target().unwrap_err().key;
+        let err = |d: DeliveryConfig| d.target(None).unwrap_err().key;
         assert_eq!(err(sh(&[])), "delivery `deploy`.command");
         assert_eq!(err(sh(&[""])), "delivery `deploy`.command");
         // A program that is not there starts (its attempts fail, naming it).
-        assert!(sh(&["/no/such/deploy.sh"]).command_target().is_ok());
+        assert!(command_of(&sh(&["/no/such/deploy.sh"])).is_ok());
         let plain = std::env::temp_dir().join(format!("hookledger-plain-{}", std::process::id()));
         std::fs::write(&plain, "not a program").unwrap();
         let plain_argv = [plain.to_str().unwrap()];
         assert_eq!(err(sh(&plain_argv)), "delivery `deploy`.command");
         let _ = std::fs::remove_file(&plain);
         assert_eq!(err(sh(&["deploy.sh"])), "delivery `deploy`.command");
-        let relative = sh(&["sh"])
-            .with_workdir("/bin")
-            .command_target()
-            .unwrap()
-            .unwrap();
+        let relative = command_of(&sh(&["sh"]).with_workdir("/bin")).unwrap();
         assert_eq!(relative.program, PathBuf::from("/bin/sh"));
         let both = DeliveryConfig {
             url: "http://127.0.0.1:1/x".into(),
@@ -822,7 +835,7 @@ mod tests {
             Path::new("/etc/hookledger"),
         )
         .unwrap();
-        let target = file.deliveries[0].command_target().unwrap().unwrap();
+        let target = command_of(&file.deliveries[0]).unwrap();
         assert_eq!(target.give_up_exit, [3]);
         assert_eq!(target.timeout, Duration::from_secs(300));
     }
@@ -836,25 +849,81 @@ mod tests {
         .with_schedule(vec![Duration::from_secs(7)])
         .with_timeout(Duration::from_secs(3));
         let delivery = DeliveryConfig::new("send_receipt", "http://127.0.0.1:1/receipts");
-        let target = delivery.post_target(Some(&forward)).unwrap();
+        let target = post_of(&delivery, Some(&forward)).unwrap();
         assert_eq!(target.url, "http://127.0.0.1:1/receipts");
         assert_eq!(target.secret, forward.secret);
         assert_eq!(target.schedule, forward.schedule);
         assert_eq!(target.timeout, forward.timeout);
         let own = delivery.clone().with_timeout(Duration::from_secs(9));
         assert_eq!(
-            own.post_target(Some(&forward)).unwrap().timeout,
+            post_of(&own, Some(&forward)).unwrap().timeout,
             Duration::from_secs(9)
         );
-        let err = delivery.post_target(None).unwrap_err();
+        let err = post_of(&delivery, None).unwrap_err();
         assert_eq!(err.key, "delivery `send_receipt`.secret");
         assert!(err.message.starts_with("missing"), "{err}");
         let ftp = DeliveryConfig {
             url: "ftp://127.0.0.1/receipts".into(),
             ..delivery.clone()
         };
-        let err = ftp.post_target(Some(&forward)).unwrap_err();
+        let err = post_of(&ftp, Some(&forward)).unwrap_err();
         assert_eq!(err.key, "delivery `send_receipt`.url", "{err}");
+    }
+
+    #[test]
+    fn a_broker_delivery_is_checked_naming_the_key_and_takes_nothing_from_forward() {
+        let file = |broker: &str| {
+            Config::from_toml(
+                &format!("[forward]\nurl = \"http://127.0.0.1:1/f\"\nsecret = \"whsec_b\"\ntimeout = \"3s\"\n\
+                          [[delivery]]\nkind = \"events\"\n{broker}\n"),
+                Path::new("/etc/hookledger"),
+            )
+            .unwrap()
+        };
+        let target = |broker: &str| {
+            let config = file(broker);
+            config.deliveries[0].target(config.forward.as_ref())
+        };
+        let nats = "nats = { url = \"nats://127.0.0.1:4222\", subject = \"hooks.gh\", stream = \"HOOKS\" }";
+        match target(nats) {
+            #[cfg(feature = "nats")]
+            Ok(DeliveryTarget::Broker(broker)) => {
+                assert_eq!(broker.timeout, DEFAULT_FORWARD_TIMEOUT, "not [forward]'s");
+                assert_eq!(broker.schedule, default_schedule());
+                assert_eq!(broker.broker.name(), "nats");
+            }
+            #[cfg(not(feature = "nats"))]
+            Err(e) => {
+                assert_eq!(e.key, "delivery `events`.nats", "{e}");
+                assert!(e.message.contains("cargo feature `nats`"), "{e}");
+            }
+            other => panic!("{other:?}"),
+        }
+        for (broker, key) in [
+            ("nats = { url = \"redis://h\", subject = \"a\", stream = \"S\" }", "nats.url"),
+            ("nats = { url = \"nats://h\", subject = \"a..b\", stream = \"S\" }", "nats.subject"),
+            ("nats = { url = \"nats://h\", subject = \"a.>\", stream = \"S\" }", "nats.subject"),
+            ("nats = { url = \"nats://h\", subject = \"a\", stream = \"S.1\" }", "nats.stream"),
+            ("amqp = { url = \"amqp://h\", exchange = \"a b\", routing_key = \"k\" }", "amqp.exchange"),
+            ("amqp = { url = \"amqp://h\", routing_key = \"\" }", "amqp.routing_key"),
+            ("redis = { url = \"redis://h\", stream = \"\" }", "redis.stream"),
+            ("redis = { url = \"not a url\", stream = \"s\" }", "redis.url"),
+            ("redis = { url = \"redis://h\", stream = \"s\" }\nsecret = \"whsec_b\"", "secret"),
+            ("redis = { url = \"redis://h\", stream = \"s\" }\nenv = [\"HOME\"]", "env"),
+            ("redis = { url = \"redis://h\", stream = \"s\" }\nschedule = []", "schedule"),
+            ("redis = { url = \"redis://h\", stream = \"s\" }\ntimeout = \"2h\"", "timeout"),
+            ("redis = { url = \"redis://h\", stream = \"s\" }\nconcurrency = 0", "concurrency"),
+            ("redis = { url = \"redis://h\", stream = \"s\" }\nnats = { url = \"nats://h\", subject = \"a\", stream = \"S\" }", "redis"),
+        ] {
+            let refused = target(broker).unwrap_err();
+            // A build without the broker's feature refuses it first, naming the broker.
+            let wanted = format!("delivery `events`.{key}");
+            let named = format!("delivery `events`.{}", broker.split(' ').next().unwrap());
+            assert!(
+                refused.key == wanted || refused.key == named,
+                "{broker}: {refused}"
+            );
+        }
     }
 
     #[test]

@@ -62,7 +62,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::config::{LaneSettings, PostTarget};
+use crate::config::{DeliveryTarget, LaneSettings, PostTarget};
 use crate::metrics::Metrics;
 use crate::outbox::{next_delay, Attempt, Failure, Observer, PendingRow, Target, FORWARD};
 use crate::store::{OutboxReader, Poll, Write};
@@ -70,6 +70,7 @@ use crate::time::unix_now;
 use crate::trace::Tracer;
 use crate::writer::WriterHandle;
 
+mod broker;
 mod budget;
 mod command;
 mod lane;
@@ -109,29 +110,36 @@ impl Targets {
             targets.add_post(FORWARD, &forward.target()?, tracer)?;
         }
         for delivery in &config.deliveries {
-            if let Some(command) = delivery.command_target()? {
-                if !command.program.exists() {
-                    log::warn!(
-                        "delivery `{}`: the program `{}` does not exist; its rows are attempted \
-                         and fail, naming it, until it is there again",
-                        delivery.kind,
-                        command.program.display()
-                    );
+            let kind = delivery.kind.as_str();
+            match delivery.target(config.forward.as_ref())? {
+                DeliveryTarget::Post(target) => targets
+                    .add_post(kind, &target, tracer)
+                    .map_err(|e| anyhow::anyhow!("delivery `{kind}`: {e}"))?,
+                DeliveryTarget::Command(command) => {
+                    if !command.program.exists() {
+                        log::warn!(
+                            "delivery `{kind}`: the program `{}` does not exist; its rows are \
+                             attempted and fail, naming it, until it is there again",
+                            command.program.display()
+                        );
+                    }
+                    let (lane, timeout) = (command.lane, command.timeout);
+                    let tag = orphans::RunTag::new(&database_identity(config), kind);
+                    let command = command::Command::new(command, tag);
+                    let schedule = command.schedule();
+                    targets
+                        .add(kind, Box::new(command), schedule)
+                        .settings(lane)
+                        .timeout(timeout);
                 }
-                let (lane, timeout) = (command.lane, command.timeout);
-                let tag = orphans::RunTag::new(&database_identity(config), &delivery.kind);
-                let command = command::Command::new(command, tag);
-                let schedule = command.schedule();
-                targets
-                    .add(&delivery.kind, Box::new(command), schedule)
-                    .settings(lane)
-                    .timeout(timeout);
-                continue;
+                DeliveryTarget::Broker(broker) => {
+                    let target = broker::open(kind, &broker)?;
+                    targets
+                        .add(kind, target, broker.schedule)
+                        .settings(broker.lane)
+                        .timeout(broker.timeout);
+                }
             }
-            let target = delivery.post_target(config.forward.as_ref())?;
-            targets
-                .add_post(&delivery.kind, &target, tracer)
-                .map_err(|e| anyhow::anyhow!("delivery `{}`: {e}", delivery.kind))?;
         }
         Ok(targets)
     }

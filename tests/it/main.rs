@@ -11,6 +11,9 @@ mod api;
 mod batch_limits;
 mod batches;
 mod billing;
+// The broker clients, to read what hookledger published: the default build's.
+#[cfg(all(feature = "nats", feature = "amqp", feature = "redis"))]
+mod brokers;
 mod browser;
 mod claims;
 mod cli_config;

@@ -594,7 +594,8 @@ fn a_delivery_without_a_url_or_a_secret_stops_start_up() {
     for (delivery, expected) in [
         (
             "[[delivery]]\nkind = \"send_receipt\"\n",
-            "delivery `send_receipt`.url: missing: a delivery needs `url` or `command`",
+            "delivery `send_receipt`.url: missing: a delivery needs `url`, `command`, `nats`, `amqp` or \
+             `redis`",
         ),
         (
             "[[delivery]]\nkind = \"send_receipt\"\nurl = \"http://127.0.0.1:9/r\"\n",
@@ -648,7 +649,8 @@ fn a_command_delivery_that_cannot_run_stops_start_up_naming_the_key() {
         ),
         (
             "command = [\"/bin/sh\"]\nurl = \"http://127.0.0.1:9/r\"\n",
-            "delivery `deploy`.command: a delivery has `url` or `command`, not both",
+            "delivery `deploy`.command: a delivery has one of `url`, `command`, `nats`, `amqp` and \
+             `redis`; this one has `url` too",
         ),
         (
             "command = [\"/bin/sh\"]\nworkdir = \"/no/such/dir\"\n",
