@@ -241,9 +241,39 @@ fn push(server: &Server, id: &str, body: &[u8]) -> Reply {
 
 /// Deploy only the newest push: with `coalesce = true` and one run at a time, the pushes that
 /// arrive while a deploy runs are superseded by the newest (kept, and shown as superseded),
-/// duplicates queue nothing, and the command runs twice: the first push, then the newest.
+/// duplicates queue nothing, and the command runs twice: the first push, then the newest. The
+/// rows queued by an effect's SQL.
 #[test]
 fn coalesce_runs_the_first_push_then_only_the_newest_never_two_at_once() {
+    let body = match store() {
+        Store::Sqlite => ":body",
+        Store::Postgres => "convert_to(CAST(:body AS TEXT), 'UTF8')",
+    };
+    let effect = format!(
+        r#"
+[[effect]]
+source = "gh"
+on = "push"
+sql = """
+INSERT INTO outbox (kind, source, key, event_type, payload)
+VALUES ('deploy', :source, :event_id, :event_type, {body}) ON CONFLICT DO NOTHING
+"""
+"#
+    );
+    first_push_then_the_newest(&effect, false);
+}
+
+/// The same with a route and no SQL (`on = [...]`, the deploy example's): pushes to main
+/// coalesce by their ref, and a push to another branch queues nothing.
+#[test]
+fn a_route_deploys_the_first_push_to_main_then_the_newest_and_no_other_branch() {
+    let route = r#"on = [{ source = "gh", types = ["push"], key = "/ref", when = { "/ref" = "refs/heads/main" } }]"#;
+    first_push_then_the_newest(route, true);
+}
+
+/// Four pushes to main, the first resent twice, with `queue` queuing the deploys (lines of
+/// the delivery's table, or tables after it); with `routed`, a push to another branch too.
+fn first_push_then_the_newest(queue: &str, routed: bool) {
     let dir = test_dir();
     // The first run waits for `release`; every run logs its start and end.
     std::fs::write(
@@ -253,10 +283,6 @@ fn coalesce_runs_the_first_push_then_only_the_newest_never_two_at_once() {
          echo \"end $HOOKLEDGER_KEY\" >> runs.log\n",
     )
     .unwrap();
-    let body = match store() {
-        Store::Sqlite => ":body",
-        Store::Postgres => "convert_to(CAST(:body AS TEXT), 'UTF8')",
-    };
     let config = format!(
         r#"
 [[source]]
@@ -269,14 +295,7 @@ kind = "deploy"
 command = ["/bin/sh", "deploy.sh"]
 workdir = "{}"
 coalesce = true
-
-[[effect]]
-source = "gh"
-on = "push"
-sql = """
-INSERT INTO outbox (kind, source, key, event_type, payload)
-VALUES ('deploy', :source, :event_id, :event_type, {body}) ON CONFLICT DO NOTHING
-"""
+{queue}
 "#,
         dir.path().display()
     );
@@ -308,6 +327,16 @@ VALUES ('deploy', :source, :event_id, :event_type, {body}) ON CONFLICT DO NOTHIN
     for n in 2..=4 {
         let id = format!("d-{n}");
         assert_outcome(&push(&server, &id, &pushed(n)), &id, "processed");
+    }
+    if routed {
+        let dev = String::from_utf8(pushed(5))
+            .unwrap()
+            .replace("refs/heads/main", "refs/heads/dev");
+        assert_outcome(
+            &push(&server, "d-dev", dev.as_bytes()),
+            "d-dev",
+            "processed",
+        );
     }
     let db = server.db();
     let statuses =
