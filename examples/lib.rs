@@ -1,2 +1,3 @@
 //! Nothing: the package `hookledger-examples` exists for its examples (`embed.rs`,
-//! `fake_app.rs`, `fake_stripe.rs`), which build with its normal dependencies only.
+//! `fake_app.rs`, `fake_stripe.rs`, `jetstream_worker.rs`), which build with its normal
+//! dependencies only.

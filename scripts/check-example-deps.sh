@@ -6,11 +6,12 @@
 # takes seconds (measured: 12 s for both examples, where the release profile's fat LTO took
 # 4 min 4 s).
 # A dev-dependency of hookledger (headless_chrome, proptest, tempfile) compiled for an example
-# fails it. Usage: scripts/check-example-deps.sh [EXAMPLE...] (default: fake_stripe embed)
+# fails it. Usage: scripts/check-example-deps.sh [EXAMPLE...] (default: fake_stripe embed
+# jetstream_worker)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 examples=("$@")
-[[ ${#examples[@]} -gt 0 ]] || examples=(fake_stripe embed)
+[[ ${#examples[@]} -gt 0 ]] || examples=(fake_stripe embed jetstream_worker)
 
 # "name version" of each package in the tree of the examples' package, without dev-dependencies.
 allowed=$(cargo tree --locked -e no-dev -p hookledger-examples --prefix none --format '{p}' |

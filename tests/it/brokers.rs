@@ -838,3 +838,69 @@ fn a_stream_subject_or_exchange_that_is_not_there_stops_start_up_naming_the_key(
         .collect();
     assert_each_refused_at_start(&cases, ("STRIPE_WEBHOOK_SECRET", SECRET));
 }
+
+/// `examples/jetstream_worker.rs`, as `cargo test` builds it beside this test binary.
+fn jetstream_worker() -> Option<std::path::PathBuf> {
+    let exe = std::env::current_exe().unwrap();
+    let worker = exe.parent()?.parent()?.join("examples/jetstream_worker");
+    prerequisite(
+        worker.exists(),
+        "HOOKLEDGER_REQUIRE_BROKERS",
+        "the jetstream_worker example, built by `cargo test --workspace`",
+    )
+    .then_some(worker)
+}
+
+#[test]
+fn the_jetstream_worker_example_records_each_event_once() {
+    if !brokers() {
+        return;
+    }
+    let Some(worker) = jetstream_worker() else {
+        return;
+    };
+    let nats = Broker::nats();
+    let dir = test_dir();
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let example = std::fs::read_to_string(repo.join("examples/jetstream-worker.toml")).unwrap();
+    let config = example.replace("nats://127.0.0.1:4222", &nats.url("nats"));
+    assert_ne!(config, example, "the example names its NATS URL");
+    let path = dir.path().join("hookledger.toml");
+    std::fs::write(&path, config).unwrap();
+    let server = Server::start_in(dir.path(), &["--config", path.to_str().unwrap()]);
+    let sent: BTreeSet<String> = (0..30)
+        .map(|i| {
+            let id = format!("evt_worker_{i}");
+            let body = paid(&id);
+            for _ in 0..if i % 5 == 0 { 2 } else { 1 } {
+                assert_eq!(server.send(&body).status, 200);
+            }
+            id
+        })
+        .collect();
+    let worker_db = dir.path().join("worker.db");
+    let mut child = Command::new(worker)
+        .args(["--nats", &nats.url("nats"), "--exit-after", "30", "--db"])
+        .arg(&worker_db)
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let exited = wait_for(WAIT, || child.try_wait().unwrap());
+    if exited.is_none() {
+        let _ = child.kill();
+    }
+    assert!(
+        exited.is_some_and(|s| s.success()),
+        "the worker: {exited:?}"
+    );
+    let recorded = rusqlite::Connection::open(&worker_db).unwrap();
+    let mut query = recorded
+        .prepare("SELECT event_id FROM events WHERE source = 'stripe' AND type = 'invoice.paid'")
+        .unwrap();
+    let ids: BTreeSet<String> = query
+        .query_map([], |row| row.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(ids, sent);
+}

@@ -15,8 +15,9 @@ use crate::config::NatsConfig;
 use crate::delivery::shown_url;
 use crate::outbox::{Failure, FollowUp, PendingRow, Target};
 
-/// The duplicate window of a stream hookledger creates (`create = true`): the default
-/// schedule's first attempts (30 s, 2 min, 10 min, 1 h) fall in it.
+/// The duplicate window of a stream hookledger creates (`create = true`), and the least one
+/// it does not warn of: a row published, then attempted again by a server restarted within
+/// 2 hours (a crash before the row was marked done), is stored once.
 const CREATED_WINDOW: Duration = Duration::from_secs(2 * 3600);
 
 pub(crate) struct Nats {
@@ -133,9 +134,9 @@ impl Nats {
         }
         if info.duplicate_window < CREATED_WINDOW {
             log::warn!(
-                "{at}: the stream `{}` drops duplicates within {:?} only: a row retried later \
-                 than that after a crash may be stored twice (2h covers the default schedule's \
-                 first four attempts)",
+                "{at}: the stream `{}` drops duplicates within {:?} only: a row published just \
+                 before a crash and attempted again later than that may be stored twice (set \
+                 its duplicate window to 2h or more)",
                 self.stream,
                 info.duplicate_window
             );
