@@ -230,6 +230,16 @@ fn redis_cmd(redis: &Broker, args: &[&str]) -> String {
     format!("{value:?}")
 }
 
+/// A channel on the tests' RabbitMQ, with its connection (which must outlive it).
+async fn amqp_channel() -> (lapin::Connection, lapin::Channel) {
+    let properties = lapin::ConnectionProperties::default();
+    let connection = lapin::Connection::connect(&amqp_url().unwrap(), properties)
+        .await
+        .unwrap();
+    let channel = connection.create_channel().await.unwrap();
+    (connection, channel)
+}
+
 /// An exchange and a durable queue bound to it with `routing_key`, named after `tag`, on the
 /// tests' RabbitMQ (as an operator makes them). Returns the exchange and the queue.
 fn make_exchange(tag: &str) -> (String, String) {
@@ -237,13 +247,7 @@ fn make_exchange(tag: &str) -> (String, String) {
     let exchange = format!("hl-{tag}-{}", fastrand::u32(..));
     let queue = format!("{exchange}-q");
     block_on(async {
-        let connection = lapin::Connection::connect(
-            &amqp_url().unwrap(),
-            lapin::ConnectionProperties::default(),
-        )
-        .await
-        .unwrap();
-        let channel = connection.create_channel().await.unwrap();
+        let (_connection, channel) = amqp_channel().await;
         let durable = ExchangeDeclareOptions {
             durable: true,
             ..Default::default()
@@ -283,13 +287,7 @@ fn make_exchange(tag: &str) -> (String, String) {
 fn amqp_messages(queue: &str) -> Vec<Held> {
     use lapin::options::{BasicAckOptions, BasicGetOptions, QueueDeleteOptions};
     block_on(async {
-        let connection = lapin::Connection::connect(
-            &amqp_url().unwrap(),
-            lapin::ConnectionProperties::default(),
-        )
-        .await
-        .unwrap();
-        let channel = connection.create_channel().await.unwrap();
+        let (_connection, channel) = amqp_channel().await;
         let mut held = Vec::new();
         while let Some(message) = channel
             .basic_get(queue.into(), BasicGetOptions::default())
@@ -326,6 +324,21 @@ fn amqp_messages(queue: &str) -> Vec<Held> {
     })
 }
 
+/// The broker table of a delivery into the JetStream `stream` at `url`.
+fn nats_table(url: &str, subject: &str, stream: &str) -> String {
+    format!("nats = {{ url = \"{url}\", subject = \"{subject}\", stream = \"{stream}\" }}")
+}
+
+/// The broker table of a delivery into the Redis `stream` at `url`, which it may create.
+fn redis_table(url: &str, stream: &str) -> String {
+    format!("redis = {{ url = \"{url}\", stream = \"{stream}\", create = true }}")
+}
+
+/// The broker table of a delivery to `exchange` (routing key `events`) at `url`.
+fn amqp_table(url: &str, exchange: &str) -> String {
+    format!("amqp = {{ url = \"{url}\", exchange = \"{exchange}\", routing_key = \"events\" }}")
+}
+
 /// A config with the Stripe source and the `events` delivery of every Stripe event (a route,
 /// no SQL) into `broker` (the delivery's broker table, inline), with `extra` lines: its path.
 fn config(dir: &Path, broker: &str, extra: &str) -> String {
@@ -353,10 +366,11 @@ breaker_failures = 1000
     )
 }
 
-/// Sends `EVENTS` new events (every fifth twice) and returns their ids and bodies.
-fn send_events(server: &Server, prefix: &str) -> BTreeMap<String, Vec<u8>> {
+/// Sends `n` new events, `evt_{prefix}_{i}`, with every fifth sent twice; their ids and
+/// bodies.
+fn send_events(server: &Server, prefix: &str, n: usize) -> BTreeMap<String, Vec<u8>> {
     let mut sent = BTreeMap::new();
-    for i in 0..EVENTS {
+    for i in 0..n {
         let id = format!("evt_{prefix}_{i}");
         let body = paid(&id);
         for _ in 0..if i % 5 == 0 { 2 } else { 1 } {
@@ -366,6 +380,18 @@ fn send_events(server: &Server, prefix: &str) -> BTreeMap<String, Vec<u8>> {
         sent.insert(id, body);
     }
     sent
+}
+
+/// Waits until each of the `n` rows is pending after two attempts at least; their errors.
+fn wait_retried(server: &Server, db: &Db, n: usize) -> Vec<String> {
+    wait_for(WAIT, || {
+        let errors = db.strings(&format!(
+            "SELECT last_error FROM outbox WHERE kind = '{KIND}' AND attempts >= 2 \
+             AND status = 'pending'"
+        ));
+        (errors.len() == n).then_some(errors)
+    })
+    .unwrap_or_else(|| panic!("rows not retried; log: {}", server.log()))
 }
 
 fn done(db: &Db) -> i64 {
@@ -412,6 +438,18 @@ fn assert_each_once(held: &[Held], sent: &BTreeMap<String, Vec<u8>>, what: &str)
     );
 }
 
+/// A server delivering into `broker` with [`EVENTS`] events sent (some twice) and every row
+/// done: the server (which keeps its directory) and what was sent.
+fn delivered(broker: &str, prefix: &str) -> (Server, BTreeMap<String, Vec<u8>>) {
+    let dir = test_dir();
+    let path = config(dir.path(), broker, "");
+    let mut server = Server::start_in(dir.path(), &["--config", &path]);
+    let sent = send_events(&server, prefix, EVENTS);
+    wait_all_done(&server, &server.db(), EVENTS);
+    server.keep(dir);
+    (server, sent)
+}
+
 #[test]
 fn each_event_is_in_the_jetstream_stream_once_with_its_metadata() {
     if !brokers() {
@@ -419,18 +457,10 @@ fn each_event_is_in_the_jetstream_stream_once_with_its_metadata() {
     }
     let nats = Broker::nats();
     make_stream(&nats, "EVENTS", &["hooks.>"], Duration::from_secs(7200), -1);
-    let dir = test_dir();
-    let broker = format!(
-        "nats = {{ url = \"{}\", subject = \"hooks.stripe\", stream = \"EVENTS\" }}",
-        nats.url("nats")
-    );
-    let path = config(dir.path(), &broker, "");
-    let server = Server::start_in(dir.path(), &["--config", &path]);
+    let broker = nats_table(&nats.url("nats"), "hooks.stripe", "EVENTS");
+    let (server, sent) = delivered(&broker, "n");
     let db = server.db();
-    let sent = send_events(&server, "n");
-    wait_all_done(&server, &db, EVENTS);
     let held = nats_messages(&nats, "EVENTS");
-    assert_eq!(held.len(), EVENTS);
     assert_each_once(&held, &sent, "NATS");
     // The dedupe id is the row's: kind, row id and times queued.
     let ids: Vec<String> = db.strings(&format!(
@@ -447,18 +477,9 @@ fn each_event_is_in_the_redis_stream_once_with_its_metadata() {
         return;
     }
     let redis = Broker::redis();
-    let dir = test_dir();
-    let broker = format!(
-        "redis = {{ url = \"{}\", stream = \"hooks\", create = true }}",
-        redis.url("redis")
-    );
-    let path = config(dir.path(), &broker, "");
-    let server = Server::start_in(dir.path(), &["--config", &path]);
-    let db = server.db();
-    let sent = send_events(&server, "r");
-    wait_all_done(&server, &db, EVENTS);
+    let broker = redis_table(&redis.url("redis"), "hooks");
+    let (_server, sent) = delivered(&broker, "r");
     let held = redis_entries(&redis, "hooks");
-    assert_eq!(held.len(), EVENTS);
     assert_each_once(&held, &sent, "Redis");
 }
 
@@ -468,18 +489,10 @@ fn each_event_is_in_the_rabbitmq_queue_with_its_message_id() {
         return;
     }
     let (exchange, queue) = make_exchange("once");
-    let dir = test_dir();
-    let broker = format!(
-        "amqp = {{ url = \"{}\", exchange = \"{exchange}\", routing_key = \"events\" }}",
-        amqp_url().unwrap()
-    );
-    let path = config(dir.path(), &broker, "");
-    let server = Server::start_in(dir.path(), &["--config", &path]);
+    let broker = amqp_table(&amqp_url().unwrap(), &exchange);
+    let (server, sent) = delivered(&broker, "a");
     let db = server.db();
-    let sent = send_events(&server, "a");
-    wait_all_done(&server, &db, EVENTS);
     let held = amqp_messages(&queue);
-    assert_eq!(held.len(), EVENTS);
     assert_each_once(&held, &sent, "RabbitMQ");
     let ids: BTreeSet<String> = held.iter().map(|h| h.id.clone()).collect();
     let rows: BTreeSet<String> = db
@@ -511,10 +524,7 @@ fn a_row_published_again_after_a_crash_is_stored_once_by_jetstream_and_redis() {
     redis_cmd(&redis, &["XADD", "again", "*", "made", "by-the-operator"]);
     for (broker, held) in [
         (
-            format!(
-                "nats = {{ url = \"{}\", subject = \"again\", stream = \"AGAIN\" }}",
-                nats.url("nats")
-            ),
+            nats_table(&nats.url("nats"), "again", "AGAIN"),
             Box::new(|| nats_messages(&nats, "AGAIN")) as Box<dyn Fn() -> Vec<Held>>,
         ),
         (
@@ -533,14 +543,7 @@ fn a_row_published_again_after_a_crash_is_stored_once_by_jetstream_and_redis() {
         let path = config(dir.path(), &broker, "");
         let mut server = Server::start_in(dir.path(), &["--config", &path]);
         let db = server.db();
-        let sent: BTreeMap<String, Vec<u8>> = (0..20)
-            .map(|i| {
-                let id = format!("evt_again_{i}");
-                let body = paid(&id);
-                assert_eq!(server.send(&body).status, 200);
-                (id, body)
-            })
-            .collect();
+        let sent = send_events(&server, "again", 20);
         wait_all_done(&server, &db, 20);
         assert_eq!(held().len(), 20, "{broker}");
         server.terminate();
@@ -565,27 +568,9 @@ fn after_a_kill_mid_publish_each_event_is_in_each_broker_once_and_in_rabbitmq_at
     let redis = Broker::redis();
     let (exchange, queue) = make_exchange("killed");
     let deliveries = [
-        (
-            "nats",
-            format!(
-                "nats = {{ url = \"{}\", subject = \"killed\", stream = \"KILLED\" }}",
-                nats.url("nats")
-            ),
-        ),
-        (
-            "redis",
-            format!(
-                "redis = {{ url = \"{}\", stream = \"killed\", create = true }}",
-                redis.url("redis")
-            ),
-        ),
-        (
-            "amqp",
-            format!(
-                "amqp = {{ url = \"{}\", exchange = \"{exchange}\", routing_key = \"events\" }}",
-                amqp_url().unwrap()
-            ),
-        ),
+        ("nats", nats_table(&nats.url("nats"), "killed", "KILLED")),
+        ("redis", redis_table(&redis.url("redis"), "killed")),
+        ("amqp", amqp_table(&amqp_url().unwrap(), &exchange)),
     ];
     for (name, broker) in &deliveries {
         let dir = test_dir();
@@ -593,7 +578,7 @@ fn after_a_kill_mid_publish_each_event_is_in_each_broker_once_and_in_rabbitmq_at
         let path = config(dir.path(), broker, "rate = \"100/s\"\nconcurrency = 4");
         let mut server = Server::start_in(dir.path(), &["--config", &path]);
         let db = server.db();
-        let sent = send_events(&server, name);
+        let sent = send_events(&server, name, EVENTS);
         wait_for(WAIT, || (done(&db) >= 20).then_some(())).expect("publishing started");
         server.kill();
         let before = done(&db);
@@ -656,22 +641,8 @@ fn a_broker_that_is_down_or_refuses_the_credentials_keeps_the_rows_until_it_take
         let path = config(dir.path(), &broker, "");
         let server = Server::start_in(dir.path(), &["--config", &path]);
         let db = server.db();
-        let sent: BTreeMap<String, Vec<u8>> = (0..10)
-            .map(|i| {
-                let id = format!("evt_late_{name}_{i}");
-                let body = paid(&id);
-                assert_eq!(server.send(&body).status, 200);
-                (id, body)
-            })
-            .collect();
-        let failing = wait_for(WAIT, || {
-            let errors = db.strings(&format!(
-                "SELECT last_error FROM outbox WHERE kind = '{KIND}' AND attempts >= 2 \
-                 AND status = 'pending'"
-            ));
-            (errors.len() == 10).then_some(errors)
-        })
-        .unwrap_or_else(|| panic!("{name}: rows not retried; log: {}", server.log()));
+        let sent = send_events(&server, &format!("late_{name}"), 10);
+        let failing = wait_retried(&server, &db, 10);
         let said = if name == "nats" {
             "NATS at"
         } else {
@@ -719,22 +690,8 @@ fn rabbitmq_refusing_the_credentials_keeps_the_rows_until_the_user_exists() {
     let path = config(dir.path(), &broker, "");
     let server = Server::start_in(dir.path(), &["--config", &path]);
     let db = server.db();
-    let sent: BTreeMap<String, Vec<u8>> = (0..10)
-        .map(|i| {
-            let id = format!("evt_creds_{i}");
-            let body = paid(&id);
-            assert_eq!(server.send(&body).status, 200);
-            (id, body)
-        })
-        .collect();
-    let failing = wait_for(WAIT, || {
-        let errors = db.strings(&format!(
-            "SELECT last_error FROM outbox WHERE kind = '{KIND}' AND attempts >= 2 \
-             AND status = 'pending'"
-        ));
-        (errors.len() == 10).then_some(errors)
-    })
-    .unwrap_or_else(|| panic!("rows not retried; log: {}", server.log()));
+    let sent = send_events(&server, "creds", 10);
+    let failing = wait_retried(&server, &db, 10);
     assert!(
         failing
             .iter()
@@ -762,10 +719,7 @@ fn a_message_over_the_brokers_limit_is_dead_with_the_brokers_reason() {
     let nats = Broker::nats();
     make_stream(&nats, "SMALL", &["small"], Duration::from_secs(7200), 1024);
     let dir = test_dir();
-    let broker = format!(
-        "nats = {{ url = \"{}\", subject = \"small\", stream = \"SMALL\" }}",
-        nats.url("nats")
-    );
+    let broker = nats_table(&nats.url("nats"), "small", "SMALL");
     let path = config(dir.path(), &broker, "");
     let server = Server::start_in(dir.path(), &["--config", &path]);
     let db = server.db();
@@ -868,16 +822,7 @@ fn the_jetstream_worker_example_records_each_event_once() {
     let path = dir.path().join("hookledger.toml");
     std::fs::write(&path, config).unwrap();
     let server = Server::start_in(dir.path(), &["--config", path.to_str().unwrap()]);
-    let sent: BTreeSet<String> = (0..30)
-        .map(|i| {
-            let id = format!("evt_worker_{i}");
-            let body = paid(&id);
-            for _ in 0..if i % 5 == 0 { 2 } else { 1 } {
-                assert_eq!(server.send(&body).status, 200);
-            }
-            id
-        })
-        .collect();
+    let sent: BTreeSet<String> = send_events(&server, "worker", 30).into_keys().collect();
     let worker_db = dir.path().join("worker.db");
     let mut child = Command::new(worker)
         .args(["--nats", &nats.url("nats"), "--exit-after", "30", "--db"])
