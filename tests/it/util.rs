@@ -13,7 +13,9 @@ use hookledger::internals::stripe;
 use hookledger::internals::{Client, Reply};
 use hookledger::Secret;
 
+mod cluster;
 mod store;
+pub use cluster::Cluster;
 pub use store::*;
 
 pub const SECRET: &str = "whsec_test_secret";
