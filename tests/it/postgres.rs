@@ -1188,3 +1188,90 @@ VALUES ('deploy', :source, :event_id, :event_type, convert_to(CAST(:body AS TEXT
         "marks in time order: {marks:?}"
     );
 }
+
+/// Failover: a primary with a synchronous standby (`synchronous_standby_names`,
+/// `synchronous_commit = on`), two instances on a multi-host URL with
+/// `target_session_attrs=read-write`, a load on both, the primary killed (kill -9) and the
+/// standby promoted. Every acknowledged event is in the new primary's ledger once, with its
+/// credits once, each instance answers 200 again within 10 s of the promotion, without a
+/// restart, and their outbox workers deliver every event.
+#[test]
+fn a_kill_9_of_the_primary_and_a_promoted_standby_lose_nothing_acknowledged() {
+    let Some(primary) = Cluster::start_with(&[
+        "synchronous_standby_names=standby1",
+        "synchronous_commit=on",
+    ]) else {
+        return;
+    };
+    let standby = Cluster::standby_of(&primary, "standby1");
+    let replicating = wait_for(Duration::from_secs(30), || {
+        let states = Db::open(&primary.url())
+            .strings("SELECT application_name || ' ' || sync_state FROM pg_stat_replication");
+        (states == ["standby1 sync"]).then_some(())
+    });
+    replicating.expect("the standby streams, synchronously");
+    let url = format!(
+        "postgres://postgres@127.0.0.1:{},127.0.0.1:{}/postgres?target_session_attrs=read-write",
+        primary.port(),
+        standby.port()
+    );
+    let app = FakeApp::start(&[]);
+    let args = forwarding(&app.url());
+    let a = Server::start_on(&url, &strs(&args));
+    let b = Server::start_on(&url, &strs(&args));
+    let stop = AtomicBool::new(false);
+    let (on_a, on_b) = (Answers::default(), Answers::default());
+    let (promoted_at, back) = std::thread::scope(|s| {
+        send_until(s, a.url(), "evt_fa", 2, &stop, &on_a);
+        send_until(s, b.url(), "evt_fb", 2, &stop, &on_b);
+        let under_way = wait_for(Duration::from_secs(15), || {
+            (on_a.acked_count() >= 100 && on_b.acked_count() >= 100).then_some(())
+        });
+        primary.kill_9();
+        standby.promote();
+        let promoted_at = Instant::now();
+        // Each instance's first 200 after the promotion, as seen by its senders.
+        let back = wait_for(Duration::from_secs(15), || {
+            (on_a.acked_after(promoted_at) > 0 && on_b.acked_after(promoted_at) > 0)
+                .then(|| promoted_at.elapsed())
+        });
+        std::thread::sleep(Duration::from_millis(500));
+        stop.store(true, Ordering::Relaxed);
+        under_way.expect("events were acknowledged on both instances before the kill");
+        (promoted_at, back)
+    });
+    let logs = format!("A's log:\n{}\nB's log:\n{}", a.log(), b.log());
+    let back = back.unwrap_or_else(|| panic!("an instance does not write again\n{logs}"));
+    assert!(
+        back <= Duration::from_secs(10),
+        "{back:?} after the promotion\n{logs}"
+    );
+    for answers in [&on_a, &on_b] {
+        let unexpected = answers.unexpected_answers();
+        assert!(
+            unexpected.is_empty(),
+            "answers other than 200 and 503: {unexpected:?}"
+        );
+    }
+    let db = Db::open(&standby.url());
+    let acked: Vec<String> = on_a.acked().into_iter().chain(on_b.acked()).collect();
+    let missing = missing_from_ledger(&db, &acked);
+    assert!(
+        missing.is_empty(),
+        "acknowledged events lost: {missing:?}\n{logs}"
+    );
+    // Every claim's credits once: no effect applied twice, none without its claim.
+    let claims = ledger_count(&db);
+    assert_eq!(
+        credits(&db, "acct_1"),
+        claims * 100,
+        "credits of {claims} claims"
+    );
+    eprintln!(
+        "failover: acknowledged {} ({} and {} after the promotion), ledger {claims}, both \
+         instances answering 200 again {back:?} after the promotion",
+        acked.len(),
+        on_a.acked_after(promoted_at),
+        on_b.acked_after(promoted_at)
+    );
+}

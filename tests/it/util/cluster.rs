@@ -16,6 +16,8 @@ pub struct Cluster {
     /// initdb refuses to run as root: as root every command runs as the `postgres` user.
     as_postgres: bool,
     port: u16,
+    /// `-c` settings of its server beyond the port, the socket and the address.
+    settings: Vec<String>,
 }
 
 impl Cluster {
@@ -29,6 +31,97 @@ impl Cluster {
     /// Creates and starts the cluster; `None` (the test is skipped) without the binaries, or
     /// as root without `runuser` and a `postgres` user.
     pub fn start() -> Option<Cluster> {
+        Cluster::start_with(&[])
+    }
+
+    /// [`Cluster::start`] with these `-c` settings (`name=value`).
+    pub fn start_with(settings: &[&str]) -> Option<Cluster> {
+        let cluster = Cluster::empty(settings)?;
+        let data = cluster.data();
+        cluster.run(
+            "initdb",
+            &[
+                "-D",
+                &data,
+                "-U",
+                "postgres",
+                "-A",
+                "trust",
+                "-E",
+                "UTF8",
+                "--locale=C",
+                // The cluster is thrown away: its creation need not be durable (the server's
+                // own fsync stays on).
+                "--no-sync",
+            ],
+        );
+        cluster.pg_ctl("start");
+        Some(cluster)
+    }
+
+    /// A streaming standby of `primary` (a base backup of it, `standby.signal`), named
+    /// `name` (its `application_name`, which `synchronous_standby_names` lists), started.
+    pub fn standby_of(primary: &Cluster, name: &str) -> Cluster {
+        let standby = Cluster::empty(&[]).expect("the primary's binaries and user");
+        let data = standby.data();
+        let port = primary.port.to_string();
+        standby.run(
+            "pg_basebackup",
+            &[
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &port,
+                "-U",
+                "postgres",
+                "-D",
+                &data,
+                "-X",
+                "stream",
+                "-R",
+                "--no-sync",
+            ],
+        );
+        let conninfo = format!(
+            "\nprimary_conninfo = 'host=127.0.0.1 port={port} user=postgres application_name={name}'\n"
+        );
+        let auto = std::path::Path::new(&data).join("postgresql.auto.conf");
+        let mut text = std::fs::read_to_string(&auto).unwrap();
+        text.push_str(&conninfo);
+        std::fs::write(&auto, text).unwrap();
+        standby.pg_ctl("start");
+        standby
+    }
+
+    /// The server's process, from `postmaster.pid`.
+    pub fn pid(&self) -> i32 {
+        let pid =
+            std::fs::read_to_string(std::path::Path::new(&self.data()).join("postmaster.pid"))
+                .unwrap();
+        pid.lines().next().unwrap().trim().parse().unwrap()
+    }
+
+    /// SIGKILL to the server (its children die with it: they watch the postmaster).
+    pub fn kill_9(&self) {
+        let status = Command::new("kill")
+            .args(["-9", &self.pid().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success(), "kill -9 the postmaster");
+    }
+
+    /// `pg_ctl promote`, waiting until the standby takes writes.
+    pub fn promote(&self) {
+        self.run("pg_ctl", &["-D", &self.data(), "-w", "-t", "30", "promote"]);
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// A cluster not yet made: its temp directory (owned by `postgres` when run as root) and a
+    /// free port; `None` as [`Cluster::start`].
+    fn empty(settings: &[&str]) -> Option<Cluster> {
         if !cfg!(feature = "postgres") {
             eprintln!("skipped: this build has no PostgreSQL store (--no-default-features)");
             return None;
@@ -69,32 +162,13 @@ impl Cluster {
             .local_addr()
             .unwrap()
             .port();
-        let cluster = Cluster {
+        Some(Cluster {
             bin,
             dir,
             as_postgres,
             port,
-        };
-        let data = cluster.data();
-        cluster.run(
-            "initdb",
-            &[
-                "-D",
-                &data,
-                "-U",
-                "postgres",
-                "-A",
-                "trust",
-                "-E",
-                "UTF8",
-                "--locale=C",
-                // The cluster is thrown away: its creation need not be durable (the server's
-                // own fsync stays on).
-                "--no-sync",
-            ],
-        );
-        cluster.pg_ctl("start");
-        Some(cluster)
+            settings: settings.iter().map(|s| s.to_string()).collect(),
+        })
     }
 
     fn data(&self) -> String {
@@ -137,11 +211,15 @@ impl Cluster {
     pub fn pg_ctl(&self, action: &str) {
         let data = self.data();
         let log = self.dir.path().join("server.log");
-        let options = format!(
+        let mut options = format!(
             "-p {} -k {} -c listen_addresses=127.0.0.1",
             self.port,
             self.dir.path().display()
         );
+        for setting in &self.settings {
+            options.push_str(" -c ");
+            options.push_str(setting);
+        }
         let mut args = vec!["-D", &data, "-w", "-t", "30"];
         match action {
             "start" => args.extend(["-l", log.to_str().unwrap(), "-o", &options, "start"]),
