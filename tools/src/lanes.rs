@@ -135,7 +135,7 @@ fn hanging() -> anyhow::Result<(SocketAddr, Arc<Mutex<Vec<TcpStream>>>)> {
 }
 
 /// The config: the stripe source (no handler), `extra` TOML after it.
-fn write_config(dir: &Path, extra: &str) -> anyhow::Result<PathBuf> {
+pub(crate) fn write_config(dir: &Path, extra: &str) -> anyhow::Result<PathBuf> {
     let path = dir.join("hookledger.toml");
     std::fs::write(
         &path,
@@ -147,7 +147,7 @@ fn write_config(dir: &Path, extra: &str) -> anyhow::Result<PathBuf> {
     Ok(path)
 }
 
-fn start(config: &LanesConfig, db: &Path, toml: &Path) -> anyhow::Result<Server> {
+pub(crate) fn start(config: &LanesConfig, db: &Path, toml: &Path) -> anyhow::Result<Server> {
     Server::start(
         &config.exe,
         db,
@@ -156,7 +156,7 @@ fn start(config: &LanesConfig, db: &Path, toml: &Path) -> anyhow::Result<Server>
 }
 
 /// Waits until `done` or `limit` passed; whether it is done.
-fn wait_until(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
+pub(crate) fn wait_until(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
     let until = Instant::now() + limit;
     while Instant::now() < until {
         if done() {
@@ -165,6 +165,32 @@ fn wait_until(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
         std::thread::sleep(Duration::from_millis(20));
     }
     done()
+}
+
+/// `backlog.db` in `dir`: `rows` queued rows of `kind` (source `stripe`, 1.5 KB payloads, due
+/// at once), written directly into the schema the server made itself; copy it for each run.
+/// `HOOKLEDGER_BENCH_STRIPE` must be set (the config's secret).
+pub(crate) fn write_backlog(
+    config: &LanesConfig,
+    dir: &Path,
+    kind: &str,
+    rows: usize,
+) -> anyhow::Result<PathBuf> {
+    let backlog = dir.join("backlog.db");
+    let toml = write_config(dir, "")?;
+    start(config, &backlog, &toml)?.stop()?;
+    let conn = rusqlite::Connection::open(&backlog)?;
+    conn.execute_batch("BEGIN")?;
+    let payload = format!("{{\"pad\":\"{}\"}}", "p".repeat(1500));
+    for i in 0..rows {
+        conn.execute(
+            "INSERT INTO outbox (kind, source, key, payload, next_attempt_at)
+             VALUES (?1, 'stripe', ?2, ?3, 0)",
+            rusqlite::params![kind, format!("row_{i:06}"), payload.as_bytes()],
+        )?;
+    }
+    conn.execute_batch("COMMIT")?;
+    Ok(backlog)
 }
 
 /// Drain rate of `rows` queued rows to a target answering after `delay`, per concurrency.
@@ -177,22 +203,7 @@ pub fn drain(
 ) -> anyhow::Result<()> {
     std::env::set_var("HOOKLEDGER_BENCH_STRIPE", SECRET);
     let dir = tempfile::tempdir_in(&config.dir)?;
-    // The schema, made by the server itself; then the backlog, written directly.
-    let backlog = dir.path().join("backlog.db");
-    let toml = write_config(dir.path(), "")?;
-    start(config, &backlog, &toml)?.stop()?;
-    let conn = rusqlite::Connection::open(&backlog)?;
-    conn.execute_batch("BEGIN")?;
-    let payload = format!("{{\"pad\":\"{}\"}}", "p".repeat(1500));
-    for i in 0..rows {
-        conn.execute(
-            "INSERT INTO outbox (kind, source, key, payload, next_attempt_at)
-             VALUES ('drain', 'stripe', ?1, ?2, 0)",
-            rusqlite::params![format!("row_{i:06}"), payload.as_bytes()],
-        )?;
-    }
-    conn.execute_batch("COMMIT")?;
-    drop(conn);
+    let backlog = write_backlog(config, dir.path(), "drain", rows)?;
     println!(
         "drain: {rows} queued rows, a target answering after {} ms, one lane; at most {} s \
          each",

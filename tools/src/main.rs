@@ -4,6 +4,7 @@
 
 mod batch;
 mod bench;
+mod brokers;
 mod compare;
 mod console;
 mod growth;
@@ -71,6 +72,40 @@ enum Command {
     /// and while 5,000-element HubSpot-shaped bodies are posted back to back, for one or two
     /// binaries: the Stripe events' median, p99 and slowest, and each body's time.
     Batch(batch::BatchArgs),
+    /// Delivery into message brokers: a backlog of outbox rows published into a NATS
+    /// JetStream stream, a RabbitMQ exchange and a Redis stream, beside the same backlog
+    /// posted to a local app: rows/s each and the ratio to HTTP, in one run.
+    Brokers(BrokersArgs),
+}
+
+#[derive(Debug, Args)]
+struct BrokersArgs {
+    /// Where the databases (and the brokers' temp dirs) go.
+    #[arg(long, default_value = "./target/bench")]
+    dir: PathBuf,
+    /// The `hookledger` binary [default: `hookledger` next to this binary].
+    #[arg(long)]
+    exe: Option<PathBuf>,
+    /// Rows in the backlog.
+    #[arg(long, default_value_t = 10_000)]
+    rows: usize,
+    /// The lane's concurrency (8 is the default lane's).
+    #[arg(long, default_value_t = 8)]
+    concurrency: usize,
+    /// Runs of each target, alternating; the table has the medians.
+    #[arg(long, default_value_t = 1)]
+    rounds: usize,
+    /// At most this long per run, in s.
+    #[arg(long, default_value_t = 300)]
+    window: u64,
+    /// The RabbitMQ (not started here).
+    #[arg(
+        long,
+        env = "HOOKLEDGER_TEST_AMQP",
+        default_value = "amqp://guest:guest@127.0.0.1:5672/%2f",
+        hide_env_values = true
+    )]
+    amqp: String,
 }
 
 #[derive(Debug, Args)]
@@ -193,6 +228,7 @@ fn main() -> ExitCode {
         Command::Console(args) => console::run(args),
         Command::Restarts(args) => restarts::run(args),
         Command::Batch(args) => batch::run(args),
+        Command::Brokers(args) => brokers(args),
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,
@@ -223,6 +259,22 @@ fn lanes(args: LanesArgs) -> anyhow::Result<bool> {
         let outage = std::time::Duration::from_secs(args.outage);
         lanes::outage(&config, outage, args.rate.unwrap_or(10.0))?;
     }
+    Ok(true)
+}
+
+fn brokers(args: BrokersArgs) -> anyhow::Result<bool> {
+    std::fs::create_dir_all(&args.dir)?;
+    brokers::run(&brokers::BrokersConfig {
+        lanes: lanes::LanesConfig {
+            dir: args.dir,
+            exe: server_exe(args.exe)?,
+        },
+        rows: args.rows,
+        concurrency: args.concurrency,
+        rounds: args.rounds,
+        window: std::time::Duration::from_secs(args.window),
+        amqp_url: args.amqp,
+    })?;
     Ok(true)
 }
 
