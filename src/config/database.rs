@@ -92,12 +92,25 @@ impl fmt::Debug for Database {
     }
 }
 
-/// The connection settings of a PostgreSQL `url`, checked without showing it (it may hold a
-/// password). The PostgreSQL store connects with them; validation calls it so that a bad URL
-/// stops start-up before anything is opened.
+/// How a PostgreSQL URL is reached: directly (or through a session pooler), or through a
+/// transaction pooler (PgBouncer's `pool_mode = transaction`), where consecutive transactions
+/// may run on different server connections: nothing may outlive a transaction there (no
+/// named prepared statement, no session setting, no lease named by a server process).
 #[cfg(feature = "postgres")]
-pub(crate) fn parse_postgres(url: &str) -> Result<tokio_postgres::Config, ConfigError> {
-    url.parse::<tokio_postgres::Config>().map_err(|e| {
+#[derive(Debug, Clone)]
+pub(crate) struct PgUrl {
+    pub(crate) config: tokio_postgres::Config,
+    pub(crate) pooler: bool,
+}
+
+/// The connection settings of a PostgreSQL `url`, checked without showing it (it may hold a
+/// password), with hookledger's own `pooler` parameter taken out (`pooler=transaction`:
+/// through a transaction pooler). The PostgreSQL store connects with them; validation calls
+/// it so that a bad URL stops start-up before anything is opened.
+#[cfg(feature = "postgres")]
+pub(crate) fn parse_postgres(url: &str) -> Result<PgUrl, ConfigError> {
+    let (url, pooler) = without_pooler(url)?;
+    let config = url.parse::<tokio_postgres::Config>().map_err(|e| {
         ConfigError::new(
             "database",
             format!(
@@ -105,6 +118,37 @@ pub(crate) fn parse_postgres(url: &str) -> Result<tokio_postgres::Config, Config
                 Database::Postgres(url.to_string())
             ),
         )
+    })?;
+    Ok(PgUrl { config, pooler })
+}
+
+/// `url` without its `pooler` query parameter, and whether that said `transaction`.
+#[cfg(feature = "postgres")]
+fn without_pooler(url: &str) -> Result<(String, bool), ConfigError> {
+    let Some((base, query)) = url.split_once('?') else {
+        return Ok((url.to_string(), false));
+    };
+    let mut pooler = false;
+    let mut kept = Vec::new();
+    for pair in query.split('&') {
+        match pair.split_once('=') {
+            Some(("pooler", "transaction")) => pooler = true,
+            Some(("pooler", "session" | "none")) => {}
+            Some(("pooler", other)) => {
+                return Err(ConfigError::new(
+                    "database",
+                    format!(
+                        "pooler={other}: must be `transaction` (through a transaction pooler, \
+                         such as PgBouncer's pool_mode = transaction) or `session`"
+                    ),
+                ))
+            }
+            _ => kept.push(pair),
+        }
+    }
+    Ok(match kept.is_empty() {
+        true => (base.to_string(), pooler),
+        false => (format!("{base}?{}", kept.join("&")), pooler),
     })
 }
 
@@ -181,6 +225,42 @@ mod tests {
         assert_eq!(err.key, "database");
         assert!(
             err.message.contains("not a valid PostgreSQL URL") && !err.message.contains("s3cr3t"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    #[cfg(feature = "postgres")]
+    fn pooler_transaction_is_hookledgers_own_parameter() {
+        for (url, stripped, pooler) in [
+            ("postgres://h/db", "postgres://h/db", false),
+            (
+                "postgres://h/db?pooler=transaction",
+                "postgres://h/db",
+                true,
+            ),
+            (
+                "postgres://h1,h2/db?target_session_attrs=read-write&pooler=transaction",
+                "postgres://h1,h2/db?target_session_attrs=read-write",
+                true,
+            ),
+            (
+                "postgres://h/db?pooler=session&sslmode=disable",
+                "postgres://h/db?sslmode=disable",
+                false,
+            ),
+        ] {
+            assert_eq!(
+                without_pooler(url).unwrap(),
+                (stripped.to_string(), pooler),
+                "{url}"
+            );
+        }
+        let err = without_pooler("postgres://h/db?pooler=statement").unwrap_err();
+        assert_eq!(err.key, "database");
+        assert!(
+            err.message
+                .contains("pooler=statement: must be `transaction`"),
             "{err}"
         );
     }

@@ -32,6 +32,8 @@ pub(crate) use broker::Broker;
 pub use broker::{AmqpConfig, NatsConfig, RedisConfig};
 pub(crate) use database::parse_postgres;
 pub use database::Database;
+#[cfg(feature = "postgres")]
+pub(crate) use database::PgUrl;
 #[cfg(not(feature = "postgres"))]
 pub(crate) use database::WITHOUT_POSTGRES;
 pub(crate) use days::{describe_days, parse_days, NEVER};

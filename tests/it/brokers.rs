@@ -560,7 +560,7 @@ fn a_row_published_again_after_a_crash_is_stored_once_by_jetstream_and_redis() {
 
 #[test]
 fn after_a_kill_mid_publish_each_event_is_in_each_broker_once_and_in_rabbitmq_at_least_once() {
-    if !brokers() {
+    if !brokers() || skipped_through_pooler("the killed server's rows wait for their lease") {
         return;
     }
     let nats = Broker::nats();

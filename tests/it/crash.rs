@@ -36,6 +36,9 @@ fn sigkill_during_a_stream_loses_no_acknowledged_event() {
 /// `HOOKLEDGER_CHAOS_ROUNDS` raises the number of rounds (default 5).
 #[test]
 fn chaos_sigkill_rounds_lose_nothing_and_deliver_everything() {
+    if skipped_through_pooler("the killed server's rows wait for their lease") {
+        return;
+    }
     let rounds: usize = std::env::var("HOOKLEDGER_CHAOS_ROUNDS")
         .ok()
         .and_then(|v| v.parse().ok())

@@ -389,6 +389,9 @@ fn two_reports_of_one_invoice_on_two_instances_at_once_are_both_processed_and_co
 #[test]
 fn a_kill_9_of_one_of_two_instances_under_load_loses_nothing_and_the_survivor_delivers_its_leased_rows(
 ) {
+    if skipped_through_pooler("it tells an instance's leases by its connections' processes") {
+        return;
+    }
     let Some((_dir, url)) = pg_database() else {
         return;
     };

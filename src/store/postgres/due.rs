@@ -21,6 +21,7 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
+use postgres::types::{ToSql, Type};
 use postgres::{Client, NoTls};
 
 use crate::outbox::{Lease, PendingRow};
@@ -36,6 +37,9 @@ const LEASE_BATCH: usize = 8;
 pub(crate) struct PgOutbox {
     config: postgres::Config,
     conn: Mutex<Option<Client>>,
+    /// What names this worker's leases in SQL: `pg_backend_pid()`, or through a transaction
+    /// pooler the worker's token (a negative literal).
+    by: String,
     lease: Duration,
     /// Reads the payloads that forward rows refer to (`store::payload::event_payload`).
     events: super::ReadPool,
@@ -47,12 +51,16 @@ impl PgOutbox {
         lease: Duration,
         busy_timeout: Duration,
     ) -> anyhow::Result<PgOutbox> {
+        // Checked by config validation at start-up; parsed again for the synchronous client.
+        let parsed = crate::config::parse_postgres(url)?;
+        let by = match parsed.pooler {
+            false => "pg_backend_pid()".to_string(),
+            true => (-i64::from(fastrand::i32(1..i32::MAX))).to_string(),
+        };
         Ok(PgOutbox {
-            // Checked by super::parse at start-up; parsed again for the synchronous client.
-            config: url
-                .parse::<postgres::Config>()
-                .map_err(|_| anyhow::anyhow!("database: not a valid PostgreSQL URL"))?,
+            config: parsed.config.into(),
             conn: Mutex::new(None),
+            by,
             lease,
             events: super::read_pool(url, busy_timeout, 1)?,
         })
@@ -82,7 +90,7 @@ impl PgOutbox {
 
 /// A leased row is free again when its lease lapsed or its leaseholder's connection is gone.
 const FREE: &str = "(leased_until IS NULL OR leased_until <= $1
-      OR leased_by IS NULL OR leased_by NOT IN (SELECT pid FROM pg_stat_activity))";
+      OR leased_by IS NULL OR (leased_by > 0 AND leased_by NOT IN (SELECT pid FROM pg_stat_activity)))";
 
 impl OutboxReader for PgOutbox {
     fn due(&self, poll: &Poll<'_>) -> anyhow::Result<Vec<PendingRow>> {
@@ -106,27 +114,27 @@ impl OutboxReader for PgOutbox {
         let mut rows = self
             .with(|c| {
                 let mut tx = c.transaction()?;
-                tx.execute(
+                tx.execute_typed(
                     "SELECT pg_advisory_xact_lock(hashtextextended('hookledger lane ' || $1, 0))",
-                    &[&kinds],
+                    &[(&kinds, Type::TEXT)],
                 )?;
                 let held: i64 = tx
-                    .query_one(
+                    .query_typed_one(
                         &format!(
                             "SELECT count(*) FROM outbox
                          WHERE status = 'pending' AND leased_until IS NOT NULL AND NOT {FREE}
                            AND kind IN (SELECT jsonb_array_elements_text($2::text::jsonb))"
                         ),
-                        &[&now, &kinds],
+                        &[(&now, Type::INT8), (&kinds, Type::TEXT)],
                     )?
                     .get(0);
                 let room = (concurrency as i64).saturating_sub(held).clamp(0, limit);
                 let rows = if room == 0 {
                     Vec::new()
                 } else {
-                    tx.query(
-                        &lease_sql(),
-                        &[&now, &room, &kinds, &leased_until, &in_flight],
+                    tx.query_typed(
+                        &lease_sql(&self.by),
+                        &lease_params(&now, &room, &kinds, &leased_until, &in_flight),
                     )?
                 };
                 tx.commit()?;
@@ -148,11 +156,19 @@ impl OutboxReader for PgOutbox {
         };
         let renewed = now + self.lease.as_secs() as i64;
         let found = self.with(|c| {
-            c.query_opt(
-                "UPDATE outbox SET leased_until = $4, leased_by = pg_backend_pid()
-                 WHERE id = $1 AND status = 'pending' AND queued = $2 AND leased_by = $3
-                 RETURNING payload, payload_ref, source, key",
-                &[&row.id, &row.queued, &lease.by, &renewed],
+            c.query_typed_opt(
+                &format!(
+                    "UPDATE outbox SET leased_until = $4, leased_by = {}
+                     WHERE id = $1 AND status = 'pending' AND queued = $2 AND leased_by = $3
+                     RETURNING payload, payload_ref, source, key",
+                    self.by
+                ),
+                &[
+                    (&row.id, Type::INT8),
+                    (&row.queued, Type::INT8),
+                    (&lease.by, Type::INT4),
+                    (&renewed, Type::INT8),
+                ],
             )
         })?;
         let Some(found) = found else { return Ok(None) };
@@ -173,11 +189,14 @@ impl OutboxReader for PgOutbox {
     fn renew(&self, in_flight: &[i64], now: i64) -> anyhow::Result<u64> {
         let until = now + self.lease.as_secs() as i64;
         self.with(|c| {
-            c.execute(
-                "UPDATE outbox SET leased_until = $2
-                 WHERE id = ANY($1) AND status = 'pending' AND leased_by = pg_backend_pid()
-                   AND leased_until < $2",
-                &[&in_flight, &until],
+            c.execute_typed(
+                &format!(
+                    "UPDATE outbox SET leased_until = $2
+                     WHERE id = ANY($1) AND status = 'pending' AND leased_by = {}
+                       AND leased_until < $2",
+                    self.by
+                ),
+                &[(&in_flight, Type::INT8_ARRAY), (&until, Type::INT8)],
             )
         })
     }
@@ -192,7 +211,10 @@ impl OutboxReader for PgOutbox {
              WHERE status = 'pending'
                AND kind IN (SELECT jsonb_array_elements_text($2::text::jsonb))"
         );
-        self.with(|c| c.query_one(&sql, &[&now, &kinds]).map(|r| r.get(0)))
+        self.with(|c| {
+            c.query_typed_one(&sql, &[(&now, Type::INT8), (&kinds, Type::TEXT)])
+                .map(|r| r.get(0))
+        })
     }
 }
 
@@ -208,9 +230,9 @@ impl PgOutbox {
     ) -> anyhow::Result<Vec<PendingRow>> {
         let mut rows: Vec<PendingRow> = self
             .with(|c| {
-                c.query(
-                    &lease_sql(),
-                    &[&now, &limit, &kinds, &leased_until, &in_flight],
+                c.query_typed(
+                    &lease_sql(&self.by),
+                    &lease_params(&now, &limit, &kinds, &leased_until, &in_flight),
                 )
             })?
             .iter()
@@ -221,12 +243,12 @@ impl PgOutbox {
     }
 }
 
-/// Leases rows: `$1` now, `$2` at most so many, `$3` the kinds (a JSON array), `$4` the
-/// lease's end, `$5` the ids in flight here.
-fn lease_sql() -> String {
+/// Leases rows for `by` (see [`PgOutbox::by`]): `$1` now, `$2` at most so many, `$3` the kinds
+/// (a JSON array), `$4` the lease's end, `$5` the ids in flight here.
+fn lease_sql(by: &str) -> String {
     // A row in flight here whose lease lapsed is not taken again by its own instance.
     format!(
-        "UPDATE outbox SET leased_until = $4, leased_by = pg_backend_pid()
+        "UPDATE outbox SET leased_until = $4, leased_by = {by}
              WHERE id IN (
                  SELECT id FROM outbox
                  WHERE status = 'pending' AND next_attempt_at <= $1 AND {FREE}
@@ -236,6 +258,23 @@ fn lease_sql() -> String {
                  FOR UPDATE SKIP LOCKED)
              RETURNING id, kind, source, key, event_type, attempts, queued, leased_by"
     )
+}
+
+/// `lease_sql`'s parameters with their types.
+fn lease_params<'p>(
+    now: &'p i64,
+    limit: &'p i64,
+    kinds: &'p &str,
+    leased_until: &'p i64,
+    in_flight: &'p &[i64],
+) -> [(&'p (dyn ToSql + Sync), Type); 5] {
+    [
+        (now, Type::INT8),
+        (limit, Type::INT8),
+        (kinds, Type::TEXT),
+        (leased_until, Type::INT8),
+        (in_flight, Type::INT8_ARRAY),
+    ]
 }
 
 /// A row `lease_sql` returned.

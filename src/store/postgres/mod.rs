@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 
-use crate::config::{parse_postgres, Database, DEFAULT_EFFECT_TIMEOUT};
+use crate::config::{parse_postgres, Database, PgUrl, DEFAULT_EFFECT_TIMEOUT};
 use crate::event::Event;
 use crate::handler::{Handler, Prepared, Schema};
 use crate::outbox::FORWARD;
@@ -78,7 +78,7 @@ const RETENTION_LOCK: i64 = 0x0068_6f6f_6b72_6574; // "hookret"
 
 /// The writer's connection (or one CLI command's).
 pub(crate) struct PgStore {
-    config: tokio_postgres::Config,
+    config: PgUrl,
     session: PgSession,
     busy_timeout: Duration,
     /// When to connect again after the connection was lost and attempts failed.
@@ -95,7 +95,7 @@ pub(crate) type ReadPool = r2d2::Pool<Reads>;
 
 /// Makes the read connections of `url`.
 pub(crate) struct Reads {
-    config: tokio_postgres::Config,
+    config: PgUrl,
     busy_timeout: Duration,
 }
 
@@ -130,12 +130,10 @@ pub(crate) fn read_pool(url: &str, busy_timeout: Duration, size: u32) -> anyhow:
         }))
 }
 
-/// Opens a connection with hookledger's session settings.
-fn connect(
-    config: &tokio_postgres::Config,
-    busy_timeout: Duration,
-) -> Result<PgSession, StoreError> {
-    let mut config = config.clone();
+/// Opens a connection with hookledger's session settings: set once for the session, or,
+/// through a transaction pooler, with each transaction's `BEGIN` (`SET LOCAL`).
+fn connect(url: &PgUrl, busy_timeout: Duration) -> Result<PgSession, StoreError> {
+    let mut config = url.config.clone();
     config.connect_timeout(busy_timeout);
     // A peer that went silent (a dropped network, a dead host) is found within about a
     // minute instead of the system's two hours, and the writer gets to reconnect.
@@ -144,11 +142,15 @@ fn connect(
     if config.get_application_name().is_none() {
         config.application_name("hookledger");
     }
-    let session = PgSession::connect(&config)?;
-    session.batch(&format!(
-        "SET lock_timeout = {}; SET client_min_messages = warning",
+    let settings = format!(
+        "lock_timeout = {}; SET LOCAL client_min_messages = warning",
         busy_timeout.as_millis().max(1)
-    ))?;
+    );
+    if url.pooler {
+        return PgSession::connect(&config, Some(&format!("SET LOCAL {settings}")));
+    }
+    let session = PgSession::connect(&config, None)?;
+    session.batch(&format!("SET {}", settings.replace("SET LOCAL", "SET")))?;
     Ok(session)
 }
 

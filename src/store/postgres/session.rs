@@ -1,6 +1,11 @@
 //! The PostgreSQL side of [`Tx`](crate::sql::Tx): one connection, its prepared statements
 //! cached by SQL text, values converted to whatever type the server inferred for a parameter
 //! (so `$1` bound from an `i64` may fill an `integer`, a `bigint` or a `jsonb` column).
+//!
+//! Through a transaction pooler (`pooler=transaction` on the URL) nothing outlives a
+//! transaction: a statement's parameter types are inferred once, by a named statement prepared
+//! and closed inside one transaction, and each run is an unnamed statement sent in one round
+//! trip with those types; the session's settings go with each `BEGIN` as `SET LOCAL`.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -31,11 +36,16 @@ pub(crate) struct PgSession {
 struct Conn {
     runtime: OwnRuntime,
     client: Client,
-    statements: HashMap<String, Statement>,
+    statements: HashMap<String, Prepared>,
+    /// Through a transaction pooler: what each `BEGIN` carries (`SET LOCAL …`).
+    pooler: Option<String>,
+    /// Whether a transaction is open on the connection (its `BEGIN` sent): through a
+    /// transaction pooler a statement's types are inferred in it, else in one of their own.
+    in_tx: bool,
     /// A `BEGIN` to send with the next statement.
     begin_pending: bool,
     /// Statements to send with the `COMMIT` ([`Session::defer`]).
-    deferred: Vec<(Statement, Vec<Value>)>,
+    deferred: Vec<(Prepared, Vec<Value>)>,
     /// The running handler's deadline ([`PgSession::limit`]).
     deadline: Option<Instant>,
     /// Whether a handler's `statement_timeout` may be in force in the open transaction (set
@@ -76,9 +86,77 @@ pub(crate) enum CommitError {
     Commit(StoreError),
 }
 
+/// A statement as the session runs it: prepared once and named, or, through a transaction
+/// pooler, unnamed with the parameter types the server inferred for it.
+#[derive(Clone)]
+enum Prepared {
+    Named(Statement),
+    Unnamed(std::sync::Arc<Unnamed>),
+}
+
+struct Unnamed {
+    sql: String,
+    params: Vec<Type>,
+    returns_rows: bool,
+}
+
+impl Prepared {
+    fn params(&self) -> usize {
+        match self {
+            Prepared::Named(s) => s.params().len(),
+            Prepared::Unnamed(u) => u.params.len(),
+        }
+    }
+
+    fn returns_rows(&self) -> bool {
+        match self {
+            Prepared::Named(s) => !s.columns().is_empty(),
+            Prepared::Unnamed(u) => u.returns_rows,
+        }
+    }
+
+    async fn execute(
+        &self,
+        client: &Client,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<u64, tokio_postgres::Error> {
+        match self {
+            Prepared::Named(s) => client.execute(s, params).await,
+            Prepared::Unnamed(u) => client.execute_typed(&u.sql, &u.typed(params)).await,
+        }
+    }
+
+    async fn query(
+        &self,
+        client: &Client,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Vec<tokio_postgres::Row>, tokio_postgres::Error> {
+        match self {
+            Prepared::Named(s) => client.query(s, params).await,
+            Prepared::Unnamed(u) => client.query_typed(&u.sql, &u.typed(params)).await,
+        }
+    }
+}
+
+impl Unnamed {
+    /// `params` with the types the server inferred (a count that does not match is the
+    /// server's error, as with a named statement).
+    fn typed<'p>(&self, params: &[&'p (dyn ToSql + Sync)]) -> Vec<(&'p (dyn ToSql + Sync), Type)> {
+        params
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (*p, self.params.get(i).cloned().unwrap_or(Type::UNKNOWN)))
+            .collect()
+    }
+}
+
 impl PgSession {
-    /// Connects with `config`.
-    pub(crate) fn connect(config: &tokio_postgres::Config) -> Result<PgSession, StoreError> {
+    /// Connects with `config`; `pooler`: through a transaction pooler, with what each `BEGIN`
+    /// carries.
+    pub(crate) fn connect(
+        config: &tokio_postgres::Config,
+        pooler: Option<&str>,
+    ) -> Result<PgSession, StoreError> {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -95,6 +173,8 @@ impl PgSession {
                 runtime: OwnRuntime(Some(runtime)),
                 client,
                 statements: HashMap::new(),
+                pooler: pooler.map(str::to_string),
+                in_tx: false,
                 begin_pending: false,
                 deferred: Vec::new(),
                 deadline: None,
@@ -127,9 +207,11 @@ impl PgSession {
         let deferred = std::mem::take(&mut conn.deferred);
         let begin = std::mem::take(&mut conn.begin_pending);
         let limited = std::mem::take(&mut conn.limited);
+        conn.in_tx = false;
         if begin && deferred.is_empty() {
             return Ok(());
         }
+        let begin_sql = conn.begin_sql();
         let params: Vec<Vec<Param<'_>>> = deferred
             .iter()
             .map(|(_, values)| values.iter().map(Value::to_param).collect())
@@ -143,14 +225,14 @@ impl PgSession {
             let mut pipeline: Vec<Pending<'_>> = Vec::with_capacity(deferred.len() + 1);
             if begin {
                 // First: the deferred statements run in the transaction.
-                pipeline.push(Box::pin(client.batch_execute("BEGIN")));
+                pipeline.push(Box::pin(client.batch_execute(&begin_sql)));
             }
             if limited {
                 pipeline.push(Box::pin(client.batch_execute(UNLIMITED)));
             }
             for ((stmt, _), params) in deferred.iter().zip(&refs) {
                 pipeline.push(Box::pin(async move {
-                    client.execute(stmt, params).await.map(|_| ())
+                    stmt.execute(client, params).await.map(|_| ())
                 }));
             }
             // Each one's first poll writes it, or fails before anything is written (a
@@ -175,6 +257,7 @@ impl PgSession {
         let mut conn = self.conn.borrow_mut();
         conn.deferred.clear();
         conn.limited = false;
+        conn.in_tx = false;
         if std::mem::take(&mut conn.begin_pending) {
             return Ok(());
         }
@@ -185,12 +268,30 @@ impl PgSession {
     /// migrations.
     pub(crate) fn batch(&self, sql: &str) -> Result<(), tokio_postgres::Error> {
         let mut conn = self.conn.borrow_mut();
-        let sql = if std::mem::take(&mut conn.begin_pending) {
-            format!("BEGIN; {sql}")
-        } else {
-            sql.to_string()
+        let pending = std::mem::take(&mut conn.begin_pending);
+        if conn.pooler.is_none() {
+            let sql = match pending {
+                true => format!("BEGIN; {sql}"),
+                false => sql.to_string(),
+            };
+            return conn.runtime.block_on(conn.client.batch_execute(&sql));
+        }
+        // Through a transaction pooler: a batch that opens a transaction (hookledger's own
+        // start with `BEGIN`) carries the session's settings with it, and one that ends with
+        // `COMMIT` or `ROLLBACK` closes it; the statements between (a migration's) are sent
+        // as written.
+        let upper = sql.trim().to_ascii_uppercase();
+        let opens = upper.starts_with("BEGIN");
+        let sql = match (pending, opens) {
+            (_, true) => format!("{}{}", conn.begin_sql(), &sql.trim_start()["BEGIN".len()..]),
+            (true, false) => format!("{}; {sql}", conn.begin_sql()),
+            (false, false) => sql.to_string(),
         };
-        conn.runtime.block_on(conn.client.batch_execute(&sql))
+        let closes = upper.ends_with("COMMIT") || upper.ends_with("ROLLBACK");
+        let result = conn.runtime.block_on(conn.client.batch_execute(&sql));
+        // A failed statement aborts an open transaction, which stays open until it ends.
+        conn.in_tx = (conn.in_tx || pending || opens) && !closes;
+        result
     }
 
     /// Whether the connection is gone (the server restarted, the network broke).
@@ -202,7 +303,7 @@ impl PgSession {
     pub(crate) fn describe(&self, sql: &str) -> Result<(usize, bool), StoreError> {
         let mut conn = self.conn.borrow_mut();
         let stmt = conn.statement(sql)?;
-        Ok((stmt.params().len(), !stmt.columns().is_empty()))
+        Ok((stmt.params(), stmt.returns_rows()))
     }
 
     /// PostgreSQL's plan of `sql` (one statement, which [`PgSession::describe`] took, with
@@ -236,9 +337,10 @@ impl PgSession {
                 Ok(()) => Some(client.simple_query(&explain).await),
                 Err(_) => None,
             };
-            // A prepared statement outlives the transaction: deallocated after it.
-            let _ = client.batch_execute("ROLLBACK").await;
+            // A prepared statement outlives the transaction: deallocated in it, before the
+            // rollback (a transaction pooler may hand the next statement another server).
             let _ = client.batch_execute("DEALLOCATE hookledger_check").await;
+            let _ = client.batch_execute("ROLLBACK").await;
             (prepared, planned)
         });
         match prepared {
@@ -270,7 +372,7 @@ impl PgSession {
     ) -> Result<Vec<tokio_postgres::Row>, StoreError> {
         let mut conn = self.conn.borrow_mut();
         let stmt = conn.statement(sql)?;
-        conn.run(|client| client.query(&stmt, params))
+        conn.run(|client| stmt.query(client, params))
     }
 }
 
@@ -321,12 +423,23 @@ async fn drive(
 }
 
 impl Conn {
-    fn statement(&mut self, sql: &str) -> Result<Statement, StoreError> {
+    /// `BEGIN`, with the session's settings through a transaction pooler.
+    fn begin_sql(&self) -> std::borrow::Cow<'static, str> {
+        match &self.pooler {
+            Some(settings) => format!("BEGIN; {settings}").into(),
+            None => "BEGIN".into(),
+        }
+    }
+
+    fn statement(&mut self, sql: &str) -> Result<Prepared, StoreError> {
         if let Some(stmt) = self.statements.get(sql) {
             return Ok(stmt.clone());
         }
         refuse_transaction_control(sql)?;
-        let stmt = self.runtime.block_on(self.client.prepare(sql))?;
+        let stmt = match self.pooler {
+            None => Prepared::Named(self.runtime.block_on(self.client.prepare(sql))?),
+            Some(_) => Prepared::Unnamed(std::sync::Arc::new(self.infer(sql)?)),
+        };
         // Bounded, like SQLite's cache: a handler that builds its SQL at run time must not
         // grow it (and the server's prepared statements) without end.
         if self.statements.len() >= STATEMENT_CACHE {
@@ -334,6 +447,30 @@ impl Conn {
         }
         self.statements.insert(sql.to_string(), stmt.clone());
         Ok(stmt)
+    }
+
+    /// The parameter types of `sql` as the server infers them, through a transaction pooler: a
+    /// named statement prepared and closed within one transaction (the open one, or one of its
+    /// own that is rolled back), so that it never outlives the server connection it was on.
+    fn infer(&mut self, sql: &str) -> Result<Unnamed, StoreError> {
+        let own = !self.in_tx;
+        let client = &self.client;
+        let inferred = self.runtime.block_on(async {
+            if own {
+                client.batch_execute("BEGIN").await?;
+            }
+            // Dropped (its Close sent) before the transaction ends.
+            let inferred = client.prepare(sql).await.map(|stmt| Unnamed {
+                sql: sql.to_string(),
+                params: stmt.params().to_vec(),
+                returns_rows: !stmt.columns().is_empty(),
+            });
+            if own {
+                client.batch_execute("ROLLBACK").await?;
+            }
+            inferred
+        })?;
+        Ok(inferred)
     }
 
     /// Runs `op` on the client, after a pending `BEGIN` and the handler's time left (or the
@@ -352,7 +489,8 @@ impl Conn {
         };
         let mut first = Vec::new();
         if std::mem::take(&mut self.begin_pending) {
-            first.push("BEGIN".to_string());
+            first.push(self.begin_sql().into_owned());
+            self.in_tx = true;
         }
         match left {
             Some(left) => {
@@ -394,7 +532,7 @@ impl Session for PgSession {
         let stmt = conn.statement(sql)?;
         let values: Vec<Param<'_>> = params.iter().map(|p| p.to_param()).collect();
         let refs: Vec<&(dyn ToSql + Sync)> = values.iter().map(|v| v as _).collect();
-        conn.run(|client| client.execute(&stmt, &refs))
+        conn.run(|client| stmt.execute(client, &refs))
     }
 
     fn defer(&self, sql: &str, params: &[&dyn ToParam]) -> Result<(), StoreError> {
@@ -410,7 +548,7 @@ impl Session for PgSession {
         let stmt = conn.statement(sql)?;
         let values: Vec<Param<'_>> = params.iter().map(|p| p.to_param()).collect();
         let refs: Vec<&(dyn ToSql + Sync)> = values.iter().map(|v| v as _).collect();
-        conn.run(|client| client.query(&stmt, &refs))?
+        conn.run(|client| stmt.query(client, &refs))?
             .iter()
             .map(|row| {
                 (0..row.len())
@@ -669,7 +807,7 @@ mod tests {
     use crate::store::postgres::scratch::Scratch;
 
     fn session(scratch: &Scratch) -> PgSession {
-        PgSession::connect(&scratch.url.parse().unwrap()).unwrap()
+        PgSession::connect(&scratch.url.parse().unwrap(), None).unwrap()
     }
 
     #[test]

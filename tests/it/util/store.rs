@@ -73,6 +73,18 @@ pub fn skipped_on_postgres(why: &str) -> bool {
     skipped
 }
 
+/// Whether the test is skipped because its databases are reached through a transaction pooler
+/// (`HOOKLEDGER_TEST_POOLER`): a test of what a kill -9 leaves, whose outbox rows would wait
+/// for their lease (there, a killed instance's leases end with `outbox_lease` only).
+pub fn skipped_through_pooler(why: &str) -> bool {
+    let skipped =
+        store() == Store::Postgres && std::env::var_os("HOOKLEDGER_TEST_POOLER").is_some();
+    if skipped {
+        eprintln!("skipped through the pooler: {why}");
+    }
+    skipped
+}
+
 /// The PostgreSQL server the tests' databases are created on, as a role that may create and
 /// drop databases.
 fn admin_url() -> String {
@@ -85,7 +97,7 @@ fn admin() -> Result<postgres::Client, postgres::Error> {
 }
 
 fn connect(url: &str) -> Result<postgres::Client, postgres::Error> {
-    let mut config: postgres::Config = url.parse()?;
+    let mut config: postgres::Config = direct(url).parse()?;
     // A server that does not answer is a skipped run, not a hung one.
     config.connect_timeout(Duration::from_secs(5));
     config.connect(postgres::NoTls)
@@ -192,7 +204,10 @@ pub fn postgres_reachable() -> bool {
     super::prerequisite(reachable.is_ok(), "HOOKLEDGER_REQUIRE_POSTGRES", &what)
 }
 
-/// A new, empty database on the server; its URL.
+/// A new, empty database on the server; its URL. With `HOOKLEDGER_TEST_POOLER` (the
+/// `host:port` of a transaction pooler in front of that server, such as PgBouncer with
+/// `pool_mode = transaction`), the URL hookledger is given goes through the pooler
+/// (`pooler=transaction`); the tests' own reads ([`Db`]) go to the server directly.
 fn create_database() -> String {
     let name = format!("hl_t_{:016x}", fastrand::u64(..));
     admin()
@@ -200,6 +215,36 @@ fn create_database() -> String {
         .unwrap_or_else(|e| panic!("CREATE DATABASE {name}: {}", pg_error(&e)));
     let mut url = url::Url::parse(&admin_url()).expect("HOOKLEDGER_TEST_POSTGRES is a URL");
     url.set_path(&format!("/{name}"));
+    if let Ok(pooler) = std::env::var("HOOKLEDGER_TEST_POOLER") {
+        let (host, port) = pooler
+            .rsplit_once(':')
+            .expect("HOOKLEDGER_TEST_POOLER is host:port");
+        url.set_host(Some(host)).unwrap();
+        url.set_port(Some(port.parse().expect("a port"))).unwrap();
+        url.query_pairs_mut().append_pair("pooler", "transaction");
+    }
+    url.to_string()
+}
+
+/// `url` to the server itself: a URL through the tests' pooler ([`create_database`]) with the
+/// server's host and port, without `pooler`.
+fn direct(url: &str) -> String {
+    if !url.contains("pooler=transaction") {
+        return url.to_string();
+    }
+    let server = url::Url::parse(&admin_url()).expect("HOOKLEDGER_TEST_POSTGRES is a URL");
+    let mut url = url::Url::parse(url).expect("a database URL");
+    url.set_host(server.host_str()).unwrap();
+    url.set_port(server.port()).unwrap();
+    let kept: Vec<(String, String)> = url
+        .query_pairs()
+        .filter(|(k, _)| k != "pooler")
+        .map(|(k, v)| (k.into_owned(), v.into_owned()))
+        .collect();
+    url.set_query(None);
+    if !kept.is_empty() {
+        url.query_pairs_mut().extend_pairs(kept);
+    }
     url.to_string()
 }
 
