@@ -349,12 +349,7 @@ fn config(dir: &Path, broker: &str, extra: &str) -> String {
 
 fn config_text(broker: &str, extra: &str) -> String {
     format!(
-        r#"
-[[source]]
-name = "stripe"
-scheme = "stripe"
-secrets = ["env:STRIPE_WEBHOOK_SECRET"]
-
+        r#"{STRIPE_SOURCE_TOML}
 [[delivery]]
 kind = "{KIND}"
 {broker}

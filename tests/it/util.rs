@@ -20,6 +20,11 @@ pub use store::*;
 
 pub const SECRET: &str = "whsec_test_secret";
 
+/// A config file's `[[source]]` of Stripe named `stripe`, its secret from
+/// `STRIPE_WEBHOOK_SECRET` (as [`Server`] sets it).
+pub const STRIPE_SOURCE_TOML: &str =
+    "[[source]]\nname = \"stripe\"\nscheme = \"stripe\"\nsecrets = [\"env:STRIPE_WEBHOOK_SECRET\"]\n";
+
 pub fn secret() -> Secret {
     Secret::new(SECRET)
 }
