@@ -66,6 +66,11 @@ impl Bucket {
     }
 
     /// Takes a token at `now`, or says how long until there is one.
+    /// The time between two tokens.
+    pub(super) fn spacing(&self) -> Duration {
+        self.spacing
+    }
+
     pub(super) fn take(&mut self, now: Instant) -> Option<Duration> {
         if let Some(last) = self.last {
             let earned =

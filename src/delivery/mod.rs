@@ -356,7 +356,9 @@ impl Shared {
     }
 
     /// Waits for a token of the lane's rate (none: no limit); false when stopping. The
-    /// attempt threads wait in turn: the one holding the bucket sleeps until its token.
+    /// attempt threads wait in turn: the one holding the bucket sleeps until its token. On
+    /// PostgreSQL the token is the kind's next turn across every instance; if the database
+    /// cannot give one, the lane's own bucket does.
     fn turn(&self) -> bool {
         let Ok(mut bucket) = self.bucket.lock() else {
             return false;
@@ -364,6 +366,23 @@ impl Shared {
         let Some(bucket) = bucket.as_mut() else {
             return !self.stopped();
         };
+        match self.pool.turn(&self.kind, bucket.spacing()) {
+            Ok(Some(wait)) => {
+                let until = Instant::now() + wait;
+                while let Some(left) = until.checked_duration_since(Instant::now()) {
+                    if self.stopped() {
+                        return false;
+                    }
+                    std::thread::sleep(left.min(IDLE_POLL));
+                }
+                return !self.stopped();
+            }
+            Ok(None) => {}
+            Err(e) => log::warn!(
+                "outbox: {}: no turn from the database ({e:#}); this instance spaces its own",
+                self.kind
+            ),
+        }
         loop {
             if self.stopped() {
                 return false;

@@ -261,6 +261,18 @@ pub(crate) trait OutboxReader: Send + Sync + 'static {
 
     /// When the next pending row of `kinds` is due, if any.
     fn next_due_at(&self, kinds: &str) -> anyhow::Result<Option<i64>>;
+
+    /// Takes the next turn of `kind`, whose attempts keep `spacing` apart across every
+    /// instance on the database: how long to wait for it (PostgreSQL: a row per kind that
+    /// every instance's attempts queue on). `None`: one server holds the store (SQLite), and
+    /// the lane's own bucket spaces its attempts.
+    fn turn(
+        &self,
+        _kind: &str,
+        _spacing: std::time::Duration,
+    ) -> anyhow::Result<Option<std::time::Duration>> {
+        Ok(None)
+    }
 }
 
 /// What must live as long as a server on its database (the SQLite serve lock).

@@ -201,6 +201,22 @@ impl OutboxReader for PgOutbox {
         })
     }
 
+    fn turn(&self, kind: &str, spacing: Duration) -> anyhow::Result<Option<Duration>> {
+        // The database server's clock, so that the instances' clocks play no part.
+        let wait: f64 = self.with(|c| {
+            c.query_typed_one(
+                "INSERT INTO hookledger_lane_turns AS t (kind, next_at)
+                 VALUES ($1, date_part('epoch', clock_timestamp()) + $2)
+                 ON CONFLICT (kind) DO UPDATE
+                   SET next_at = greatest(t.next_at, date_part('epoch', clock_timestamp())) + $2
+                 RETURNING next_at - $2 - date_part('epoch', clock_timestamp())",
+                &[(&kind, Type::TEXT), (&spacing.as_secs_f64(), Type::FLOAT8)],
+            )
+            .map(|r| r.get(0))
+        })?;
+        Ok(Some(Duration::from_secs_f64(wait.max(0.0))))
+    }
+
     fn next_due_at(&self, kinds: &str) -> anyhow::Result<Option<i64>> {
         // A row leased by a live instance is due again when its lease lapses.
         let now = crate::time::unix_now();

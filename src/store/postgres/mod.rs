@@ -70,6 +70,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0008_outbox_pending_indexes.sql"),
     include_str!("migrations/0009_signature_tokens.sql"),
     include_str!("migrations/0010_outbox_repeated_key.sql"),
+    include_str!("migrations/0011_lane_turns.sql"),
 ];
 
 /// The advisory lock keys: migrations (hookledger's and the app's) and retention.
