@@ -41,6 +41,7 @@ mod oracles_b;
 mod oracles_sp;
 mod oracles_twilio;
 mod outbox;
+mod patroni;
 mod payloads;
 mod postgres;
 mod presets;

@@ -38,7 +38,7 @@ fn forwarding(app_url: &str) -> Vec<String> {
 
 /// What the senders to one instance saw.
 #[derive(Default)]
-struct Answers {
+pub struct Answers {
     /// The ids answered 200 `processed`, and when.
     acked: Mutex<Vec<(String, Instant)>>,
     /// The `error` of each 503.
@@ -48,7 +48,7 @@ struct Answers {
 }
 
 impl Answers {
-    fn acked(&self) -> Vec<String> {
+    pub fn acked(&self) -> Vec<String> {
         self.acked
             .lock()
             .unwrap()
@@ -57,11 +57,11 @@ impl Answers {
             .collect()
     }
 
-    fn acked_count(&self) -> usize {
+    pub fn acked_count(&self) -> usize {
         self.acked.lock().unwrap().len()
     }
 
-    fn acked_after(&self, t: Instant) -> usize {
+    pub fn acked_after(&self, t: Instant) -> usize {
         self.acked
             .lock()
             .unwrap()
@@ -75,7 +75,7 @@ impl Answers {
         self.unexpected.lock().unwrap().push((at, what));
     }
 
-    fn unexpected_answers(&self) -> Vec<(Instant, String)> {
+    pub fn unexpected_answers(&self) -> Vec<(Instant, String)> {
         self.unexpected.lock().unwrap().clone()
     }
 }
@@ -83,7 +83,7 @@ impl Answers {
 /// Starts `workers` threads in `scope` that send new paid invoice events
 /// (`{prefix}{worker}_{i}`) to `url` until `stop` is set, recording every answer in
 /// `answers`. A sender stops at its first request without an answer.
-fn send_until<'s>(
+pub fn send_until<'s>(
     scope: &'s std::thread::Scope<'s, '_>,
     url: String,
     prefix: &'s str,
