@@ -11,6 +11,7 @@ mod growth;
 mod lanes;
 mod loadgen;
 mod plain;
+mod pooler;
 mod prune;
 mod restarts;
 mod start;
@@ -76,6 +77,11 @@ enum Command {
     /// JetStream stream, a RabbitMQ exchange and a Redis stream, beside the same backlog
     /// posted to a local app: rows/s each and the ratio to HTTP, in one run.
     Brokers(BrokersArgs),
+    /// Two instances on one PostgreSQL database, directly and through a PgBouncer of its own
+    /// in transaction pooling mode (`pooler=transaction`), in alternating rounds: two loads at
+    /// once, summed events/s (median, range), each load's p99, non-200s, the ledger checked;
+    /// pooled/direct.
+    Pooler(pooler::PoolerArgs),
 }
 
 #[derive(Debug, Args)]
@@ -229,6 +235,7 @@ fn main() -> ExitCode {
         Command::Restarts(args) => restarts::run(args),
         Command::Batch(args) => batch::run(args),
         Command::Brokers(args) => brokers(args),
+        Command::Pooler(args) => pooler::run(&args).map(|()| true),
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,
