@@ -12,7 +12,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::postgres::{send_until, Answers};
+use crate::postgres::{assert_nothing_acknowledged_lost, send_until, Answers};
 use crate::util::*;
 
 /// PostgreSQL 15's programs, as Patroni runs them.
@@ -317,29 +317,11 @@ fn patroni_promotes_the_synchronous_standby_and_nothing_acknowledged_is_lost() {
         200,
         "the old leader is gone"
     );
-    for answers in [&on_a, &on_b] {
-        let unexpected = answers.unexpected_answers();
-        assert!(
-            unexpected.is_empty(),
-            "answers other than 200 and 503: {unexpected:?}"
-        );
-    }
     let db = Db::open(&format!(
         "postgres://postgres@127.0.0.1:{}/postgres",
         nodes[1].2
     ));
-    let acked: Vec<String> = on_a.acked().into_iter().chain(on_b.acked()).collect();
-    let missing = missing_from_ledger(&db, &acked);
-    assert!(
-        missing.is_empty(),
-        "acknowledged events lost: {missing:?}\n{logs}"
-    );
-    let claims = ledger_count(&db);
-    assert_eq!(
-        credits(&db, "acct_1"),
-        claims * 100,
-        "credits of {claims} claims"
-    );
+    let (acked, claims) = assert_nothing_acknowledged_lost(&db, [&on_a, &on_b], &logs);
     eprintln!(
         "patroni: acknowledged {}, ledger {claims}; promoted {:?} after the kill, both \
          instances answering 200 again {back:?} after the promotion",

@@ -1192,6 +1192,37 @@ VALUES ('deploy', :source, :event_id, :event_type, convert_to(CAST(:body AS TEXT
     );
 }
 
+/// After a failover under the loads `answers`: only 200s and 503s were answered, every
+/// acknowledged event is in `db`'s ledger, and its credits are exactly one invoice's per
+/// claim (no effect applied twice, none without its claim). The events acknowledged, and the
+/// claims.
+pub fn assert_nothing_acknowledged_lost(
+    db: &Db,
+    answers: [&Answers; 2],
+    logs: &str,
+) -> (Vec<String>, i64) {
+    for answers in answers {
+        let unexpected = answers.unexpected_answers();
+        assert!(
+            unexpected.is_empty(),
+            "answers other than 200 and 503: {unexpected:?}"
+        );
+    }
+    let acked: Vec<String> = answers.iter().flat_map(|a| a.acked()).collect();
+    let missing = missing_from_ledger(db, &acked);
+    assert!(
+        missing.is_empty(),
+        "acknowledged events lost: {missing:?}\n{logs}"
+    );
+    let claims = ledger_count(db);
+    assert_eq!(
+        credits(db, "acct_1"),
+        claims * 100,
+        "credits of {claims} claims"
+    );
+    (acked, claims)
+}
+
 /// Failover: a primary with a synchronous standby (`synchronous_standby_names`,
 /// `synchronous_commit = on`), two instances on a multi-host URL with
 /// `target_session_attrs=read-write`, a load on both, the primary killed (kill -9) and the
@@ -1249,26 +1280,17 @@ fn a_kill_9_of_the_primary_and_a_promoted_standby_lose_nothing_acknowledged() {
         back <= Duration::from_secs(10),
         "{back:?} after the promotion\n{logs}"
     );
-    for answers in [&on_a, &on_b] {
-        let unexpected = answers.unexpected_answers();
-        assert!(
-            unexpected.is_empty(),
-            "answers other than 200 and 503: {unexpected:?}"
-        );
-    }
     let db = Db::open(&standby.url());
-    let acked: Vec<String> = on_a.acked().into_iter().chain(on_b.acked()).collect();
-    let missing = missing_from_ledger(&db, &acked);
+    let (acked, claims) = assert_nothing_acknowledged_lost(&db, [&on_a, &on_b], &logs);
+    // The outbox workers fail over too: every claim has its row, and every one is delivered.
+    assert_one_outbox_row_per_claim(&db);
+    wait_outbox_all_done(&db, Duration::from_secs(30));
+    let keys = delivered_keys(&app);
+    let ledger = db.strings("SELECT event_id FROM webhook_events");
+    let undelivered: Vec<&String> = ledger.iter().filter(|id| !keys.contains(*id)).collect();
     assert!(
-        missing.is_empty(),
-        "acknowledged events lost: {missing:?}\n{logs}"
-    );
-    // Every claim's credits once: no effect applied twice, none without its claim.
-    let claims = ledger_count(&db);
-    assert_eq!(
-        credits(&db, "acct_1"),
-        claims * 100,
-        "credits of {claims} claims"
+        undelivered.is_empty(),
+        "never delivered: {undelivered:?}\n{logs}"
     );
     eprintln!(
         "failover: acknowledged {} ({} and {} after the promotion), ledger {claims}, both \
