@@ -1326,26 +1326,24 @@ fn a_kinds_rate_holds_across_two_instances() {
         }
     }
     let delivered = app.wait_delivered(24, Duration::from_secs(30));
-    // One every 250 ms across both: any five arrivals span four turns, 1 s, less what the
-    // payload reads and the POSTs add to some arrivals and not others (measured here: 0.76
-    // to 0.88 s). With each instance at its own 4/s (the turns taken out), five arrived
-    // within 0.39 s and the 24 within 3.9 s.
+    // One every 250 ms across both: the 24 arrivals span 23 turns, 5.75 s, and any 13 of
+    // them 12 turns, 3 s, less what the payload reads and the POSTs add to some arrivals and
+    // not others (on a loaded machine, five arrived within 0.49 s once). With each instance
+    // at its own 4/s (the turns taken out), the 24 arrived within 3.9 s.
     let tightest = delivered
-        .windows(5)
-        .map(|five| five[4].at - five[0].at)
+        .windows(13)
+        .map(|thirteen| thirteen[12].at - thirteen[0].at)
         .min()
         .unwrap();
     let span = delivered[23].at - delivered[0].at;
-    eprintln!(
-        "rate across two instances: 24 arrivals in {span:?}, any five in {tightest:?} or more"
-    );
-    assert!(
-        tightest >= Duration::from_millis(700),
-        "five arrivals within {tightest:?}"
-    );
+    eprintln!("rate across two instances: 24 arrivals in {span:?}, any 13 in {tightest:?} or more");
     assert!(
         span >= Duration::from_millis(5_000),
         "24 arrivals within {span:?}"
+    );
+    assert!(
+        tightest >= Duration::from_millis(2_400),
+        "13 arrivals within {tightest:?}"
     );
     let turns = Db::open(&url).count("SELECT count(*) FROM hookledger_lane_turns");
     assert_eq!(turns, 1, "one row of turns for the kind");
