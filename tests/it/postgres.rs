@@ -1231,6 +1231,9 @@ pub fn assert_nothing_acknowledged_lost(
 /// restart, and their outbox workers deliver every event.
 #[test]
 fn a_kill_9_of_the_primary_and_a_promoted_standby_lose_nothing_acknowledged() {
+    if skipped_on_postgres("it runs clusters of its own: once, in the SQLite run") {
+        return;
+    }
     let Some(primary) = Cluster::start_with(&[
         "synchronous_standby_names=standby1",
         "synchronous_commit=on",

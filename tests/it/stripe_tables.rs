@@ -6,6 +6,7 @@
 //! them. On both stores, but for the SQLite files of older releases.
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use hookledger::internals::invoice_event;
 use sha2::Digest;
@@ -99,10 +100,16 @@ fn a_new_database_gets_the_stripe_tables_from_the_handlers_migration() {
     let db = server.db();
     assert_eq!(stripe_tables(&db), TABLES, "{:?}", db.tables());
     assert_eq!(handler_migrations(&db), [billing_migration(store())]);
-    assert!(
+    // The log is read from the server's stderr by a thread of the test's: it may come a
+    // moment after the server answers (a loaded CI run read it too early once).
+    let logged = wait_for(Duration::from_secs(10), || {
         server
             .log()
-            .contains("applied migration 0001_billing of handler stripe-billing"),
+            .contains("applied migration 0001_billing of handler stripe-billing")
+            .then_some(())
+    });
+    assert!(
+        logged.is_some(),
         "made by the handler's migration, not found there: {}",
         server.log()
     );
