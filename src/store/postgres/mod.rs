@@ -143,15 +143,18 @@ fn connect(url: &PgUrl, busy_timeout: Duration) -> Result<PgSession, StoreError>
     if config.get_application_name().is_none() {
         config.application_name("hookledger");
     }
-    let settings = format!(
-        "lock_timeout = {}; SET LOCAL client_min_messages = warning",
-        busy_timeout.as_millis().max(1)
-    );
+    // `SET` for the session, or `SET LOCAL` for each transaction.
+    let settings = |set: &str| {
+        format!(
+            "{set} lock_timeout = {}; {set} client_min_messages = warning",
+            busy_timeout.as_millis().max(1)
+        )
+    };
     if url.pooler {
-        return PgSession::connect(&config, Some(&format!("SET LOCAL {settings}")));
+        return PgSession::connect(&config, Some(&settings("SET LOCAL")));
     }
     let session = PgSession::connect(&config, None)?;
-    session.batch(&format!("SET {}", settings.replace("SET LOCAL", "SET")))?;
+    session.batch(&settings("SET"))?;
     Ok(session)
 }
 
